@@ -1,0 +1,89 @@
+"""The only file that touches orbax.
+
+A run directory holds `checkpoints/<step>/{state,loop}` written by an orbax CheckpointManager
+(async: the device-to-host copy happens before `save` returns, the disk write overlaps the next
+steps) and `warmstart/`, the policy after the supervised warm start, which is also the frozen
+reference policy. Restores go straight onto the mesh: the caller passes abstract arrays that
+carry their target shardings.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from rlvr_jax.types import LoopState, TrainState
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint exists but cannot be read; the message names its path."""
+
+
+def abstract_like(tree: Any) -> Any:
+    """ShapeDtypeStructs (with shardings) for restoring onto the same layout as `tree`."""
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
+
+
+class Checkpointer:
+    def __init__(self, run_dir: str, every_steps: int, max_to_keep: int):
+        self.directory = os.path.abspath(os.path.join(run_dir, "checkpoints"))
+        self.warmstart_dir = os.path.abspath(os.path.join(run_dir, "warmstart"))
+        self.every_steps = every_steps
+        self._manager = ocp.CheckpointManager(
+            self.directory,
+            options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
+                                                 enable_async_checkpointing=True))
+
+    # ------------------------------------------------------------------ RL state
+    def latest_step(self) -> Optional[int]:
+        return self._manager.latest_step()
+
+    def maybe_save(self, step: int, state: TrainState, loop: LoopState, force: bool = False) -> bool:
+        """Save after `step` completed steps when due (every N) or forced; returns whether saved."""
+        if not force and step % self.every_steps:
+            return False
+        if self._manager.latest_step() == step:
+            return False
+        loop_json = {"step": int(loop.step), "problems_consumed": int(loop.problems_consumed),
+                     "rng_key": np.asarray(loop.rng_key).tolist()}
+        self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                         loop=ocp.args.JsonSave(loop_json)))
+        return True
+
+    def restore(self, step: int, abstract_state: Any) -> tuple[TrainState, LoopState]:
+        path = os.path.join(self.directory, str(step))
+        try:
+            out = self._manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract_state), loop=ocp.args.JsonRestore()))
+        except Exception as e:  # orbax raises many types; the user needs the path and the cause
+            raise CheckpointError(f"cannot restore checkpoint {path}: {type(e).__name__}: {e}. "
+                                  "Delete that step directory to fall back to the previous "
+                                  "checkpoint.") from e
+        loop = out["loop"]
+        return TrainState(*out["state"]), LoopState(
+            int(loop["step"]), int(loop["problems_consumed"]),
+            np.asarray(loop["rng_key"], dtype=np.uint32))
+
+    # ------------------------------------------------------------------ warm start
+    def has_warmstart(self) -> bool:
+        return os.path.isdir(self.warmstart_dir)
+
+    def save_warmstart(self, params: Any) -> None:
+        with ocp.StandardCheckpointer() as ckptr:
+            ckptr.save(self.warmstart_dir, params)
+
+    def restore_warmstart(self, abstract_params: Any) -> Any:
+        try:
+            with ocp.StandardCheckpointer() as ckptr:
+                return ckptr.restore(self.warmstart_dir, abstract_params)
+        except Exception as e:
+            raise CheckpointError(f"cannot restore warm-start params {self.warmstart_dir}: "
+                                  f"{type(e).__name__}: {e}") from e
+
+    def close(self) -> None:
+        self._manager.wait_until_finished()
+        self._manager.close()

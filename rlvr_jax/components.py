@@ -1,0 +1,114 @@
+"""The one place the run config is unpacked: tokenizer, task, model, mesh and the jitted
+functions (samplers, update steps), each built from the plain values it needs."""
+
+from __future__ import annotations
+
+import collections
+import os
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable
+
+import jax
+
+from rlvr_jax import sharding, train_step
+from rlvr_jax.config import RunConfig
+from rlvr_jax.models.policy import Decoder, KVCache, init_params
+from rlvr_jax.sampling import make_sampler
+from rlvr_jax.tasks.arithmetic import ArithmeticTask
+from rlvr_jax.tokenizer import load_tokenizer, save_char_tokenizer
+
+
+@dataclass
+class Components:
+    tokenizer: Any
+    task: ArithmeticTask
+    model: Decoder
+    mesh: jax.sharding.Mesh
+    prompt_len: int  # P: prompt slots (left-padded)
+    max_new_tokens: int  # N: response slots
+    put: Callable  # host array (pytree) -> device, batch-sharded
+    init_params: Callable  # key -> params, created already sharded
+    sample_train: Callable  # jitted (params, cache, prompt, mask, key) -> (cache, Rollout)
+    sample_greedy: Callable
+    sample_eval: Callable  # temperature 1, no truncation
+    new_cache: Callable  # batch -> KVCache placed on the mesh
+    rl_tx: Any
+    rl_step: Callable  # jitted (state, ref_params, TrainBatch) -> (state, metrics)
+    sft_tx: Any
+    sft_step: Callable  # jitted (state, SFTBatch) -> (state, metrics)
+    state_sharding: Callable  # abstract TrainState -> shardings
+    traces: collections.Counter  # how often each jitted function was traced (= compiled)
+
+
+def prompt_budget(task: ArithmeticTask, tokenizer) -> int:
+    """Tokens in the longest prompt the task can produce (all-9 operands, widest operator)."""
+    longest = "9" * task.operand_digits
+    question = longest + ("-" + longest) * (task.max_operands - 1)
+    return len(tokenizer.encode(task.prompt_template.format(question=question),
+                                add_special_tokens=False))
+
+
+def build(cfg: RunConfig) -> Components:
+    tok_dir = os.path.join(cfg.run_dir, "tokenizer")
+    if not os.path.exists(os.path.join(tok_dir, "tokenizer.json")):
+        save_char_tokenizer(tok_dir)
+    tokenizer = load_tokenizer(tok_dir)
+    t = cfg.task
+    task = ArithmeticTask(tuple(t.operators), t.operand_digits, t.min_operands, t.max_operands,
+                          t.heldout_fraction, t.split_seed, t.prompt_template)
+    model = Decoder(cfg.model, len(tokenizer))
+    mesh = sharding.make_mesh(cfg.mesh.data, cfg.mesh.fsdp)
+    rl_batch = cfg.algo.prompts_per_step * cfg.algo.samples_per_prompt
+    sharding.check_batch(rl_batch, mesh, "algo.prompts_per_step")
+    sharding.check_batch(cfg.warmup.sequences_per_step, mesh, "warmup.sequences_per_step")
+    sharding.check_batch(cfg.eval.sequences_per_batch, mesh, "eval.sequences_per_batch")
+    batch_sh, repl = sharding.batch_sharding(mesh), sharding.replicated(mesh)
+    traces: collections.Counter = collections.Counter()
+    counter = lambda name: (lambda: traces.update([name]))
+
+    abstract_params = jax.eval_shape(partial(init_params, model), jax.random.key(0))
+    params_sh = sharding.state_shardings(abstract_params, mesh)
+    # Params are created already sharded: no host-side full copy, no resharding afterwards.
+    init = jax.jit(partial(init_params, model), out_shardings=params_sh)
+
+    n = cfg.sampling.max_new_tokens
+    prompt_len = prompt_budget(task, tokenizer)
+    sampler = partial(make_sampler, model, max_new_tokens=n, eos_id=tokenizer.eos_token_id,
+                      pad_id=tokenizer.pad_token_id)
+    s = cfg.sampling
+    sample_train = sampler(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+                           on_trace=counter("sampler"))
+    sample_greedy = sampler(temperature=0.0, on_trace=counter("sampler_eval_greedy"))
+    sample_eval = sampler(temperature=1.0, on_trace=counter("sampler_eval_sampled"))
+    new_cache = lambda b: jax.jit(partial(KVCache.zeros, cfg.model, b, prompt_len + n),
+                                  out_shardings=batch_sh)()
+
+    def state_sharding(abstract_state):
+        return sharding.state_shardings(abstract_state, mesh)
+
+    a, w = cfg.algo, cfg.warmup
+    rl_tx, rl_lr = train_step.make_optimizer(
+        learning_rate=a.learning_rate, warmup_steps=a.lr_warmup_steps, total_steps=cfg.num_steps,
+        schedule=a.lr_schedule, b1=a.adam_b1, b2=a.adam_b2, weight_decay=a.weight_decay,
+        max_grad_norm=a.max_grad_norm)
+    rl_state_sh = state_sharding(jax.eval_shape(lambda p: train_step.init_train_state(p, rl_tx),
+                                                abstract_params))
+    rl_step = train_step.make_grpo_step(
+        model, rl_tx, rl_lr, prompt_len=prompt_len, temperature=max(s.temperature, 1e-6),
+        eps_low=a.clip_eps_low, eps_high=a.clip_eps_high, kl_coef=a.kl_coef,
+        state_sharding=rl_state_sh, metrics_sharding=repl, on_trace=counter("train_step"))
+    sft_tx, sft_lr = train_step.make_optimizer(
+        learning_rate=w.learning_rate, warmup_steps=w.lr_warmup_steps, total_steps=w.steps,
+        schedule="cosine", b1=0.9, b2=0.99, weight_decay=w.weight_decay, max_grad_norm=1.0)
+    sft_state_sh = state_sharding(jax.eval_shape(lambda p: train_step.init_train_state(p, sft_tx),
+                                                 abstract_params))
+    sft_step = train_step.make_sft_step(model, sft_tx, sft_lr, prompt_len=prompt_len,
+                                        state_sharding=sft_state_sh, metrics_sharding=repl,
+                                        on_trace=counter("sft_step"))
+    return Components(
+        tokenizer=tokenizer, task=task, model=model, mesh=mesh, prompt_len=prompt_len,
+        max_new_tokens=n, put=lambda x: jax.device_put(x, batch_sh), init_params=init,
+        sample_train=sample_train, sample_greedy=sample_greedy, sample_eval=sample_eval,
+        new_cache=new_cache, rl_tx=rl_tx, rl_step=rl_step, sft_tx=sft_tx, sft_step=sft_step,
+        state_sharding=state_sharding, traces=traces)

@@ -1,0 +1,269 @@
+"""Typed run configuration: dataclass schemas registered in Hydra's ConfigStore, plus validation.
+
+Hydra composes `conf/` on top of these schemas in struct mode, so an unknown key (`algo.lr=1`)
+or a wrongly typed value stops at compose time with an error naming the key. `validate` then
+checks the ranges and cross-field constraints that types cannot express, again naming the key.
+Everything below `RunConfig` is unpacked into plain arguments in `loop.py`: the maths never see
+a config object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+
+@dataclass
+class ModelConfig:
+    """A decoder-only LM of the Llama/Qwen2 family (RMSNorm, RoPE, GQA, SwiGLU)."""
+
+    name: str = "tiny"
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2  # grouped-query attention: num_heads must be a multiple of this
+    head_dim: Optional[int] = None  # None: hidden_size // num_heads
+    intermediate_size: int = 384  # SwiGLU inner width
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    qkv_bias: bool = False  # Qwen2 uses a bias on q/k/v projections; Llama does not
+    tie_embeddings: bool = True  # lm_head reuses the token embedding matrix
+    init_std: float = 0.02  # normal init of every weight matrix
+    param_dtype: str = "float32"
+    compute_dtype: str = "float32"  # activations; logits and losses are always float32
+
+    @property
+    def resolved_head_dim(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_heads
+
+
+@dataclass
+class TaskConfig:
+    """Procedural arithmetic: `a op b op c ...`, evaluated with the usual precedence."""
+
+    name: str = "arithmetic"
+    operators: List[str] = field(default_factory=lambda: ["+", "-"])
+    operand_digits: int = 2  # operands are uniform in [0, 10**operand_digits)
+    min_operands: int = 2
+    max_operands: int = 2  # > 2 gives multi-step expressions
+    heldout_fraction: float = 0.1  # share of all expressions reserved for evaluation
+    split_seed: int = 0  # salts the hash that assigns an expression to train or held-out
+    prompt_template: str = "{question}="
+
+
+@dataclass
+class SamplingConfig:
+    """How rollouts are drawn during training. Evaluation uses its own greedy/T=1 settings."""
+
+    temperature: float = 1.0  # 0 means greedy
+    top_k: int = 0  # 0 disables top-k
+    top_p: float = 1.0  # 1.0 disables nucleus filtering
+    max_new_tokens: int = 6  # response budget, EOS included
+
+
+@dataclass
+class AlgoConfig:
+    """GRPO (Shao et al. 2024, arXiv:2402.03300) with DAPO's decoupled clip (arXiv:2503.14476)."""
+
+    name: str = "grpo"
+    prompts_per_step: int = 64
+    samples_per_prompt: int = 8
+    learning_rate: float = 2e-4
+    lr_warmup_steps: int = 5
+    lr_schedule: str = "constant"  # constant | cosine (cosine decays to 10% over num_steps)
+    adam_b1: float = 0.9
+    adam_b2: float = 0.99
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    clip_eps_low: float = 0.2  # ratio clipped to [1 - low, 1 + high]
+    clip_eps_high: float = 0.28
+    kl_coef: float = 0.0  # beta of the k3 KL penalty to the reference policy; 0 skips its forward
+    adv_eps: float = 1e-6  # added to the group std before dividing
+    scale_adv_by_std: bool = True
+
+
+@dataclass
+class WarmupConfig:
+    """Supervised warm start on generated demonstrations, a fraction of them deliberately wrong."""
+
+    steps: int = 1500
+    sequences_per_step: int = 256
+    learning_rate: float = 3e-3
+    lr_warmup_steps: int = 50
+    wrong_fraction: float = 0.3  # share of demonstrations whose answer is off by 1..max_offset
+    wrong_max_offset: int = 10
+    weight_decay: float = 0.01
+
+
+@dataclass
+class VerifierConfig:
+    kind: str = "inprocess"  # exact-answer check in the trainer process (trusted, no sandbox)
+    reward_scheme: str = "binary"  # a key of rlvr_jax.rewards.REWARD_TABLES
+
+
+@dataclass
+class MeshConfig:
+    """Device mesh; axis names live in rlvr_jax/sharding.py. -1 means 'all remaining devices'."""
+
+    data: int = -1
+    fsdp: int = 1
+
+
+@dataclass
+class LoggerConfig:
+    mode: str = "offline"  # W&B mode: offline | online | disabled
+    project: str = "rlvr_jax"
+    entity: Optional[str] = None
+    progress_bar: bool = True
+
+
+@dataclass
+class CheckpointConfig:
+    every_steps: int = 20
+    max_to_keep: int = 2
+
+
+@dataclass
+class EvalConfig:
+    num_problems: int = 500  # held-out problems
+    sampled_per_problem: int = 2  # temperature-1 samples per problem for sampled accuracy
+    sequences_per_batch: int = 512  # fixed eval batch shape (last batch padded)
+    every_steps: int = 0  # 0: only after the warm start and at the end
+
+
+@dataclass
+class RunConfig:
+    name: str = "default"
+    seed: int = 0
+    num_steps: int = 60  # RL steps
+    run_dir: str = "."  # set by hydra to its run directory
+    # Exit cleanly (after a checkpoint) once this invocation has done this many RL steps;
+    # rerunning resumes. For schedulers with time slots. 0: no limit.
+    stop_after_steps: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    verifier: VerifierConfig = field(default_factory=VerifierConfig)
+    mesh: MeshConfig = field(default_factory=MeshConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+def register_configs() -> None:
+    """Register the schemas so `conf/config.yaml` composes on top of them (struct mode)."""
+    cs = ConfigStore.instance()
+    cs.store(name="run_schema", node=RunConfig)
+    for group, node in [("model", ModelConfig), ("task", TaskConfig), ("sampling", SamplingConfig),
+                        ("algo", AlgoConfig), ("verifier", VerifierConfig), ("mesh", MeshConfig),
+                        ("logger", LoggerConfig)]:
+        cs.store(group=group, name=f"{group}_schema", node=node)
+
+
+class ConfigError(ValueError):
+    """A config value is out of range or inconsistent; the message names the key."""
+
+
+def _check(ok: bool, key: str, msg: str) -> None:
+    if not ok:
+        raise ConfigError(f"config key '{key}': {msg}")
+
+
+def validate(cfg: RunConfig) -> RunConfig:
+    m, t, s, a, w, e = cfg.model, cfg.task, cfg.sampling, cfg.algo, cfg.warmup, cfg.eval
+    _check(m.hidden_size > 0, "model.hidden_size", "must be positive")
+    _check(m.num_kv_heads > 0 and m.num_heads % m.num_kv_heads == 0, "model.num_kv_heads",
+           f"must divide model.num_heads={m.num_heads}")
+    _check(m.head_dim is not None or m.hidden_size % m.num_heads == 0, "model.head_dim",
+           "is unset and model.hidden_size is not a multiple of model.num_heads")
+    _check(m.resolved_head_dim % 2 == 0, "model.head_dim", "must be even for rotary embeddings")
+    for key in ("param_dtype", "compute_dtype"):
+        _check(getattr(m, key) in ("float32", "bfloat16", "float16"), f"model.{key}",
+               "must be float32, bfloat16 or float16")
+    _check(t.name == "arithmetic", "task.name", f"unknown task '{t.name}' (known: arithmetic)")
+    _check(len(t.operators) > 0 and set(t.operators) <= {"+", "-", "*"}, "task.operators",
+           f"must be a non-empty subset of ['+', '-', '*'], got {list(t.operators)}")
+    _check(1 <= t.operand_digits <= 6, "task.operand_digits", "must be in [1, 6]")
+    _check(2 <= t.min_operands <= t.max_operands, "task.min_operands",
+           "must be >= 2 and <= task.max_operands")
+    _check(0.0 < t.heldout_fraction < 1.0, "task.heldout_fraction", "must be in (0, 1)")
+    _check("{question}" in t.prompt_template, "task.prompt_template", "must contain '{question}'")
+    _check(s.temperature >= 0.0, "sampling.temperature", "must be >= 0 (0 is greedy)")
+    _check(s.top_k >= 0, "sampling.top_k", "must be >= 0 (0 disables)")
+    _check(0.0 < s.top_p <= 1.0, "sampling.top_p", "must be in (0, 1]")
+    _check(s.max_new_tokens >= 1, "sampling.max_new_tokens", "must be >= 1")
+    _check(a.name == "grpo", "algo.name", f"unknown algorithm '{a.name}' (known: grpo)")
+    _check(a.prompts_per_step >= 1, "algo.prompts_per_step", "must be >= 1")
+    _check(a.samples_per_prompt >= 2, "algo.samples_per_prompt",
+           "must be >= 2: group-relative advantages need a group")
+    _check(a.learning_rate > 0, "algo.learning_rate", "must be positive")
+    _check(a.lr_schedule in ("constant", "cosine"), "algo.lr_schedule", "must be constant or cosine")
+    _check(0 <= a.clip_eps_low < 1 and a.clip_eps_high >= 0, "algo.clip_eps_low",
+           "need 0 <= clip_eps_low < 1 and clip_eps_high >= 0")
+    _check(a.kl_coef >= 0, "algo.kl_coef", "must be >= 0")
+    _check(a.adv_eps > 0, "algo.adv_eps", "must be positive")
+    _check(w.steps >= 0, "warmup.steps", "must be >= 0")
+    _check(0.0 <= w.wrong_fraction < 1.0, "warmup.wrong_fraction", "must be in [0, 1)")
+    _check(w.wrong_max_offset >= 1, "warmup.wrong_max_offset", "must be >= 1")
+    _check(cfg.verifier.kind == "inprocess", "verifier.kind",
+           f"unknown verifier '{cfg.verifier.kind}' (known: inprocess)")
+    _check(cfg.logger.mode in ("offline", "online", "disabled"), "logger.mode",
+           "must be offline, online or disabled")
+    _check(cfg.checkpoint.every_steps >= 1, "checkpoint.every_steps", "must be >= 1")
+    _check(e.num_problems >= 1 and e.sampled_per_problem >= 1, "eval.num_problems",
+           "eval.num_problems and eval.sampled_per_problem must be >= 1")
+    _check(cfg.num_steps >= 0, "num_steps", "must be >= 0")
+    _check(cfg.stop_after_steps >= 0, "stop_after_steps", "must be >= 0 (0: no limit)")
+    _check(cfg.mesh.data == -1 or cfg.mesh.data >= 1, "mesh.data", "must be -1 or >= 1")
+    _check(cfg.mesh.fsdp == -1 or cfg.mesh.fsdp >= 1, "mesh.fsdp", "must be -1 or >= 1")
+    from rlvr_jax.rewards import REWARD_TABLES  # local: rewards imports types, not config
+
+    _check(cfg.verifier.reward_scheme in REWARD_TABLES, "verifier.reward_scheme",
+           f"unknown scheme (known: {sorted(REWARD_TABLES)})")
+    return cfg
+
+
+def _unknown_keys(node: Any, schema: type, prefix: str = "") -> list[str]:
+    """Keys present in `node` that the dataclass `schema` does not declare (recursively).
+
+    Needed because Hydra's `+key=value` appends past struct mode, and OmegaConf.to_object then
+    drops the stray key silently: a typo would be ignored instead of reported."""
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    out = []
+    for key in node.keys():
+        if key not in fields:
+            out.append(prefix + str(key))
+            continue
+        sub_type = fields[key].type
+        sub_type = globals().get(sub_type, sub_type) if isinstance(sub_type, str) else sub_type
+        if dataclasses.is_dataclass(sub_type) and isinstance(node[key], (DictConfig, dict)):
+            out += _unknown_keys(node[key], sub_type, f"{prefix}{key}.")
+    return out
+
+
+def to_run_config(cfg: DictConfig | RunConfig | dict[str, Any]) -> RunConfig:
+    """Hydra's DictConfig -> validated dataclass instance (OmegaConf checks types on the way)."""
+    if isinstance(cfg, RunConfig):
+        return validate(cfg)
+    unknown = _unknown_keys(cfg, RunConfig)
+    if unknown:
+        raise ConfigError(f"unknown config key(s): {', '.join(unknown)}")
+    merged = OmegaConf.merge(OmegaConf.structured(RunConfig), cfg)
+    obj = OmegaConf.to_object(merged)
+    assert isinstance(obj, RunConfig)
+    return validate(obj)
+
+
+def as_dict(cfg: RunConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+__all__ = ["RunConfig", "ModelConfig", "TaskConfig", "SamplingConfig", "AlgoConfig", "WarmupConfig",
+           "VerifierConfig", "MeshConfig", "LoggerConfig", "CheckpointConfig", "EvalConfig",
+           "ConfigError", "register_configs", "validate", "to_run_config", "as_dict", "MISSING"]

@@ -1,0 +1,100 @@
+"""Policy-gradient losses: pure jnp functions returning (loss, metrics).
+
+Indexing: B sequences, N response tokens, V vocabulary. `mask_B_N` is 1 on tokens that enter the
+loss. Log-probs are natural logs of the sampled tokens.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def token_logp_and_entropy(logits_B_N_V: jax.Array, targets_B_N: jax.Array,
+                           temperature: float = 1.0) -> tuple[jax.Array, jax.Array]:
+    """log pi(target) and the entropy of pi = softmax(logits / temperature), per position."""
+    assert logits_B_N_V.ndim == 3 and targets_B_N.ndim == 2
+    logp_B_N_V = jax.nn.log_softmax(logits_B_N_V.astype(jnp.float32) / temperature, axis=-1)
+    logp_B_N = jnp.take_along_axis(logp_B_N_V, targets_B_N[..., None], axis=-1)[..., 0]
+    entropy_B_N = -jnp.sum(jnp.exp(logp_B_N_V) * logp_B_N_V, axis=-1)
+    return logp_B_N, entropy_B_N
+
+
+def masked_mean(x_B_N: jax.Array, mask_B_N: jax.Array) -> jax.Array:
+    """Token-level mean over valid tokens of the whole batch (DAPO's aggregation,
+    arXiv:2503.14476 eq. 12): every token weighs the same, whatever its sequence's length.
+    An all-zero mask gives 0, not NaN."""
+    return jnp.sum(x_B_N * mask_B_N) / jnp.maximum(jnp.sum(mask_B_N), 1.0)
+
+
+def k3_kl(logp_B_N: jax.Array, ref_logp_B_N: jax.Array) -> jax.Array:
+    """Per-token k3 estimator of KL(pi || pi_ref) on samples from pi (Schulman 2020,
+    http://joschu.net/blog/kl-approx.html), as in GRPO eq. 4:
+
+        k3 = exp(d) - d - 1,  d = log pi_ref(y) - log pi(y)
+
+    Unbiased, non-negative, and 0 where the two policies agree."""
+    d = ref_logp_B_N - logp_B_N
+    return jnp.exp(d) - d - 1.0
+
+
+def clipped_surrogate(logp_B_N: jax.Array, old_logp_B_N: jax.Array, adv_B_N: jax.Array,
+                      eps_low: float, eps_high: float) -> tuple[jax.Array, dict]:
+    """PPO clipped surrogate with decoupled bounds (DAPO clip-higher), per token, to minimise:
+
+        rho = exp(logp - old_logp)
+        L = max(-A * rho, -A * clip(rho, 1 - eps_low, 1 + eps_high))
+
+    Returns (L_B_N, indicators) with the float masks where the clip is active: `clip_low`
+    (A < 0 and rho < 1 - eps_low) and `clip_high` (A > 0 and rho > 1 + eps_high).
+    """
+    ratio_B_N = jnp.exp(logp_B_N - old_logp_B_N)
+    unclipped = -adv_B_N * ratio_B_N
+    clipped = -adv_B_N * jnp.clip(ratio_B_N, 1.0 - eps_low, 1.0 + eps_high)
+    loss_B_N = jnp.maximum(unclipped, clipped)
+    indicators = {
+        "ratio": ratio_B_N,
+        "clip_low": ((adv_B_N < 0) & (ratio_B_N < 1.0 - eps_low)).astype(jnp.float32),
+        "clip_high": ((adv_B_N > 0) & (ratio_B_N > 1.0 + eps_high)).astype(jnp.float32),
+    }
+    return loss_B_N, indicators
+
+
+def grpo_loss(logp_B_N: jax.Array, old_logp_B_N: jax.Array, ref_logp_B_N: jax.Array | None,
+              advantages_B: jax.Array, mask_B_N: jax.Array, entropy_B_N: jax.Array, *,
+              eps_low: float, eps_high: float, kl_coef: float) -> tuple[jax.Array, dict]:
+    """GRPO objective (arXiv:2402.03300 eq. 3) with token-level aggregation:
+
+        loss = sum_{b,t} m[b,t] * (L_clip[b,t] + beta * k3[b,t]) / sum_{b,t} m[b,t]
+
+    `ref_logp_B_N` may be None only when `kl_coef == 0` (the reference forward is skipped).
+    """
+    assert logp_B_N.ndim == 2 and advantages_B.ndim == 1
+    adv_B_N = jnp.broadcast_to(advantages_B[:, None], logp_B_N.shape)
+    pg_B_N, ind = clipped_surrogate(logp_B_N, old_logp_B_N, adv_B_N, eps_low, eps_high)
+    pg_loss = masked_mean(pg_B_N, mask_B_N)
+    metrics = {
+        "pg_loss": pg_loss,
+        "clip_frac_low": masked_mean(ind["clip_low"], mask_B_N),
+        "clip_frac_high": masked_mean(ind["clip_high"], mask_B_N),
+        "ratio_mean": masked_mean(ind["ratio"], mask_B_N),
+        "ratio_max": jnp.max(jnp.where(mask_B_N > 0, ind["ratio"], 0.0)),
+        "entropy": masked_mean(entropy_B_N, mask_B_N),
+        # k1 = old_logp - logp: a sample estimate of KL(old || new), to watch policy drift.
+        "approx_kl_old": masked_mean(old_logp_B_N - logp_B_N, mask_B_N),
+    }
+    loss = pg_loss
+    if kl_coef > 0.0:
+        if ref_logp_B_N is None:
+            raise ValueError("kl_coef > 0 needs reference log-probs")
+        kl = masked_mean(k3_kl(logp_B_N, ref_logp_B_N), mask_B_N)
+        loss = loss + kl_coef * kl
+        metrics["kl_ref"] = kl
+    metrics["loss"] = loss
+    return loss, metrics
+
+
+def sft_loss(logp_B_N: jax.Array, mask_B_N: jax.Array) -> tuple[jax.Array, dict]:
+    """Negative log-likelihood of the demonstration tokens, token-mean."""
+    nll = -masked_mean(logp_B_N, mask_B_N)
+    return nll, {"loss": nll}

@@ -1,0 +1,202 @@
+"""Decoder-only policy LM of the Llama / Qwen2 family in flax.linen.
+
+RMSNorm (Zhang & Sennrich 2019), rotary position embeddings in the "rotate half" layout that
+HF Llama/Qwen2 use (Su et al. 2021, arXiv:2104.09864), grouped-query attention (Ainslie et al.
+2023, arXiv:2305.13245), SwiGLU MLP (Shazeer 2020), optional q/k/v bias (Qwen2) and tied
+embeddings. Parameter names follow the HF module names so weight import is a rename.
+
+One call signature serves training, prefill and decode:
+
+    logits_B_T_V, cache = Decoder(cfg, vocab).apply({"params": p}, tokens_B_T, input_mask_B_T,
+                                                    positions_B_T, cache=None | KVCache,
+                                                    cache_index=slot of tokens_B_T[:, 0])
+
+Without a cache, attention runs over `tokens_B_T` itself (causal, pad keys masked). With a
+cache of S slots, the new keys/values are written at `cache_index .. cache_index+T` and each
+query attends to the slots at or before its own whose `cache.valid_B_S` flag is set. The cache
+is an explicit pytree, never a flax mutable collection: the sampler owns it, donates it and
+threads it through `lax.while_loop`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from rlvr_jax.config import ModelConfig
+
+
+class KVCache(NamedTuple):
+    k: tuple  # per layer: [B, S, num_kv_heads, head_dim]
+    v: tuple  # per layer: [B, S, num_kv_heads, head_dim]
+    valid_B_S: jax.Array  # bool: slot holds a real (non-pad) token
+
+    @staticmethod
+    def zeros(cfg: ModelConfig, batch: int, slots: int) -> "KVCache":
+        shape = (batch, slots, cfg.num_kv_heads, cfg.resolved_head_dim)
+        dt = jnp.dtype(cfg.compute_dtype)
+        return KVCache(k=tuple(jnp.zeros(shape, dt) for _ in range(cfg.num_layers)),
+                       v=tuple(jnp.zeros(shape, dt) for _ in range(cfg.num_layers)),
+                       valid_B_S=jnp.zeros((batch, slots), bool))
+
+
+def positions_from_mask(input_mask_B_T: jax.Array) -> jax.Array:
+    """Position ids that start at 0 on the first real token (left padding gets position 0)."""
+    return jnp.maximum(jnp.cumsum(input_mask_B_T.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def rope(x_B_T_H_D: jax.Array, positions_B_T: jax.Array, theta: float) -> jax.Array:
+    """Rotate pairs (i, i + D/2) by angle pos * theta^(-2i/D), computed in float32."""
+    d = x_B_T_H_D.shape[-1]
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
+    angles_B_T_D2 = positions_B_T.astype(jnp.float32)[..., None] * inv_freq[None, None, :]
+    cos = jnp.cos(angles_B_T_D2)[:, :, None, :]
+    sin = jnp.sin(angles_B_T_D2)[:, :, None, :]
+    x = x_B_T_H_D.astype(jnp.float32)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return out.astype(x_B_T_H_D.dtype)
+
+
+class RMSNorm(nn.Module):
+    eps: float
+    dtype: jnp.dtype
+    param_dtype: jnp.dtype
+
+    @nn.compact
+    def __call__(self, x):
+        scale = self.param("weight", nn.initializers.ones, (x.shape[-1],), self.param_dtype)
+        x32 = x.astype(jnp.float32)
+        x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return x32.astype(self.dtype) * scale.astype(self.dtype).reshape((1,) * (x.ndim - 1) + (-1,))
+
+
+class Linear(nn.Module):
+    """`x @ kernel (+ bias)` with the leading dimensions flattened first.
+
+    Why not nn.Dense: on XLA:CPU the kernel gradient of a [B, T, D] x [D, F] product (a
+    contraction over both B and T) ran about 2x slower than the same product on [B*T, D]."""
+
+    features: int
+    use_bias: bool
+    dtype: jnp.dtype
+    param_dtype: jnp.dtype
+    init_std: float
+
+    @nn.compact
+    def __call__(self, x):
+        kernel = self.param("kernel", nn.initializers.normal(self.init_std),
+                            (x.shape[-1], self.features), self.param_dtype)
+        y = x.reshape(-1, x.shape[-1]).astype(self.dtype) @ kernel.astype(self.dtype)
+        if self.use_bias:
+            y = y + self.param("bias", nn.initializers.zeros, (self.features,),
+                               self.param_dtype).astype(self.dtype)[None, :]
+        return y.reshape(*x.shape[:-1], self.features)
+
+
+def _dense(cfg: ModelConfig, features: int, name: str, bias: bool = False) -> Linear:
+    return Linear(features, bias, jnp.dtype(cfg.compute_dtype), jnp.dtype(cfg.param_dtype),
+                  cfg.init_std, name=name)
+
+
+class Attention(nn.Module):
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x_B_T_D, positions_B_T, mask_B_T_S, kv: Optional[tuple], cache_index):
+        cfg = self.cfg
+        nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
+        b, t, _ = x_B_T_D.shape
+        q = _dense(cfg, nh * hd, "q_proj", cfg.qkv_bias)(x_B_T_D).reshape(b, t, nh, hd)
+        k = _dense(cfg, nkv * hd, "k_proj", cfg.qkv_bias)(x_B_T_D).reshape(b, t, nkv, hd)
+        v = _dense(cfg, nkv * hd, "v_proj", cfg.qkv_bias)(x_B_T_D).reshape(b, t, nkv, hd)
+        q, k = rope(q, positions_B_T, cfg.rope_theta), rope(k, positions_B_T, cfg.rope_theta)
+        if kv is not None:  # write the new keys/values into their cache slots, attend to all slots
+            k_cache, v_cache = kv
+            k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, cache_index, 0, 0))
+            v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, cache_index, 0, 0))
+        groups = nh // nkv
+        q_B_T_K_G_H = q.reshape(b, t, nkv, groups, hd)
+        scores = jnp.einsum("btkgh,bskh->bkgts", q_B_T_K_G_H, k,
+                            preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(hd))
+        # A finite minimum (not -inf): a fully masked row (a pad query) gives a uniform softmax
+        # instead of NaN; its output is never used.
+        scores = jnp.where(mask_B_T_S[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+        out = jnp.einsum("bkgts,bskh->btkgh", probs, v).reshape(b, t, nh * hd)
+        return _dense(cfg, cfg.hidden_size, "o_proj")(out), (k, v)
+
+
+class MLP(nn.Module):
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x):
+        cfg = self.cfg
+        gate = _dense(cfg, cfg.intermediate_size, "gate_proj")(x)
+        up = _dense(cfg, cfg.intermediate_size, "up_proj")(x)
+        return _dense(cfg, cfg.hidden_size, "down_proj")(nn.silu(gate) * up)
+
+
+class Block(nn.Module):
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x, positions_B_T, mask_B_T_S, kv, cache_index):
+        cfg = self.cfg
+        dt, pdt = jnp.dtype(cfg.compute_dtype), jnp.dtype(cfg.param_dtype)
+        h, kv = Attention(cfg, name="self_attn")(
+            RMSNorm(cfg.rms_norm_eps, dt, pdt, name="input_layernorm")(x),
+            positions_B_T, mask_B_T_S, kv, cache_index)
+        x = x + h
+        x = x + MLP(cfg, name="mlp")(RMSNorm(cfg.rms_norm_eps, dt, pdt,
+                                             name="post_attention_layernorm")(x))
+        return x, kv
+
+
+class Decoder(nn.Module):
+    cfg: ModelConfig
+    vocab_size: int
+
+    @nn.compact
+    def __call__(self, tokens_B_T, input_mask_B_T, positions_B_T=None,
+                 cache: Optional[KVCache] = None, cache_index=0):
+        cfg = self.cfg
+        dt, pdt = jnp.dtype(cfg.compute_dtype), jnp.dtype(cfg.param_dtype)
+        valid_B_T = input_mask_B_T.astype(bool)
+        if positions_B_T is None:
+            positions_B_T = positions_from_mask(valid_B_T)
+        t = tokens_B_T.shape[1]
+        if cache is None:
+            q_slot, k_slot = jnp.arange(t), jnp.arange(t)
+            key_valid_B_S = valid_B_T
+        else:
+            valid_B_S = jax.lax.dynamic_update_slice(cache.valid_B_S, valid_B_T, (0, cache_index))
+            q_slot, k_slot = cache_index + jnp.arange(t), jnp.arange(valid_B_S.shape[1])
+            key_valid_B_S = valid_B_S
+        mask_B_T_S = (k_slot[None, :] <= q_slot[:, None])[None, :, :] & key_valid_B_S[:, None, :]
+
+        embed = nn.Embed(self.vocab_size, cfg.hidden_size, dtype=dt, param_dtype=pdt,
+                         embedding_init=nn.initializers.normal(cfg.init_std), name="embed_tokens")
+        x = embed(tokens_B_T)
+        new_k, new_v = [], []
+        for i in range(cfg.num_layers):
+            kv = None if cache is None else (cache.k[i], cache.v[i])
+            x, (k, v) = Block(cfg, name=f"layers_{i}")(x, positions_B_T, mask_B_T_S, kv, cache_index)
+            new_k.append(k)
+            new_v.append(v)
+        x = RMSNorm(cfg.rms_norm_eps, dt, pdt, name="norm")(x)
+        if cfg.tie_embeddings:
+            logits = embed.attend(x)
+        else:
+            logits = _dense(cfg, self.vocab_size, "lm_head")(x)
+        new_cache = None if cache is None else KVCache(tuple(new_k), tuple(new_v), key_valid_B_S)
+        return logits.astype(jnp.float32), new_cache
+
+
+def init_params(model: Decoder, key: jax.Array) -> dict:
+    tokens = jnp.zeros((1, 2), jnp.int32)
+    return model.init(key, tokens, jnp.ones((1, 2), jnp.int32))["params"]

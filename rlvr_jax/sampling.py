@@ -1,0 +1,111 @@
+"""Jitted sampler: one prefill over the left-padded prompts, then a `lax.while_loop` that decodes
+one token per iteration into a static KV cache of P + N slots.
+
+    sample = make_sampler(model, max_new_tokens=N, eos_id=..., pad_id=..., temperature=1.0)
+    cache, rollout = sample(params, cache, prompt_B_P, prompt_mask_B_P, key)
+
+Shapes are fixed by (B, P, N), so a run whose batch shape does not change compiles the sampler
+once. The cache is donated: its buffer is reused by the next call instead of allocating a new
+one (it is the largest activation buffer at inference), and stale slots never need zeroing
+because every slot a query can see is rewritten before it is read.
+
+Log-probs are those of the sampled token under softmax(logits / temperature), before top-k/top-p
+truncation: that is the distribution the trainer's forward recomputes, so importance ratios
+compare like with like. With temperature 0 (greedy) they are under softmax(logits).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from rlvr_jax.models.policy import Decoder, KVCache, positions_from_mask
+from rlvr_jax.types import Rollout
+
+
+def filter_logits(logits_B_V: jax.Array, top_k: int, top_p: float) -> jax.Array:
+    """Set logits outside the top-k / nucleus (top-p) set to -inf.
+
+    top-k keeps the k largest logits (ties with the k-th are kept too); 0 disables it.
+    top-p keeps the smallest prefix of tokens sorted by probability whose mass reaches
+    `top_p` (Holtzman et al. 2019, arXiv:1904.09751); the most likely token always survives.
+    Applied in that order, after temperature, as HF transformers does. Ties at the nucleus
+    boundary are kept.
+    """
+    assert logits_B_V.ndim == 2, logits_B_V.shape
+    neg_inf = jnp.asarray(-jnp.inf, logits_B_V.dtype)
+    if top_k > 0 and top_k < logits_B_V.shape[-1]:
+        kth_B_1 = jax.lax.top_k(logits_B_V, top_k)[0][:, -1:]
+        logits_B_V = jnp.where(logits_B_V < kth_B_1, neg_inf, logits_B_V)
+    if top_p < 1.0:
+        sorted_B_V = jnp.sort(logits_B_V, axis=-1)[:, ::-1]
+        probs_B_V = jax.nn.softmax(sorted_B_V, axis=-1)
+        mass_before_B_V = jnp.cumsum(probs_B_V, axis=-1) - probs_B_V
+        keep_B_V = mass_before_B_V < top_p  # keeps index 0 always (mass before it is 0)
+        threshold_B_1 = jnp.min(jnp.where(keep_B_V, sorted_B_V, jnp.inf), axis=-1, keepdims=True)
+        logits_B_V = jnp.where(logits_B_V < threshold_B_1, neg_inf, logits_B_V)
+    return logits_B_V
+
+
+def choose_tokens(logits_B_V: jax.Array, key: jax.Array, temperature: float, top_k: int,
+                  top_p: float) -> tuple[jax.Array, jax.Array]:
+    """Draw one token per row; returns (tokens_B, logp_B) with logp as the module doc says."""
+    if temperature == 0.0:
+        tokens_B = jnp.argmax(logits_B_V, axis=-1)
+        logp_B_V = jax.nn.log_softmax(logits_B_V, axis=-1)
+    else:
+        scaled_B_V = logits_B_V / temperature
+        logp_B_V = jax.nn.log_softmax(scaled_B_V, axis=-1)
+        tokens_B = jax.random.categorical(key, filter_logits(scaled_B_V, top_k, top_p), axis=-1)
+    logp_B = jnp.take_along_axis(logp_B_V, tokens_B[:, None], axis=-1)[:, 0]
+    return tokens_B.astype(jnp.int32), logp_B
+
+
+def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: int,
+                 temperature: float, top_k: int = 0, top_p: float = 1.0,
+                 on_trace: Callable[[], None] = lambda: None):
+    """Returns jitted `sample(params, cache, prompt_B_P, prompt_mask_B_P, key) -> (cache, Rollout)`.
+
+    `on_trace` runs each time JAX traces (and so compiles) the sampler: the loop counts these.
+    """
+    n = max_new_tokens
+
+    def sample(params, cache: KVCache, prompt_B_P, prompt_mask_B_P, key):
+        on_trace()
+        b, p = prompt_B_P.shape
+        assert cache.valid_B_S.shape == (b, p + n), "cache must have prompt + max_new_tokens slots"
+        apply = lambda *a, **kw: model.apply({"params": params}, *a, **kw)
+        logits_B_P_V, cache = apply(prompt_B_P, prompt_mask_B_P,
+                                    positions_from_mask(prompt_mask_B_P), cache=cache, cache_index=0)
+        # Left padding puts every prompt's last real token in slot p - 1.
+        pos_B = jnp.sum(prompt_mask_B_P.astype(jnp.int32), axis=-1)  # position of the next token
+
+        # Loop carry. Shapes: i [], cache KVCache(B, P+N), logits [B, V], done [B],
+        # tokens/logp/mask [B, N], key [].
+        def body(carry):
+            i, cache, logits_B_V, done_B, tokens_B_N, logp_B_N, mask_B_N, key = carry
+            key, sub = jax.random.split(key)
+            tok_B, logp_B = choose_tokens(logits_B_V, sub, temperature, top_k, top_p)
+            live_B = ~done_B
+            tok_B = jnp.where(live_B, tok_B, pad_id)
+            tokens_B_N = tokens_B_N.at[:, i].set(tok_B)
+            logp_B_N = logp_B_N.at[:, i].set(jnp.where(live_B, logp_B, 0.0))
+            mask_B_N = mask_B_N.at[:, i].set(live_B.astype(jnp.float32))
+            done_B = done_B | (tok_B == eos_id)
+            logits_B_1_V, cache = apply(tok_B[:, None], live_B[:, None], (pos_B + i)[:, None],
+                                        cache=cache, cache_index=p + i)
+            return i + 1, cache, logits_B_1_V[:, 0], done_B, tokens_B_N, logp_B_N, mask_B_N, key
+
+        def cond(carry):
+            return (carry[0] < n) & ~jnp.all(carry[3])
+
+        init = (jnp.int32(0), cache, logits_B_P_V[:, -1], jnp.zeros((b,), bool),
+                jnp.full((b, n), pad_id, jnp.int32), jnp.zeros((b, n), jnp.float32),
+                jnp.zeros((b, n), jnp.float32), key)
+        _, cache, _, _, tokens_B_N, logp_B_N, mask_B_N, _ = jax.lax.while_loop(cond, body, init)
+        return cache, Rollout(tokens_B_N, logp_B_N, mask_B_N)
+
+    # Donate the cache (argument 1): the returned cache reuses its buffer.
+    return jax.jit(sample, donate_argnums=(1,))

@@ -1,0 +1,76 @@
+"""The only file that imports wandb.
+
+Every logged row goes to `metrics.jsonl` in the run directory (always), to W&B (offline by
+default: no network, nothing hangs; `logger.mode=online` to sync) and to a console progress bar.
+On resume the W&B run id stored in the run directory is reused, and metrics.jsonl is appended
+to (a step logged twice around a crash appears twice; the later row wins).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import uuid
+from typing import Any, Mapping, Optional
+
+from tqdm import tqdm
+
+
+def _jsonable(v: Any) -> Any:
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v
+
+
+class Tracker:
+    def __init__(self, run_dir: str, *, mode: str, project: str, entity: Optional[str], name: str,
+                 config: Mapping[str, Any], total_steps: int, start_step: int, progress_bar: bool):
+        self.run_dir = run_dir
+        self._jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a", buffering=1)
+        self._wandb = None
+        if mode != "disabled":
+            import wandb
+
+            id_path = os.path.join(run_dir, "wandb_run_id")
+            if not os.path.exists(id_path):
+                with open(id_path, "w") as f:
+                    f.write(uuid.uuid4().hex[:12])
+            with open(id_path) as f:
+                run_id = f.read().strip()
+            self._wandb = wandb.init(project=project, entity=entity, name=name, id=run_id,
+                                     resume="allow", mode=mode, dir=run_dir, config=dict(config))
+        self._bar = tqdm(total=total_steps, initial=start_step, desc="rl", dynamic_ncols=True,
+                         disable=not progress_bar)
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        row = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
+        self._jsonl.write(json.dumps(row) + "\n")
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in row.items() if k != "step"}, step=step)
+
+    def start_at(self, step: int) -> None:
+        """Resumed runs start the progress bar at the restored step."""
+        self._bar.n = step
+        self._bar.refresh()
+
+    def advance(self, postfix: Mapping[str, float]) -> None:
+        self._bar.update(1)
+        self._bar.set_postfix({k: f"{v:.3f}" for k, v in postfix.items()}, refresh=False)
+
+    def write(self, text: str) -> None:
+        """Print without breaking the progress bar."""
+        tqdm.write(text)
+
+    def summary(self, values: Mapping[str, Any]) -> None:
+        if self._wandb is not None:
+            for k, v in values.items():
+                self._wandb.summary[k] = _jsonable(v)
+
+    def close(self) -> None:
+        self._bar.close()
+        self._jsonl.close()
+        if self._wandb is not None:
+            self._wandb.finish()

@@ -1,0 +1,33 @@
+"""Shared test helpers: compose the real conf/ with overrides, tiny-run overrides."""
+
+import os
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from rlvr_jax import config as config_lib
+
+CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+
+# A run small enough for a test: tiny model, 12 warm-up steps (enough to emit digits), batches that split over 8 devices.
+TINY = [
+    "model.hidden_size=32", "model.num_layers=2", "model.num_heads=4", "model.num_kv_heads=2",
+    "model.intermediate_size=64", "warmup.steps=12", "warmup.sequences_per_step=16",
+    "warmup.lr_warmup_steps=0", "warmup.learning_rate=0.01",
+    "algo.prompts_per_step=4", "algo.samples_per_prompt=4", "eval.num_problems=8",
+    "eval.sampled_per_problem=1", "eval.sequences_per_batch=8", "logger.mode=disabled",
+    "logger.progress_bar=false", "checkpoint.every_steps=1",
+]
+
+
+def compose_cfg(overrides=()):
+    config_lib.register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def run_config(overrides=(), run_dir="."):
+    cfg = compose_cfg(overrides)
+    cfg.run_dir = str(run_dir)
+    return config_lib.to_run_config(cfg)

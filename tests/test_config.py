@@ -1,0 +1,68 @@
+"""Every shipped config composes and validates; bad keys and values fail naming the key."""
+
+import glob
+import os
+
+import pytest
+from hydra.errors import ConfigCompositionException
+
+from rlvr_jax.config import ConfigError
+from tests.helpers import CONF_DIR, compose_cfg, run_config
+
+EXPERIMENTS = sorted(os.path.basename(p)[:-5] for p in glob.glob(f"{CONF_DIR}/experiment/*.yaml"))
+
+
+def test_there_are_experiments():
+    assert "math_grpo" in EXPERIMENTS
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_experiment_composes_and_validates(name):
+    cfg = run_config([f"+experiment={name}"])
+    assert cfg.name == name
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_experiment_opens_with_header(name):
+    """Each preset opens with the command, hardware, run time and expected result."""
+    head = open(f"{CONF_DIR}/experiment/{name}.yaml").read().split("\n\n")[0].lower()
+    for word in ("command", "hardware", "run time", "expected"):
+        assert word in head, f"{name}.yaml header lacks '{word}'"
+
+
+@pytest.mark.parametrize("group", ["model", "task", "algo", "sampling", "verifier", "mesh",
+                                   "logger"])
+def test_every_group_option_composes(group):
+    for path in glob.glob(f"{CONF_DIR}/{group}/*.yaml"):
+        run_config([f"{group}={os.path.basename(path)[:-5]}"])
+
+
+def test_default_composes():
+    cfg = run_config()
+    assert cfg.model.hidden_size > 0 and cfg.algo.samples_per_prompt >= 2
+
+
+@pytest.mark.parametrize("override", ["algo.lr=0.1", "+algo.lr=0.1", "+lr=0.1"])
+def test_unknown_key_is_rejected_with_its_name(override):
+    with pytest.raises((ConfigCompositionException, ConfigError)) as e:
+        run_config([override])
+    assert override.lstrip("+").split("=")[0] in str(e.value)
+
+
+def test_wrong_type_is_rejected_with_its_name():
+    with pytest.raises(ConfigCompositionException) as e:
+        compose_cfg(["algo.prompts_per_step=many"])
+    assert "algo.prompts_per_step" in str(e.value)
+
+
+@pytest.mark.parametrize("override,key", [
+    ("algo.samples_per_prompt=1", "algo.samples_per_prompt"),
+    ("model.num_kv_heads=3", "model.num_kv_heads"),
+    ("sampling.top_p=0", "sampling.top_p"),
+    ("task.operators=[/]", "task.operators"),
+    ("verifier.reward_scheme=nope", "verifier.reward_scheme"),
+    ("warmup.wrong_fraction=1.5", "warmup.wrong_fraction"),
+])
+def test_bad_value_names_the_key(override, key):
+    with pytest.raises(ConfigError, match=f"'{key}'"):
+        run_config([override])

@@ -1,0 +1,73 @@
+"""The entry point end to end on a tiny model (8 fake CPU devices), and exact resume."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from rlvr_jax import loop
+from tests.helpers import TINY, run_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _restore(path):
+    with ocp.StandardCheckpointer() as ckptr:
+        return ckptr.restore(path)
+
+
+def test_entry_point_two_steps_changes_params(tmp_path):
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    proc = subprocess.run(
+        # A 12-step warm start is never right: format_penalty still separates well-formed from
+        # malformed answers, so the advantages are not all zero.
+        [sys.executable, "-m", "rlvr_jax.train", "+experiment=math_grpo", "num_steps=2",
+         "verifier.reward_scheme=format_penalty", "algo.lr_warmup_steps=0", *TINY,
+         f"hydra.run.dir={run_dir}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for key in loop.SUMMARY_KEYS:
+        assert key in summary and np.isfinite(summary[key])
+    assert summary["compiles"]["train_step"] == 1 and summary["compiles"]["sampler"] == 1
+
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    step_rows = [r for r in rows if "reward/mean" in r]
+    assert [r["step"] for r in step_rows] == [1, 2]
+    for key in ("reward/accuracy", "status/pass", "status/wrong", "status/unparseable",
+                "train/approx_kl_old", "train/clip_frac_low", "train/clip_frac_high",
+                "train/entropy", "response/length_mean", "time/sample_s", "time/verify_s",
+                "time/update_s", "throughput/generated_tokens_per_s"):
+        assert key in step_rows[-1], key
+    assert sum(step_rows[0][f"status/{s}"] for s in ("pass", "wrong", "unparseable")) == 16
+
+    warm = _restore(str(run_dir / "warmstart"))
+    final = _restore(str(run_dir / "checkpoints" / "2" / "state"))
+    final_params = final["params"] if isinstance(final, dict) else final[1]
+    diffs = jax.tree.map(lambda a, b: float(np.abs(np.asarray(a) - np.asarray(b)).max()),
+                         warm, final_params)
+    assert max(jax.tree.leaves(diffs)) > 0, "two RL steps left every parameter unchanged"
+    assert "RESUMING" not in proc.stdout + proc.stderr
+
+
+def test_resume_is_exact(tmp_path):
+    """4 steps in one go == 2 steps, a restart, and 2 more (bitwise on CPU)."""
+    overrides = ["+experiment=math_grpo", "num_steps=4", "verifier.reward_scheme=format_penalty",
+                 *TINY]
+    once = loop.run(run_config(overrides, tmp_path / "once"))
+    twice_dir = tmp_path / "twice"
+    first = loop.run(run_config(overrides + ["stop_after_steps=2"], twice_dir))
+    assert first == {"stopped_at_step": 2}
+    assert not (twice_dir / "summary.json").exists()
+    second = loop.run(run_config(overrides, twice_dir))
+    assert once["eval/sampled_accuracy_end"] == second["eval/sampled_accuracy_end"]
+    a = _restore(str(tmp_path / "once" / "checkpoints" / "4" / "state"))
+    b = _restore(str(twice_dir / "checkpoints" / "4" / "state"))
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
+    rows = [json.loads(line) for line in (twice_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "reward/mean" in r] == [1, 2, 3, 4]
