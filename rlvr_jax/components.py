@@ -56,7 +56,7 @@ def build(cfg: RunConfig) -> Components:
     tokenizer = load_tokenizer(tok_dir)
     t = cfg.task
     task = ArithmeticTask(tuple(t.operators), t.operand_digits, t.min_operands, t.max_operands,
-                          t.heldout_fraction, t.split_seed, t.prompt_template)
+                          t.heldout_fraction, t.split_seed, t.prompt_template, t.zero_pad_operands)
     model = Decoder(cfg.model, len(tokenizer))
     mesh = sharding.make_mesh(cfg.mesh.data, cfg.mesh.fsdp)
     rl_batch = cfg.algo.prompts_per_step * cfg.algo.samples_per_prompt

@@ -46,13 +46,14 @@ class TaskConfig:
     """Procedural arithmetic: `a op b op c ...`, evaluated with the usual precedence."""
 
     name: str = "arithmetic"
-    operators: List[str] = field(default_factory=lambda: ["+", "-"])
+    operators: List[str] = field(default_factory=lambda: ["+"])
     operand_digits: int = 2  # operands are uniform in [0, 10**operand_digits)
     min_operands: int = 2
     max_operands: int = 2  # > 2 gives multi-step expressions
     heldout_fraction: float = 0.1  # share of all expressions reserved for evaluation
     split_seed: int = 0  # salts the hash that assigns an expression to train or held-out
     prompt_template: str = "{question}="
+    zero_pad_operands: bool = True  # "07+88": digits at fixed positions, learned much faster
 
 
 @dataclass
@@ -62,7 +63,7 @@ class SamplingConfig:
     temperature: float = 1.0  # 0 means greedy
     top_k: int = 0  # 0 disables top-k
     top_p: float = 1.0  # 1.0 disables nucleus filtering
-    max_new_tokens: int = 6  # response budget, EOS included
+    max_new_tokens: int = 5  # response budget, EOS included
 
 
 @dataclass
@@ -90,9 +91,9 @@ class AlgoConfig:
 class WarmupConfig:
     """Supervised warm start on generated demonstrations, a fraction of them deliberately wrong."""
 
-    steps: int = 1500
-    sequences_per_step: int = 256
-    learning_rate: float = 3e-3
+    steps: int = 1000
+    sequences_per_step: int = 128
+    learning_rate: float = 2e-3
     lr_warmup_steps: int = 50
     wrong_fraction: float = 0.3  # share of demonstrations whose answer is off by 1..max_offset
     wrong_max_offset: int = 10

@@ -81,7 +81,7 @@ def _start_or_resume(c, cfg: RunConfig, ckpt: Checkpointer, tracker: Tracker):
         with open(eval_path) as f:
             eval_start = json.load(f)
     else:
-        eval_start = evaluate(c, cfg, warm, jax.random.fold_in(base_key, 2))
+        eval_start = evaluate(c, cfg, warm, jax.random.fold_in(base_key, 2))  # = eval_key in run()
         with open(eval_path, "w") as f:
             json.dump(eval_start, f)
     tracker.log(0, {f"eval/{k}": v for k, v in eval_start.items()})
@@ -114,14 +114,14 @@ def run(cfg: RunConfig) -> dict:
     ckpt = Checkpointer(cfg.run_dir, cfg.checkpoint.every_steps, cfg.checkpoint.max_to_keep)
     tracker = Tracker(cfg.run_dir, mode=cfg.logger.mode, project=cfg.logger.project,
                       entity=cfg.logger.entity, name=cfg.name, config=as_dict(cfg),
-                      total_steps=cfg.num_steps, start_step=0,
-                      progress_bar=cfg.logger.progress_bar)
+                      total_steps=cfg.num_steps, progress_bar=cfg.logger.progress_bar)
     tracker.write(f"run dir {os.path.abspath(cfg.run_dir)} | devices {c.mesh.devices.size} "
                   f"({jax.default_backend()}) mesh {dict(c.mesh.shape)} | batch {P}x{G}="
                   f"{P * G} sequences | prompt {c.prompt_len} + response {c.max_new_tokens} tokens")
     state, loop, ref_params, eval_start, wall_before = _start_or_resume(c, cfg, ckpt, tracker)
     tracker.start_at(loop.step)
-    rl_key = jax.random.fold_in(jax.random.wrap_key_data(loop.rng_key), 3)
+    base_key = jax.random.wrap_key_data(loop.rng_key)
+    rl_key, eval_key = jax.random.fold_in(base_key, 3), jax.random.fold_in(base_key, 2)
     cache = c.new_cache(P * G)
 
     last = cfg.num_steps if not cfg.stop_after_steps else min(cfg.num_steps,
@@ -162,7 +162,7 @@ def run(cfg: RunConfig) -> dict:
         if ckpt.maybe_save(step + 1, state, loop, force=step + 1 == last):
             _write_wall(cfg.run_dir, wall_before + time.perf_counter() - t_start)
         if cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0:
-            mid = evaluate(c, cfg, state.params, jax.random.fold_in(rl_key, -1))
+            mid = evaluate(c, cfg, state.params, eval_key)
             tracker.log(step + 1, {f"eval/{k}": v for k, v in mid.items()})
 
     if last < cfg.num_steps:
@@ -171,7 +171,7 @@ def run(cfg: RunConfig) -> dict:
         tracker.write(f"stopping after step {last} (stop_after_steps); rerun to resume")
         tracker.close()
         return {"stopped_at_step": last}
-    eval_end = evaluate(c, cfg, state.params, jax.random.fold_in(jax.random.key(cfg.seed), 2))
+    eval_end = evaluate(c, cfg, state.params, eval_key)
     tracker.log(cfg.num_steps, {f"eval/{k}": v for k, v in eval_end.items()})
     ckpt.close()
     wall = wall_before + time.perf_counter() - t_start

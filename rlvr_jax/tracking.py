@@ -27,7 +27,7 @@ def _jsonable(v: Any) -> Any:
 
 class Tracker:
     def __init__(self, run_dir: str, *, mode: str, project: str, entity: Optional[str], name: str,
-                 config: Mapping[str, Any], total_steps: int, start_step: int, progress_bar: bool):
+                 config: Mapping[str, Any], total_steps: int, progress_bar: bool):
         self.run_dir = run_dir
         self._jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a", buffering=1)
         self._wandb = None
@@ -42,8 +42,9 @@ class Tracker:
                 run_id = f.read().strip()
             self._wandb = wandb.init(project=project, entity=entity, name=name, id=run_id,
                                      resume="allow", mode=mode, dir=run_dir, config=dict(config))
-        self._bar = tqdm(total=total_steps, initial=start_step, desc="rl", dynamic_ncols=True,
-                         disable=not progress_bar)
+        self._bar_args = dict(total=total_steps, desc="rl", dynamic_ncols=True,
+                              disable=not progress_bar)
+        self._bar: Optional[tqdm] = None  # created when the RL steps start
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         row = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
@@ -52,11 +53,11 @@ class Tracker:
             self._wandb.log({k: v for k, v in row.items() if k != "step"}, step=step)
 
     def start_at(self, step: int) -> None:
-        """Resumed runs start the progress bar at the restored step."""
-        self._bar.n = step
-        self._bar.refresh()
+        """Show the progress bar from `step` (the restored step when resuming)."""
+        self._bar = tqdm(initial=step, **self._bar_args)
 
     def advance(self, postfix: Mapping[str, float]) -> None:
+        assert self._bar is not None, "call start_at before advance"
         self._bar.update(1)
         self._bar.set_postfix({k: f"{v:.3f}" for k, v in postfix.items()}, refresh=False)
 
@@ -70,7 +71,8 @@ class Tracker:
                 self._wandb.summary[k] = _jsonable(v)
 
     def close(self) -> None:
-        self._bar.close()
+        if self._bar is not None:
+            self._bar.close()
         self._jsonl.close()
         if self._wandb is not None:
             self._wandb.finish()

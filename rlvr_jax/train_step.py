@@ -56,7 +56,7 @@ def _jit_update(loss_fn: Callable, tx, lr_schedule, state_sharding, metrics_shar
         (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, *args)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = dict(metrics, grad_norm=optax.global_norm(grads), lr=lr_schedule(state.step))
+        metrics = dict(metrics, grad_norm=optax.tree.norm(grads), lr=lr_schedule(state.step))
         return TrainState(state.step + 1, params, opt_state), metrics
 
     # Donate the train state (argument 0): params and optimizer moments are updated in place
@@ -97,4 +97,7 @@ def make_sft_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, state_sha
 
 
 def init_train_state(params, tx) -> TrainState:
+    """A fresh state owning a *copy* of `params`: the update steps donate the state, and callers
+    usually keep `params` alive (as the frozen reference policy), which donation would delete."""
+    params = jax.tree.map(lambda x: x.copy(), params)
     return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))

@@ -27,7 +27,8 @@ def test_entry_point_two_steps_changes_params(tmp_path):
         # A 12-step warm start is never right: format_penalty still separates well-formed from
         # malformed answers, so the advantages are not all zero.
         [sys.executable, "-m", "rlvr_jax.train", "+experiment=math_grpo", "num_steps=2",
-         "verifier.reward_scheme=format_penalty", "algo.lr_warmup_steps=0", *TINY,
+         "verifier.reward_scheme=format_penalty", "algo.lr_warmup_steps=0", "eval.every_steps=1",
+         *TINY,
          f"hydra.run.dir={run_dir}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -38,6 +39,7 @@ def test_entry_point_two_steps_changes_params(tmp_path):
 
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     step_rows = [r for r in rows if "reward/mean" in r]
+    assert [r["step"] for r in rows if "eval/sampled_accuracy" in r] == [0, 1, 2, 2]
     assert [r["step"] for r in step_rows] == [1, 2]
     for key in ("reward/accuracy", "status/pass", "status/wrong", "status/unparseable",
                 "train/approx_kl_old", "train/clip_frac_low", "train/clip_frac_high",

@@ -1,0 +1,71 @@
+"""The jitted GRPO step gives the same update on 1 device, 8-way data and 8-way FSDP meshes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlvr_jax import sharding, train_step
+from rlvr_jax.config import ModelConfig
+from rlvr_jax.models.policy import Decoder, init_params
+from rlvr_jax.types import TrainBatch
+
+
+def _batch(b=16, p=4, n=3, vocab=20):
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(2, vocab, size=(b, p + n)).astype(np.int32)
+    input_mask = np.ones((b, p + n), np.int32)
+    input_mask[:4, :2] = 0
+    resp_mask = np.ones((b, n), np.float32)
+    resp_mask[::3, -1] = 0
+    return TrainBatch(tokens, input_mask, resp_mask,
+                      -rng.uniform(0.5, 3.0, size=(b, n)).astype(np.float32),
+                      rng.normal(size=(b,)).astype(np.float32))
+
+
+def _one_step(mesh, kl_coef):
+    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64)
+    model = Decoder(cfg, 20)
+    tx, lr = train_step.make_optimizer(learning_rate=1e-2, warmup_steps=0, total_steps=10,
+                                       schedule="constant", b1=0.9, b2=0.99, weight_decay=0.0,
+                                       max_grad_norm=1.0)
+    params = init_params(model, jax.random.key(0))
+    state = train_step.init_train_state(params, tx)
+    state_sh = sharding.state_shardings(state, mesh)
+    state = jax.device_put(state, state_sh)
+    ref = jax.device_put(params, sharding.state_shardings(params, mesh))
+    step = train_step.make_grpo_step(model, tx, lr, prompt_len=4, temperature=1.0, eps_low=0.2,
+                                      eps_high=0.28, kl_coef=kl_coef, state_sharding=state_sh,
+                                      metrics_sharding=sharding.replicated(mesh))
+    batch = jax.device_put(_batch(), sharding.batch_sharding(mesh))
+    new_state, metrics = step(state, ref, batch)
+    return new_state, metrics
+
+
+@pytest.mark.parametrize("kl_coef", [0.0, 0.1])
+def test_step_is_the_same_on_1_and_8_devices(kl_coef):
+    assert jax.device_count() == 8, "conftest sets 8 fake CPU devices"
+    one, m1 = _one_step(sharding.make_mesh(devices=jax.devices()[:1]), kl_coef)
+    for mesh in (sharding.make_mesh(data=8, fsdp=1), sharding.make_mesh(data=2, fsdp=4)):
+        many, m8 = _one_step(mesh, kl_coef)
+        np.testing.assert_allclose(float(m8["loss"]), float(m1["loss"]), rtol=1e-5)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b),
+                                                             rtol=1e-4, atol=1e-6),
+                     many.params, one.params)
+
+
+def test_fsdp_shards_params_and_data_replicates():
+    cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64)
+    params = init_params(Decoder(cfg, 20), jax.random.key(0))
+    fsdp = sharding.state_shardings(params, sharding.make_mesh(data=1, fsdp=8))
+    kernel = fsdp["layers_0"]["mlp"]["up_proj"]["kernel"]  # [32, 64]: largest dim sharded
+    assert kernel.spec == jax.sharding.PartitionSpec(None, sharding.FSDP)
+    data = sharding.state_shardings(params, sharding.make_mesh(data=8, fsdp=1))
+    assert all(s.spec == jax.sharding.PartitionSpec() for s in jax.tree.leaves(data))
+
+
+def test_mesh_errors_name_the_config_key():
+    with pytest.raises(ValueError, match="mesh.data"):
+        sharding.make_mesh(data=3, fsdp=1)
+    with pytest.raises(ValueError, match="algo.prompts_per_step"):
+        sharding.check_batch(12, sharding.make_mesh(), "algo.prompts_per_step")
