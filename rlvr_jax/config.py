@@ -10,6 +10,8 @@ a config object.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -157,8 +159,21 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 
+def run_dirname(overrides: str, max_chars: int = 120) -> str:
+    """A directory name for a list of overrides: deterministic (the same command resumes the same
+    run), a single path component, and short enough for any filesystem (255 bytes)."""
+    name = overrides.replace("/", "_").replace(os.sep, "_")
+    if len(name) > max_chars:
+        digest = hashlib.sha1(overrides.encode()).hexdigest()[:10]
+        name = f"{name[: max_chars - 11]}~{digest}"
+    return name
+
+
 def register_configs() -> None:
-    """Register the schemas so `conf/config.yaml` composes on top of them (struct mode)."""
+    """Register the schemas so `conf/config.yaml` composes on top of them (struct mode), and the
+    `run_dirname` resolver used by hydra.run.dir / hydra.sweep.subdir."""
+    if not OmegaConf.has_resolver("run_dirname"):
+        OmegaConf.register_new_resolver("run_dirname", run_dirname)
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
     for group, node in [("model", ModelConfig), ("task", TaskConfig), ("sampling", SamplingConfig),

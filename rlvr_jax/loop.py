@@ -144,18 +144,9 @@ def run(cfg: RunConfig) -> dict:
         state, metrics = c.rl_step(state, ref_params, batch)                            # jit
         metrics = jax.device_get(metrics)  # the one device-to-host copy of the update
         t3 = time.perf_counter()
-        gen_tokens = float(mask_B_N.sum())
-        row = {f"train/{k}": float(v) for k, v in metrics.items()} | rewards.status_counts(
-            verdicts_PG) | {
-            "reward/mean": float(rewards_P_G.mean()),
-            "reward/accuracy": float(np.mean(rewards_P_G == rewards.REWARD_TABLES[
-                cfg.verifier.reward_scheme][rewards.Status.PASS])),
-            "reward/groups_all_equal": float(np.mean(rewards_P_G.std(axis=1) == 0)),
-            "response/length_mean": gen_tokens / (P * G),
-            "time/sample_s": t1 - t0, "time/verify_s": t2 - t1, "time/update_s": t3 - t2,
-            "time/step_s": t3 - t0, "throughput/generated_tokens_per_s": gen_tokens / (t1 - t0),
-            **{f"compiles/{k}": v for k, v in c.traces.items()},
-        }
+        row = {f"train/{k}": float(v) for k, v in metrics.items()} | rewards.summary(
+            verdicts_PG, rewards_P_G) | _timing(t0, t1, t2, t3, mask_B_N) | {
+            f"compiles/{k}": v for k, v in c.traces.items()}
         tracker.log(step + 1, row)
         tracker.advance({"acc": row["reward/accuracy"], "kl": row["train/approx_kl_old"]})
         loop = LoopState(step + 1, (step + 1) * P, loop.rng_key)
@@ -191,6 +182,14 @@ def run(cfg: RunConfig) -> dict:
     tracker.write(format_table(summary, cfg))
     tracker.close()
     return summary
+
+
+def _timing(t0: float, t1: float, t2: float, t3: float, mask_B_N: np.ndarray) -> dict:
+    """Phase times of one step (sample, verify, update) and generation throughput."""
+    tokens = float(mask_B_N.sum())
+    return {"time/sample_s": t1 - t0, "time/verify_s": t2 - t1, "time/update_s": t3 - t2,
+            "time/step_s": t3 - t0, "response/length_mean": tokens / mask_B_N.shape[0],
+            "throughput/generated_tokens_per_s": tokens / (t1 - t0)}
 
 
 def _write_wall(run_dir: str, seconds: float) -> None:

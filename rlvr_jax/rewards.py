@@ -31,3 +31,14 @@ def status_counts(verdicts: Sequence[Verdict]) -> dict[str, int]:
     """Count of every status (zeros included, so logged series never have gaps)."""
     counts = Counter(v.status for v in verdicts)
     return {f"status/{s.name.lower()}": int(counts.get(s, 0)) for s in Status}
+
+
+def summary(verdicts: Sequence[Verdict], rewards_P_G: np.ndarray) -> dict[str, float]:
+    """Per-step reward metrics: status counts, accuracy (share of PASS), mean reward, and the
+    share of groups whose rewards are all equal (they carry no GRPO signal)."""
+    return {
+        **status_counts(verdicts),
+        "reward/accuracy": float(np.mean([v.status == Status.PASS for v in verdicts])),
+        "reward/mean": float(rewards_P_G.mean()),
+        "reward/groups_all_equal": float(np.mean(rewards_P_G.std(axis=1) == 0)),
+    }

@@ -66,3 +66,14 @@ def test_wrong_type_is_rejected_with_its_name():
 def test_bad_value_names_the_key(override, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):
         run_config([override])
+
+
+def test_run_dirname_is_short_flat_and_deterministic():
+    from rlvr_jax.config import run_dirname
+
+    long = ",".join(f"model.key_{i}=/some/path/{i}" for i in range(40))
+    name = run_dirname(long)
+    assert len(name) <= 120 and "/" not in name and name == run_dirname(long)
+    assert run_dirname(long) != run_dirname(long + ",x=1")
+    assert run_dirname("algo.learning_rate=1e-4") == "algo.learning_rate=1e-4"
+    assert run_dirname("") == ""

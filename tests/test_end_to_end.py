@@ -73,3 +73,17 @@ def test_resume_is_exact(tmp_path):
     jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
     rows = [json.loads(line) for line in (twice_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "reward/mean" in r] == [1, 2, 3, 4]
+
+
+def test_multirun_sweeps_the_learning_rate(tmp_path):
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlvr_jax.train", "-m", "+experiment=math_grpo", "num_steps=1",
+         "algo.learning_rate=1e-4,3e-4", *TINY, "warmup.steps=2", f"hydra.sweep.dir={tmp_path}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summaries = sorted(tmp_path.glob("*/summary.json"))
+    assert len(summaries) == 2
+    # Hydra writes the swept values as floats in the directory names.
+    assert {p.parent.name.split(",")[0] for p in summaries} == {"algo.learning_rate=0.0001",
+                                                                "algo.learning_rate=0.0003"}
