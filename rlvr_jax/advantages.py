@@ -28,3 +28,77 @@ def grpo(rewards_P_G: jax.Array, eps: float = 1e-6, scale_by_std: bool = True) -
         return centred_P_G
     std_P_1 = jnp.std(r, axis=1, keepdims=True, ddof=1)
     return centred_P_G / (std_P_1 + eps)
+
+
+def drgrpo(rewards_P_G: jax.Array) -> jax.Array:
+    """Dr. GRPO (Liu et al. 2025, arXiv:2503.20783, sec. 3.2): A = r - mean_g r, no std
+    division, which otherwise up-weights groups that are nearly all right or all wrong."""
+    return grpo(rewards_P_G, scale_by_std=False)
+
+
+def rloo(rewards_P_G: jax.Array) -> jax.Array:
+    """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024, arXiv:2402.14740):
+
+        A[p, g] = r[p, g] - mean_{j != g} r[p, j] = G / (G - 1) * (r[p, g] - mean_g r[p, :])
+
+    The baseline excludes the sample itself, so the estimator stays unbiased."""
+    assert rewards_P_G.ndim == 2 and rewards_P_G.shape[1] >= 2, rewards_P_G.shape
+    g = rewards_P_G.shape[1]
+    # The right-hand form: (sum - r) / (G - 1) leaves rounding residue (~3e-8) on a constant
+    # group, where the advantage must be exactly 0.
+    return drgrpo(rewards_P_G) * (g / (g - 1))
+
+
+def batch_std(rewards_P_G: jax.Array, eps: float = 1e-6) -> jax.Array:
+    """Group-mean baseline, scaled by the std of the whole batch instead of each group's:
+
+        A[p, g] = (r[p, g] - mean_g r[p, :]) / (std_{p,g} r + eps)
+
+    (the "scale by batch std" choice of Liu et al. 2025 / REINFORCE++-baseline)."""
+    assert rewards_P_G.ndim == 2, rewards_P_G.shape
+    r = rewards_P_G.astype(jnp.float32)
+    return (r - jnp.mean(r, axis=1, keepdims=True)) / (jnp.std(r) + eps)
+
+
+def reinforce_pp(rewards_P_G: jax.Array, eps: float = 1e-6) -> jax.Array:
+    """REINFORCE++ (Hu 2025, arXiv:2501.03262): no per-prompt baseline; the rewards of the whole
+    batch are whitened, A = (r - mean_{p,g} r) / (std_{p,g} r + eps)."""
+    assert rewards_P_G.ndim == 2, rewards_P_G.shape
+    r = rewards_P_G.astype(jnp.float32)
+    return (r - jnp.mean(r)) / (jnp.std(r) + eps)
+
+
+def reinforce_pp_baseline(rewards_P_G: jax.Array, eps: float = 1e-6) -> jax.Array:
+    """REINFORCE++-baseline (Hu 2025, arXiv:2501.03262 v2): subtract the group mean, then
+    whiten the centred values over the whole batch."""
+    assert rewards_P_G.ndim == 2, rewards_P_G.shape
+    centred = rewards_P_G.astype(jnp.float32)
+    centred = centred - jnp.mean(centred, axis=1, keepdims=True)
+    return (centred - jnp.mean(centred)) / (jnp.std(centred) + eps)
+
+
+def gae(rewards_B_N: jax.Array, values_B_N: jax.Array, mask_B_N: jax.Array, gamma: float,
+        lam: float) -> tuple[jax.Array, jax.Array]:
+    """Generalised advantage estimation over response tokens (Schulman et al. 2016,
+    arXiv:1506.02438, eq. 16):
+
+        delta_t = r_t + gamma * V_{t+1} - V_t       (V after the last valid token is 0)
+        A_t     = delta_t + gamma * lam * A_{t+1}
+        R_t     = A_t + V_t                          (the value target)
+
+    `rewards_B_N` is per token (the verifiable reward sits on the last valid token, a per-token
+    KL penalty may sit on every token). Masked positions get A = R = 0. Returns (A, R)."""
+    assert rewards_B_N.shape == values_B_N.shape == mask_B_N.shape and rewards_B_N.ndim == 2
+    m = mask_B_N.astype(jnp.float32)
+    r, v = rewards_B_N.astype(jnp.float32) * m, values_B_N.astype(jnp.float32) * m
+    next_v_B_N = jnp.concatenate([v[:, 1:], jnp.zeros_like(v[:, :1])], axis=1)
+    delta_B_N = (r + gamma * next_v_B_N - v) * m
+
+    def back(carry_B, x):
+        delta_B, m_B = x
+        adv_B = delta_B + gamma * lam * carry_B * m_B
+        return adv_B, adv_B
+
+    _, adv_N_B = jax.lax.scan(back, jnp.zeros_like(r[:, 0]), (delta_B_N.T, m.T), reverse=True)
+    adv_B_N = adv_N_B.T * m
+    return adv_B_N, (adv_B_N + v) * m
