@@ -38,26 +38,109 @@ def k3_kl(logp_B_N: jax.Array, ref_logp_B_N: jax.Array) -> jax.Array:
     return jnp.exp(d) - d - 1.0
 
 
+def kl_estimate(logp_B_N: jax.Array, ref_logp_B_N: jax.Array, kind: str,
+                clamp: float = 20.0) -> jax.Array:
+    """Per-token estimators of KL(pi || pi_ref) from tokens sampled from pi (Schulman 2020,
+    http://joschu.net/blog/kl-approx.html), with log r = log pi_ref - log pi:
+
+        k1 = -log r                 unbiased, high variance, can be negative
+        k2 = (log r)^2 / 2          biased (E[k2] = KL only to second order), low variance
+        k3 = r - 1 - log r          unbiased, non-negative (GRPO eq. 4)
+
+    `log r` is clamped to [-clamp, clamp] so one drifted token cannot overflow exp()."""
+    log_r = jnp.clip(ref_logp_B_N - logp_B_N, -clamp, clamp)
+    if kind == "k1":
+        return -log_r
+    if kind == "k2":
+        return 0.5 * log_r * log_r
+    if kind == "k3":
+        return jnp.exp(log_r) - log_r - 1.0
+    raise ValueError(f"unknown KL estimator {kind!r} (known: k1, k2, k3)")
+
+
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                "seq-mean-token-sum-norm")
+
+
+def aggregate(x_B_N: jax.Array, mask_B_N: jax.Array, mode: str, norm_tokens: int = 0) -> jax.Array:
+    """Reduce a per-token loss to a scalar. The choice sets how much each token weighs
+    (B sequences, n_b valid tokens in sequence b, L = `norm_tokens`):
+
+        token-mean               sum_{b,t} x / sum_b n_b     every token alike (DAPO)
+        seq-mean-token-mean      mean_b (sum_t x / n_b)      original GRPO: a token of a long
+                                                             sequence weighs less, so long wrong
+                                                             answers are penalised less per token
+        seq-mean-token-sum       mean_b sum_t x              longer sequences weigh more
+        seq-mean-token-sum-norm  sum_{b,t} x / (B * L)       Dr. GRPO (arXiv:2503.20783): a
+                                                             constant divisor, no length bias
+
+    Sequences with no valid token count as absent (they are padding groups)."""
+    m = mask_B_N.astype(jnp.float32)
+    per_seq_sum_B = jnp.sum(x_B_N * m, axis=1)
+    n_B = jnp.sum(m, axis=1)
+    present_B = (n_B > 0).astype(jnp.float32)
+    num_seqs = jnp.maximum(jnp.sum(present_B), 1.0)
+    if mode == "token-mean":
+        return jnp.sum(per_seq_sum_B) / jnp.maximum(jnp.sum(n_B), 1.0)
+    if mode == "seq-mean-token-mean":
+        return jnp.sum(per_seq_sum_B / jnp.maximum(n_B, 1.0)) / num_seqs
+    if mode == "seq-mean-token-sum":
+        return jnp.sum(per_seq_sum_B) / num_seqs
+    if mode == "seq-mean-token-sum-norm":
+        if norm_tokens <= 0:
+            raise ValueError("seq-mean-token-sum-norm needs norm_tokens > 0 (e.g. max_new_tokens)")
+        return jnp.sum(per_seq_sum_B) / (num_seqs * norm_tokens)
+    raise ValueError(f"unknown aggregation {mode!r} (known: {', '.join(AGGREGATIONS)})")
+
+
 def clipped_surrogate(logp_B_N: jax.Array, old_logp_B_N: jax.Array, adv_B_N: jax.Array,
-                      eps_low: float, eps_high: float) -> tuple[jax.Array, dict]:
+                      eps_low: float, eps_high: float,
+                      dual_clip_c: float = 0.0) -> tuple[jax.Array, dict]:
     """PPO clipped surrogate with decoupled bounds (DAPO clip-higher), per token, to minimise:
 
         rho = exp(logp - old_logp)
         L = max(-A * rho, -A * clip(rho, 1 - eps_low, 1 + eps_high))
+        L = min(L, -c * A)   where A < 0, if dual_clip_c = c > 1 (Ye et al. 2020,
+                             arXiv:1912.09729): a negative-advantage token whose ratio has
+                             run away cannot dominate the batch
 
-    Returns (L_B_N, indicators) with the float masks where the clip is active: `clip_low`
-    (A < 0 and rho < 1 - eps_low) and `clip_high` (A > 0 and rho > 1 + eps_high).
+    Returns (L_B_N, indicators) with the float masks where a clip is active: `clip_low`
+    (A < 0 and rho < 1 - eps_low), `clip_high` (A > 0 and rho > 1 + eps_high) and `clip_dual`.
     """
     ratio_B_N = jnp.exp(logp_B_N - old_logp_B_N)
     unclipped = -adv_B_N * ratio_B_N
     clipped = -adv_B_N * jnp.clip(ratio_B_N, 1.0 - eps_low, 1.0 + eps_high)
     loss_B_N = jnp.maximum(unclipped, clipped)
+    dual_B_N = jnp.zeros_like(loss_B_N, dtype=bool)
+    if dual_clip_c > 0.0:
+        dual_B_N = (adv_B_N < 0) & (loss_B_N > -dual_clip_c * adv_B_N)
+        loss_B_N = jnp.where(dual_B_N, -dual_clip_c * adv_B_N, loss_B_N)
     indicators = {
         "ratio": ratio_B_N,
         "clip_low": ((adv_B_N < 0) & (ratio_B_N < 1.0 - eps_low)).astype(jnp.float32),
         "clip_high": ((adv_B_N > 0) & (ratio_B_N > 1.0 + eps_high)).astype(jnp.float32),
+        "clip_dual": dual_B_N.astype(jnp.float32),
     }
     return loss_B_N, indicators
+
+
+def gspo_surrogate(logp_B_N: jax.Array, old_logp_B_N: jax.Array, adv_B: jax.Array,
+                   mask_B_N: jax.Array, eps_low: float, eps_high: float) -> tuple[jax.Array, dict]:
+    """GSPO (Zheng et al. 2025, arXiv:2507.18071, eq. 5-7): one importance ratio per sequence,
+    the geometric mean of its token ratios, clipped per sequence (the paper uses eps of order
+    3e-4 / 4e-4, since a length-normalised ratio moves far less than a token ratio):
+
+        s_b = exp( sum_t m (logp - old_logp) / sum_t m )
+        L_b = max(-A_b * s_b, -A_b * clip(s_b, 1 - eps_low, 1 + eps_high))
+
+    Returns (L_B per sequence, indicators)."""
+    m = mask_B_N.astype(jnp.float32)
+    log_s_B = jnp.sum((logp_B_N - old_logp_B_N) * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
+    s_B = jnp.exp(log_s_B)
+    loss_B = jnp.maximum(-adv_B * s_B, -adv_B * jnp.clip(s_B, 1.0 - eps_low, 1.0 + eps_high))
+    return loss_B, {"seq_ratio": s_B,
+                    "clip_low": ((adv_B < 0) & (s_B < 1.0 - eps_low)).astype(jnp.float32),
+                    "clip_high": ((adv_B > 0) & (s_B > 1.0 + eps_high)).astype(jnp.float32)}
 
 
 def grpo_loss(logp_B_N: jax.Array, old_logp_B_N: jax.Array, ref_logp_B_N: jax.Array | None,

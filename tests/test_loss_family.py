@@ -1,0 +1,119 @@
+"""KL estimators against exact KL, loss aggregation length bias with pinned numbers, dual-clip
+and GSPO boundaries."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlvr_jax import losses
+
+P = np.array([0.1, 0.2, 0.3, 0.4])
+
+
+def _expected(kind, p, q):
+    """E_{x~p}[k(x)] computed exactly by enumerating the categorical support."""
+    k = np.asarray(losses.kl_estimate(jnp.log(jnp.asarray(p))[None], jnp.log(jnp.asarray(q))[None],
+                                      kind))[0]
+    return float(np.sum(p * k))
+
+
+@pytest.mark.parametrize("q", [np.array([0.25, 0.25, 0.4, 0.1]), np.array([0.1, 0.2, 0.35, 0.35])])
+def test_kl_estimators_against_exact_kl(q):
+    exact = float(np.sum(P * np.log(P / q)))
+    np.testing.assert_allclose(_expected("k1", P, q), exact, rtol=1e-5)  # unbiased
+    np.testing.assert_allclose(_expected("k3", P, q), exact, rtol=1e-5)  # unbiased
+    k2 = _expected("k2", P, q)
+    assert abs(k2 - exact) > 1e-3 * exact, "k2 should be biased"
+
+
+def test_k2_bias_shrinks_for_nearby_policies():
+    """E[k2] matches KL to second order: 34% off for a far q, 0.5% for a near one."""
+    far, near = np.array([0.25, 0.25, 0.4, 0.1]), np.array([0.1, 0.2, 0.35, 0.35])
+    rel = lambda q: abs(_expected("k2", P, q) / float(np.sum(P * np.log(P / q))) - 1)
+    np.testing.assert_allclose(rel(far), 0.33673, rtol=1e-3)
+    np.testing.assert_allclose(rel(near), 0.005143, rtol=1e-2)
+
+
+def test_k2_bias_hand_computed():
+    # p = [.5, .5], q = [.25, .75]: log r = log(q/p) = [log .5, log 1.5]
+    p, q = np.array([0.5, 0.5]), np.array([0.25, 0.75])
+    want_k2 = 0.5 * (0.5 * np.log(0.5) ** 2 + 0.5 * np.log(1.5) ** 2)  # 0.161214
+    np.testing.assert_allclose(_expected("k2", p, q), want_k2, rtol=1e-5)
+    np.testing.assert_allclose(want_k2, 0.161214, rtol=1e-5)
+    exact = float(np.sum(p * np.log(p / q)))  # 0.143841
+    np.testing.assert_allclose(exact, 0.143841, rtol=1e-5)
+
+
+def test_kl_clamp_prevents_overflow():
+    k3 = losses.kl_estimate(jnp.array([[-200.0]]), jnp.array([[0.0]]), "k3", clamp=20.0)
+    assert np.isfinite(float(k3[0, 0]))
+    with pytest.raises(ValueError, match="k4"):
+        losses.kl_estimate(jnp.zeros((1, 1)), jnp.zeros((1, 1)), "k4")
+
+
+def test_aggregation_length_bias_pinned():
+    """A short (2 tokens) and a long (6 tokens) wrong answer, both A = -1 at ratio 1. The
+    gradient w.r.t. each token's log-prob is the weight that mode gives the token."""
+    mask = jnp.array([[1.0, 1.0, 0, 0, 0, 0, 0, 0], [1.0, 1, 1, 1, 1, 1, 0, 0]])
+    adv = jnp.array([-1.0, -1.0])
+    logp = jnp.full((2, 8), -1.0)
+
+    def weights(mode):
+        def loss(lp):
+            per_tok, _ = losses.clipped_surrogate(lp, jax.lax.stop_gradient(lp),
+                                                  jnp.broadcast_to(adv[:, None], lp.shape), 0.2, 0.2)
+            return losses.aggregate(per_tok, mask, mode, norm_tokens=8)
+        return np.asarray(jax.grad(loss)(logp))  # d loss / d logp = weight * (-A) = weight
+
+    pinned = {  # (weight per short-answer token, per long-answer token, long answer's total)
+        "token-mean": (1 / 8, 1 / 8, 6 / 8),
+        "seq-mean-token-mean": (1 / 4, 1 / 12, 1 / 2),   # GRPO: the long answer is let off
+        "seq-mean-token-sum": (1 / 2, 1 / 2, 3.0),
+        "seq-mean-token-sum-norm": (1 / 16, 1 / 16, 6 / 16),
+    }
+    for mode, (short, long, long_total) in pinned.items():
+        w = weights(mode)
+        np.testing.assert_allclose(w[0, :2], short, rtol=1e-6, err_msg=mode)
+        np.testing.assert_allclose(w[1, :6], long, rtol=1e-6, err_msg=mode)
+        np.testing.assert_allclose(w[1].sum(), long_total, rtol=1e-6, err_msg=mode)
+        assert np.all(w * (1 - np.asarray(mask)) == 0), mode
+
+
+def test_aggregation_ignores_empty_sequences():
+    x = jnp.ones((3, 4))
+    mask = jnp.array([[1.0, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]])
+    assert float(losses.aggregate(x, mask, "seq-mean-token-sum")) == 3.0  # (2 + 4) / 2
+    assert float(losses.aggregate(x, mask, "seq-mean-token-mean")) == 1.0
+
+
+def test_dual_clip_boundaries():
+    old = jnp.zeros((1, 4))
+    ratio = jnp.array([[5.0, 2.0, 5.0, 0.5]])
+    adv = jnp.array([[-1.0, -1.0, 1.0, -1.0]])
+    loss, ind = losses.clipped_surrogate(jnp.log(ratio), old, adv, 0.2, 0.28, dual_clip_c=3.0)
+    # A=-1, r=5: max(5, 1.28) = 5, capped at 3.  A=-1, r=2: 2 < 3, kept.
+    # A=+1, r=5: max(-5, -1.28) = -1.28 (ordinary clip).  A=-1, r=0.5: max(0.5, 0.8) = 0.8.
+    np.testing.assert_allclose(np.asarray(loss), [[3.0, 2.0, -1.28, 0.8]], rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(ind["clip_dual"]), [[1, 0, 0, 0]])
+    no_dual, _ = losses.clipped_surrogate(jnp.log(ratio), old, adv, 0.2, 0.28)
+    np.testing.assert_allclose(np.asarray(no_dual), [[5.0, 2.0, -1.28, 0.8]], rtol=1e-6)
+    # The capped token has no gradient (it is a constant -c * A).
+    g = jax.grad(lambda lp: losses.clipped_surrogate(lp, old, adv, 0.2, 0.28, 3.0)[0].sum())(
+        jnp.log(ratio))
+    assert float(g[0, 0]) == 0.0 and float(g[0, 1]) != 0.0
+
+
+def test_gspo_sequence_ratio_hand_computed():
+    # Sequence 0: token log-ratios [0.1, 0.3] -> mean 0.2 -> s = e^0.2 = 1.2214 > 1 + 4e-4
+    # Sequence 1: log-ratios [0.0, 0.0, 0.0002 * 3] masked to the first 3 tokens -> mean 2e-4
+    logp = jnp.array([[0.1, 0.3, 0.0], [0.0, 0.0, 6e-4]])
+    mask = jnp.array([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    adv = jnp.array([1.0, -2.0])
+    loss, ind = losses.gspo_surrogate(logp, jnp.zeros_like(logp), adv, mask, 3e-4, 4e-4)
+    s0, s1 = np.exp(0.2), np.exp(2e-4)
+    # seq 0 (A=1): max(-s0, -(1+4e-4)) = -1.0004 (clipped high). seq 1 (A=-2): s1 inside
+    # [1-3e-4, 1+4e-4] -> 2 * s1.
+    np.testing.assert_allclose(np.asarray(loss), [-(1 + 4e-4), 2 * s1], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(ind["seq_ratio"]), [s0, s1], rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(ind["clip_high"]), [1.0, 0.0])
