@@ -102,3 +102,23 @@ def gae(rewards_B_N: jax.Array, values_B_N: jax.Array, mask_B_N: jax.Array, gamm
     _, adv_N_B = jax.lax.scan(back, jnp.zeros_like(r[:, 0]), (delta_B_N.T, m.T), reverse=True)
     adv_B_N = adv_N_B.T * m
     return adv_B_N, (adv_B_N + v) * m
+
+
+ESTIMATORS = ("grpo", "drgrpo", "rloo", "batch_std", "reinforce_pp", "reinforce_pp_baseline")
+
+
+def from_rewards(rewards_P_G: jax.Array, estimator: str, eps: float = 1e-6) -> jax.Array:
+    """Outcome advantages by name (the config's `algo.adv_estimator`)."""
+    if estimator == "grpo":
+        return grpo(rewards_P_G, eps)
+    if estimator == "drgrpo":
+        return drgrpo(rewards_P_G)
+    if estimator == "rloo":
+        return rloo(rewards_P_G)
+    if estimator == "batch_std":
+        return batch_std(rewards_P_G, eps)
+    if estimator == "reinforce_pp":
+        return reinforce_pp(rewards_P_G, eps)
+    if estimator == "reinforce_pp_baseline":
+        return reinforce_pp_baseline(rewards_P_G, eps)
+    raise ValueError(f"unknown advantage estimator {estimator!r} (known: {', '.join(ESTIMATORS)})")

@@ -97,7 +97,9 @@ def build(cfg: RunConfig) -> Components:
     rl_step = train_step.make_grpo_step(
         model, rl_tx, rl_lr, prompt_len=prompt_len, temperature=max(s.temperature, 1e-6),
         eps_low=a.clip_eps_low, eps_high=a.clip_eps_high, kl_coef=a.kl_coef,
-        state_sharding=rl_state_sh, metrics_sharding=repl, on_trace=counter("train_step"))
+        kl_estimator=a.kl_estimator, loss_agg=a.loss_agg, norm_tokens=n,
+        dual_clip_c=a.dual_clip_c, policy_loss=a.policy_loss, state_sharding=rl_state_sh,
+        metrics_sharding=repl, on_trace=counter("train_step"))
     sft_tx, sft_lr = train_step.make_optimizer(
         learning_rate=w.learning_rate, warmup_steps=w.lr_warmup_steps, total_steps=w.steps,
         schedule="cosine", b1=0.9, b2=0.99, weight_decay=w.weight_decay, max_grad_norm=1.0)

@@ -84,9 +84,13 @@ class AlgoConfig:
     max_grad_norm: float = 1.0
     clip_eps_low: float = 0.2  # ratio clipped to [1 - low, 1 + high]
     clip_eps_high: float = 0.28
-    kl_coef: float = 0.0  # beta of the k3 KL penalty to the reference policy; 0 skips its forward
-    adv_eps: float = 1e-6  # added to the group std before dividing
-    scale_adv_by_std: bool = True
+    kl_coef: float = 0.0  # beta of the KL penalty to the reference policy; 0 skips its forward
+    kl_estimator: str = "k3"  # k1 | k2 | k3 (see losses.kl_estimate)
+    adv_estimator: str = "grpo"  # grpo | drgrpo | rloo | batch_std | reinforce_pp | reinforce_pp_baseline
+    adv_eps: float = 1e-6  # added to the std before dividing
+    loss_agg: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm
+    policy_loss: str = "clip"  # clip (token ratios) | gspo (one ratio per sequence)
+    dual_clip_c: float = 0.0  # > 1 caps the loss of negative-advantage tokens at c * |A|; 0: off
 
 
 @dataclass
@@ -224,6 +228,15 @@ def validate(cfg: RunConfig) -> RunConfig:
            "need 0 <= clip_eps_low < 1 and clip_eps_high >= 0")
     _check(a.kl_coef >= 0, "algo.kl_coef", "must be >= 0")
     _check(a.adv_eps > 0, "algo.adv_eps", "must be positive")
+    from rlvr_jax.advantages import ESTIMATORS  # local: keep config import-light
+    from rlvr_jax.losses import AGGREGATIONS
+
+    _check(a.adv_estimator in ESTIMATORS, "algo.adv_estimator", f"must be one of {ESTIMATORS}")
+    _check(a.loss_agg in AGGREGATIONS, "algo.loss_agg", f"must be one of {AGGREGATIONS}")
+    _check(a.kl_estimator in ("k1", "k2", "k3"), "algo.kl_estimator", "must be k1, k2 or k3")
+    _check(a.policy_loss in ("clip", "gspo"), "algo.policy_loss", "must be clip or gspo")
+    _check(a.dual_clip_c == 0.0 or a.dual_clip_c > 1.0, "algo.dual_clip_c",
+           "must be 0 (off) or > 1")
     _check(w.steps >= 0, "warmup.steps", "must be >= 0")
     _check(0.0 <= w.wrong_fraction < 1.0, "warmup.wrong_fraction", "must be in [0, 1)")
     _check(w.wrong_max_offset >= 1, "warmup.wrong_max_offset", "must be >= 1")

@@ -139,7 +139,7 @@ def run(cfg: RunConfig) -> dict:
                                  batching.decode_responses(c.tokenizer, tokens_B_N, mask_B_N))
         t2 = time.perf_counter()
         rewards_P_G = rewards.from_verdicts(verdicts_PG, cfg.verifier.reward_scheme).reshape(P, G)
-        adv_P_G = advantages.grpo(rewards_P_G, a.adv_eps, a.scale_adv_by_std)
+        adv_P_G = advantages.from_rewards(rewards_P_G, a.adv_estimator, a.adv_eps)
         batch = c.put(batching.train_batch(prompt_B_P, pmask_B_P, rollout, adv_P_G.reshape(-1)))
         state, metrics = c.rl_step(state, ref_params, batch)                            # jit
         metrics = jax.device_get(metrics)  # the one device-to-host copy of the update

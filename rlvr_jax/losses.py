@@ -27,17 +27,6 @@ def masked_mean(x_B_N: jax.Array, mask_B_N: jax.Array) -> jax.Array:
     return jnp.sum(x_B_N * mask_B_N) / jnp.maximum(jnp.sum(mask_B_N), 1.0)
 
 
-def k3_kl(logp_B_N: jax.Array, ref_logp_B_N: jax.Array) -> jax.Array:
-    """Per-token k3 estimator of KL(pi || pi_ref) on samples from pi (Schulman 2020,
-    http://joschu.net/blog/kl-approx.html), as in GRPO eq. 4:
-
-        k3 = exp(d) - d - 1,  d = log pi_ref(y) - log pi(y)
-
-    Unbiased, non-negative, and 0 where the two policies agree."""
-    d = ref_logp_B_N - logp_B_N
-    return jnp.exp(d) - d - 1.0
-
-
 def kl_estimate(logp_B_N: jax.Array, ref_logp_B_N: jax.Array, kind: str,
                 clamp: float = 20.0) -> jax.Array:
     """Per-token estimators of KL(pi || pi_ref) from tokens sampled from pi (Schulman 2020,
@@ -145,21 +134,42 @@ def gspo_surrogate(logp_B_N: jax.Array, old_logp_B_N: jax.Array, adv_B: jax.Arra
 
 def grpo_loss(logp_B_N: jax.Array, old_logp_B_N: jax.Array, ref_logp_B_N: jax.Array | None,
               advantages_B: jax.Array, mask_B_N: jax.Array, entropy_B_N: jax.Array, *,
-              eps_low: float, eps_high: float, kl_coef: float) -> tuple[jax.Array, dict]:
-    """GRPO objective (arXiv:2402.03300 eq. 3) with token-level aggregation:
+              eps_low: float, eps_high: float, kl_coef: float, kl_estimator: str = "k3",
+              loss_agg: str = "token-mean", norm_tokens: int = 0, dual_clip_c: float = 0.0,
+              policy_loss: str = "clip") -> tuple[jax.Array, dict]:
+    """GRPO objective (arXiv:2402.03300 eq. 3), with the field's variants as named options:
 
-        loss = sum_{b,t} m[b,t] * (L_clip[b,t] + beta * k3[b,t]) / sum_{b,t} m[b,t]
+        loss = agg_{b,t}( L_clip[b,t] + beta * KL_k[b,t] )
 
-    `ref_logp_B_N` may be None only when `kl_coef == 0` (the reference forward is skipped).
+    `policy_loss="clip"`: token ratios with decoupled clip (and dual-clip if `dual_clip_c > 0`),
+    aggregated by `loss_agg` (see `aggregate`). `policy_loss="gspo"`: one clipped ratio per
+    sequence (GSPO), averaged over sequences. The KL term uses `kl_estimator` (k1/k2/k3) and the
+    same aggregation. `ref_logp_B_N` may be None only when `kl_coef == 0` (the reference forward
+    is skipped).
     """
     assert logp_B_N.ndim == 2 and advantages_B.ndim == 1
-    adv_B_N = jnp.broadcast_to(advantages_B[:, None], logp_B_N.shape)
-    pg_B_N, ind = clipped_surrogate(logp_B_N, old_logp_B_N, adv_B_N, eps_low, eps_high)
-    pg_loss = masked_mean(pg_B_N, mask_B_N)
+    agg = lambda x_B_N: aggregate(x_B_N, mask_B_N, loss_agg, norm_tokens)
+    if policy_loss == "clip":
+        adv_B_N = jnp.broadcast_to(advantages_B[:, None], logp_B_N.shape)
+        pg_B_N, ind = clipped_surrogate(logp_B_N, old_logp_B_N, adv_B_N, eps_low, eps_high,
+                                        dual_clip_c)
+        pg_loss = agg(pg_B_N)
+        clip_metrics = {k: masked_mean(ind[k], mask_B_N)
+                        for k in ("clip_low", "clip_high", "clip_dual")}
+    elif policy_loss == "gspo":
+        pg_B, ind = gspo_surrogate(logp_B_N, old_logp_B_N, advantages_B, mask_B_N, eps_low,
+                                   eps_high)
+        present_B = (jnp.sum(mask_B_N, axis=1) > 0).astype(jnp.float32)
+        seq_mean = lambda x_B: jnp.sum(x_B * present_B) / jnp.maximum(jnp.sum(present_B), 1.0)
+        pg_loss = seq_mean(pg_B)
+        clip_metrics = {"clip_low": seq_mean(ind["clip_low"]),
+                        "clip_high": seq_mean(ind["clip_high"])}
+        ind = dict(ind, ratio=jnp.exp(logp_B_N - old_logp_B_N))
+    else:
+        raise ValueError(f"unknown policy loss {policy_loss!r} (known: clip, gspo)")
     metrics = {
         "pg_loss": pg_loss,
-        "clip_frac_low": masked_mean(ind["clip_low"], mask_B_N),
-        "clip_frac_high": masked_mean(ind["clip_high"], mask_B_N),
+        **{f"{k.replace('clip_', 'clip_frac_')}": v for k, v in clip_metrics.items()},
         "ratio_mean": masked_mean(ind["ratio"], mask_B_N),
         "ratio_max": jnp.max(jnp.where(mask_B_N > 0, ind["ratio"], 0.0)),
         "entropy": masked_mean(entropy_B_N, mask_B_N),
@@ -170,7 +180,7 @@ def grpo_loss(logp_B_N: jax.Array, old_logp_B_N: jax.Array, ref_logp_B_N: jax.Ar
     if kl_coef > 0.0:
         if ref_logp_B_N is None:
             raise ValueError("kl_coef > 0 needs reference log-probs")
-        kl = masked_mean(k3_kl(logp_B_N, ref_logp_B_N), mask_B_N)
+        kl = agg(kl_estimate(logp_B_N, ref_logp_B_N, kl_estimator))
         loss = loss + kl_coef * kl
         metrics["kl_ref"] = kl
     metrics["loss"] = loss

@@ -66,8 +66,11 @@ def _jit_update(loss_fn: Callable, tx, lr_schedule, state_sharding, metrics_shar
 
 def make_grpo_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperature: float,
                    eps_low: float, eps_high: float, kl_coef: float, state_sharding,
-                   metrics_sharding, on_trace: Callable[[], None] = lambda: None):
-    """Jitted `step(state, ref_params, batch) -> (state, metrics)`; ref_params unused if beta=0."""
+                   metrics_sharding, kl_estimator: str = "k3", loss_agg: str = "token-mean",
+                   norm_tokens: int = 0, dual_clip_c: float = 0.0, policy_loss: str = "clip",
+                   on_trace: Callable[[], None] = lambda: None):
+    """Jitted `step(state, ref_params, batch) -> (state, metrics)`; ref_params unused if beta=0.
+    The loss options are those of `losses.grpo_loss`."""
 
     def loss_fn(params, ref_params, batch: TrainBatch):
         logp_B_N, entropy_B_N = response_logp(model, params, batch.tokens_B_T,
@@ -79,7 +82,9 @@ def make_grpo_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperat
                                             temperature)
         return losses.grpo_loss(logp_B_N, batch.old_logp_B_N, ref_logp_B_N, batch.advantages_B,
                                 batch.response_mask_B_N, entropy_B_N, eps_low=eps_low,
-                                eps_high=eps_high, kl_coef=kl_coef)
+                                eps_high=eps_high, kl_coef=kl_coef, kl_estimator=kl_estimator,
+                                loss_agg=loss_agg, norm_tokens=norm_tokens,
+                                dual_clip_c=dual_clip_c, policy_loss=policy_loss)
 
     return _jit_update(loss_fn, tx, lr_schedule, state_sharding, metrics_sharding, on_trace)
 

@@ -62,6 +62,11 @@ def test_wrong_type_is_rejected_with_its_name():
     ("task.operators=[/]", "task.operators"),
     ("verifier.reward_scheme=nope", "verifier.reward_scheme"),
     ("warmup.wrong_fraction=1.5", "warmup.wrong_fraction"),
+    ("algo.adv_estimator=ppo", "algo.adv_estimator"),
+    ("algo.loss_agg=sum", "algo.loss_agg"),
+    ("algo.kl_estimator=k4", "algo.kl_estimator"),
+    ("algo.policy_loss=dpo", "algo.policy_loss"),
+    ("algo.dual_clip_c=0.5", "algo.dual_clip_c"),
 ])
 def test_bad_value_names_the_key(override, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):

@@ -117,3 +117,25 @@ def test_gspo_sequence_ratio_hand_computed():
     np.testing.assert_allclose(np.asarray(loss), [-(1 + 4e-4), 2 * s1], rtol=1e-6)
     np.testing.assert_allclose(np.asarray(ind["seq_ratio"]), [s0, s1], rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(ind["clip_high"]), [1.0, 0.0])
+
+
+def test_grpo_loss_options_compose_the_pieces():
+    rng = np.random.default_rng(3)
+    logp = jnp.asarray(-rng.uniform(0.1, 2, size=(4, 5)), jnp.float32)
+    old = logp + jnp.asarray(rng.normal(scale=0.3, size=(4, 5)), jnp.float32)
+    ref = logp + jnp.asarray(rng.normal(scale=0.3, size=(4, 5)), jnp.float32)
+    adv = jnp.array([1.0, -1.0, 0.5, -2.0])
+    mask = jnp.asarray((np.arange(5)[None] < np.array([[5], [3], [1], [4]])), jnp.float32)
+    common = dict(eps_low=0.2, eps_high=0.28, kl_coef=0.05, norm_tokens=5)
+    for agg in losses.AGGREGATIONS:
+        loss, m = losses.grpo_loss(logp, old, ref, adv, mask, jnp.zeros_like(logp), loss_agg=agg,
+                                   kl_estimator="k2", dual_clip_c=3.0, **common)
+        pg, _ = losses.clipped_surrogate(logp, old, jnp.broadcast_to(adv[:, None], logp.shape),
+                                         0.2, 0.28, 3.0)
+        want = (losses.aggregate(pg, mask, agg, 5)
+                + 0.05 * losses.aggregate(losses.kl_estimate(logp, ref, "k2"), mask, agg, 5))
+        np.testing.assert_allclose(float(loss), float(want), rtol=1e-6, err_msg=agg)
+    loss, m = losses.grpo_loss(logp, old, None, adv, mask, jnp.zeros_like(logp),
+                               policy_loss="gspo", eps_low=3e-4, eps_high=4e-4, kl_coef=0.0)
+    per_seq, _ = losses.gspo_surrogate(logp, old, adv, mask, 3e-4, 4e-4)
+    np.testing.assert_allclose(float(loss), float(jnp.mean(per_seq)), rtol=1e-6)
