@@ -67,10 +67,9 @@ def _start_or_resume(c, cfg: RunConfig, ckpt: Checkpointer, tracker: Tracker):
     """(rl_state, loop_state, ref_params, eval_start, wall_seconds_before)."""
     base_key = jax.random.key(cfg.seed)
     eval_path = os.path.join(cfg.run_dir, "eval_start.json")
-    abstract_params = abstract_like(jax.eval_shape(c.init_params, base_key))
-    abstract_params = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract_params,
-        c.state_sharding(abstract_params))
+    shapes = jax.eval_shape(c.init_params, base_key)
+    abstract_params = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                                   shapes, c.state_sharding(shapes))
     if ckpt.has_warmstart():
         warm = ckpt.restore_warmstart(abstract_params)
         tracker.write(f"found warm-start params in {ckpt.warmstart_dir}; skipping the warm-up")
