@@ -4,6 +4,7 @@ functions (samplers, update steps), each built from the plain values it needs.""
 from __future__ import annotations
 
 import collections
+import functools
 import os
 from dataclasses import dataclass
 from functools import partial
@@ -81,8 +82,11 @@ def build(cfg: RunConfig) -> Components:
                            on_trace=counter("sampler"))
     sample_greedy = sampler(temperature=0.0, on_trace=counter("sampler_eval_greedy"))
     sample_eval = sampler(temperature=1.0, on_trace=counter("sampler_eval_sampled"))
-    new_cache = lambda b: jax.jit(partial(KVCache.zeros, cfg.model, b, prompt_len + n),
-                                  out_shardings=batch_sh)()
+    @functools.lru_cache(maxsize=None)  # one compiled initialiser per batch size
+    def _zeros(b):
+        return jax.jit(partial(KVCache.zeros, cfg.model, b, prompt_len + n), out_shardings=batch_sh)
+
+    new_cache = lambda b: _zeros(b)()
 
     def state_sharding(abstract_state):
         return sharding.state_shardings(abstract_state, mesh)

@@ -127,9 +127,10 @@ def run(cfg: RunConfig) -> dict:
                                                                 loop.step + cfg.stop_after_steps)
     for step in range(loop.step, last):
         t0 = time.perf_counter()
-        problems_PG = list(repeat_each(c.task.train_batch(cfg.seed, step, P), G))
-        prompt_B_P, pmask_B_P = map(c.put, batching.encode_prompts(
-            c.tokenizer, [c.task.prompt(p) for p in problems_PG], c.prompt_len))
+        problems_P = c.task.train_batch(cfg.seed, step, P)
+        problems_PG = list(repeat_each(problems_P, G))
+        prompt_B_P, pmask_B_P = (c.put(np.repeat(x, G, axis=0)) for x in batching.encode_prompts(
+            c.tokenizer, [c.task.prompt(p) for p in problems_P], c.prompt_len))  # P_G order
         cache, rollout = c.sample_train(state.params, cache, prompt_B_P, pmask_B_P,
                                         jax.random.fold_in(rl_key, step))               # jit
         tokens_B_N, mask_B_N = jax.device_get((rollout.tokens_B_N, rollout.mask_B_N))

@@ -70,7 +70,7 @@ def aggregate(x_B_N: jax.Array, mask_B_N: jax.Array, mode: str, norm_tokens: int
     present_B = (n_B > 0).astype(jnp.float32)
     num_seqs = jnp.maximum(jnp.sum(present_B), 1.0)
     if mode == "token-mean":
-        return jnp.sum(per_seq_sum_B) / jnp.maximum(jnp.sum(n_B), 1.0)
+        return masked_mean(x_B_N, m)
     if mode == "seq-mean-token-mean":
         return jnp.sum(per_seq_sum_B / jnp.maximum(n_B, 1.0)) / num_seqs
     if mode == "seq-mean-token-sum":
@@ -159,8 +159,10 @@ def grpo_loss(logp_B_N: jax.Array, old_logp_B_N: jax.Array, ref_logp_B_N: jax.Ar
     elif policy_loss == "gspo":
         pg_B, ind = gspo_surrogate(logp_B_N, old_logp_B_N, advantages_B, mask_B_N, eps_low,
                                    eps_high)
-        present_B = (jnp.sum(mask_B_N, axis=1) > 0).astype(jnp.float32)
-        seq_mean = lambda x_B: jnp.sum(x_B * present_B) / jnp.maximum(jnp.sum(present_B), 1.0)
+        # A per-sequence value broadcast over its tokens: seq-mean-token-mean is then the mean
+        # over (non-empty) sequences.
+        seq_mean = lambda x_B: aggregate(jnp.broadcast_to(x_B[:, None], mask_B_N.shape), mask_B_N,
+                                         "seq-mean-token-mean")
         pg_loss = seq_mean(pg_B)
         clip_metrics = {"clip_low": seq_mean(ind["clip_low"]),
                         "clip_high": seq_mean(ind["clip_high"])}
