@@ -104,6 +104,62 @@ def gae(rewards_B_N: jax.Array, values_B_N: jax.Array, mask_B_N: jax.Array, gamm
     return adv_B_N, (adv_B_N + v) * m
 
 
+def whiten(x_B_N: jax.Array, mask_B_N: jax.Array, shift_mean: bool = True,
+           eps: float = 1e-8) -> jax.Array:
+    """(x - mean) / std over the valid tokens of the batch (PPO's advantage normalisation);
+    masked positions come out 0. `shift_mean=False` only rescales."""
+    m = mask_B_N.astype(jnp.float32)
+    n = jnp.maximum(jnp.sum(m), 1.0)
+    mean = jnp.sum(x_B_N * m) / n
+    var = jnp.sum(jnp.square(x_B_N - mean) * m) / n
+    out = (x_B_N - mean) if shift_mean else x_B_N
+    return out * jax.lax.rsqrt(var + eps) * m
+
+
+def token_rewards(outcome_B: jax.Array, mask_B_N: jax.Array, kl_B_N: jax.Array | None = None,
+                  kl_coef: jax.Array | float = 0.0) -> jax.Array:
+    """Per-token rewards for GAE: the verifiable outcome on the last valid token, minus a
+    per-token KL penalty to the reference policy (Ziegler et al. 2019, arXiv:1909.08593,
+    eq. 2; Ouyang et al. 2022):  r_t = 1[t = last] * R - beta * KL_t."""
+    m = mask_B_N.astype(jnp.float32)
+    n_B = jnp.sum(m, axis=1).astype(jnp.int32)
+    last_B_N = (jnp.arange(m.shape[1])[None, :] == (n_B - 1)[:, None]) & (n_B[:, None] > 0)
+    r_B_N = jnp.where(last_B_N, outcome_B[:, None].astype(jnp.float32), 0.0)
+    if kl_B_N is not None:
+        r_B_N = r_B_N - kl_coef * kl_B_N
+    return r_B_N * m
+
+
+def adaptive_kl_coef(coef: float, observed_kl: float, target_kl: float, horizon: int,
+                     n_steps: int = 1) -> float:
+    """Adaptive KL controller (Ziegler et al. 2019, arXiv:1909.08593, sec. 2.2), a pure
+    `f(state, x) -> state` on the host:
+
+        e = clip(KL / KL_target - 1, -0.2, 0.2);   beta <- beta * (1 + e * n_steps / horizon)
+
+    beta grows while the policy drifts past the target and shrinks below it."""
+    err = min(max(observed_kl / target_kl - 1.0, -0.2), 0.2)
+    return coef * (1.0 + err * n_steps / horizon)
+
+
+def overlong_penalty(lengths_B: jax.Array, max_len: int, buffer_len: int,
+                     factor: float = 1.0) -> jax.Array:
+    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv:2503.14476, eq. 13), added to the
+    outcome reward, with L_max = `max_len` (the response budget) and L_cache = `buffer_len`:
+
+        0                                  |y| <= L_max - L_cache
+        ((L_max - L_cache) - |y|) / L_cache  L_max - L_cache < |y| <= L_max
+        -1                                 |y| > L_max  (a truncated response counts here)
+
+    times `factor`. `lengths_B` counts response tokens, EOS included; pass L_max + 1 for a
+    response cut at the budget without EOS."""
+    lengths_B = jnp.asarray(lengths_B, jnp.float32)
+    start = max_len - buffer_len
+    soft = (start - lengths_B) / buffer_len
+    pen = jnp.where(lengths_B <= start, 0.0, jnp.where(lengths_B <= max_len, soft, -1.0))
+    return factor * pen
+
+
 ESTIMATORS = ("grpo", "drgrpo", "rloo", "batch_std", "reinforce_pp", "reinforce_pp_baseline")
 
 

@@ -7,7 +7,8 @@ from typing import Sequence
 
 import numpy as np
 
-from rlvr_jax.types import Rollout, SFTBatch, TrainBatch
+from rlvr_jax.dynamic_sampling import Groups
+from rlvr_jax.types import SFTBatch, TrainBatch
 
 
 def encode_prompts(tokenizer, texts: Sequence[str], prompt_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -56,11 +57,29 @@ def sft_batch(prompt_B_P: np.ndarray, prompt_mask_B_P: np.ndarray, response_B_N:
     return SFTBatch(tokens, input_mask, response_mask_B_N)
 
 
-def train_batch(prompt_B_P, prompt_mask_B_P, rollout: Rollout, advantages_B) -> TrainBatch:
-    """Concatenate prompts and sampled responses (device arrays stay on device)."""
-    import jax.numpy as jnp  # batching is otherwise numpy-only
+def truncated(tokens_B_N: np.ndarray, mask_B_N: np.ndarray, eos_id: int) -> np.ndarray:
+    """bool [B]: the response used its whole budget without emitting EOS (cut off)."""
+    n_B = mask_B_N.sum(axis=1).astype(np.int64)
+    last_B = tokens_B_N[np.arange(len(n_B)), np.maximum(n_B - 1, 0)]
+    return (n_B == mask_B_N.shape[1]) & (last_B != eos_id)
 
-    tokens = jnp.concatenate([prompt_B_P, rollout.tokens_B_N], axis=1)
-    input_mask = jnp.concatenate([prompt_mask_B_P, rollout.mask_B_N.astype(jnp.int32)], axis=1)
-    return TrainBatch(tokens, input_mask, rollout.mask_B_N, rollout.logp_B_N,
-                      jnp.asarray(advantages_B, jnp.float32))
+
+def groups_from_rollout(prompt_B_P, prompt_mask_B_P, tokens_B_N, logp_B_N, mask_B_N,
+                        loss_mask_B_N, rewards_B, group_size: int) -> Groups:
+    """Host arrays in P_G order -> Groups [B / G, G, ...]."""
+    g = lambda x: np.asarray(x).reshape(-1, group_size, *np.shape(x)[1:])
+    return Groups(g(prompt_B_P).astype(np.int32), g(prompt_mask_B_P).astype(np.int32),
+                  g(tokens_B_N).astype(np.int32), g(logp_B_N).astype(np.float32),
+                  g(mask_B_N).astype(np.float32), g(loss_mask_B_N).astype(np.float32),
+                  g(rewards_B).astype(np.float32))
+
+
+def train_batch(groups: Groups, advantages_B=None) -> TrainBatch:
+    """Host TrainBatch from groups: prompt ++ response, the outcome advantage of each sequence
+    broadcast over its loss-masked tokens (zeros when `advantages_B` is None: PPO fills them)."""
+    f = groups.flat()
+    tokens = np.concatenate([f.prompt_K_G_P, f.tokens_K_G_N], axis=1)
+    input_mask = np.concatenate([f.prompt_mask_K_G_P, f.mask_K_G_N.astype(np.int32)], axis=1)
+    adv_B = np.zeros(len(tokens), np.float32) if advantages_B is None else advantages_B
+    adv_B_N = np.asarray(adv_B, np.float32)[:, None] * f.loss_mask_K_G_N
+    return TrainBatch(tokens, input_mask, f.loss_mask_K_G_N, f.logp_K_G_N, adv_B_N)

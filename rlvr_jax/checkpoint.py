@@ -16,6 +16,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from rlvr_jax import dynamic_sampling
 from rlvr_jax.types import LoopState, TrainState
 
 
@@ -29,9 +30,10 @@ def abstract_like(tree: Any) -> Any:
 
 
 class Checkpointer:
-    def __init__(self, run_dir: str, every_steps: int, max_to_keep: int):
+    def __init__(self, run_dir: str, every_steps: int, max_to_keep: int,
+                 warmstart_dir: Optional[str] = None):
         self.directory = os.path.abspath(os.path.join(run_dir, "checkpoints"))
-        self.warmstart_dir = os.path.abspath(os.path.join(run_dir, "warmstart"))
+        self.warmstart_dir = os.path.abspath(warmstart_dir or os.path.join(run_dir, "warmstart"))
         self.every_steps = every_steps
         self._manager = ocp.CheckpointManager(
             self.directory,
@@ -49,7 +51,8 @@ class Checkpointer:
         if self._manager.latest_step() == step:
             return False
         loop_json = {"step": int(loop.step), "problems_consumed": int(loop.problems_consumed),
-                     "rng_key": np.asarray(loop.rng_key).tolist()}
+                     "rng_key": np.asarray(loop.rng_key).tolist(), "kl_coef": float(loop.kl_coef),
+                     "carry": dynamic_sampling.to_json(loop.carry)}
         self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                          loop=ocp.args.JsonSave(loop_json)))
         return True
@@ -66,7 +69,8 @@ class Checkpointer:
         loop = out["loop"]
         return TrainState(*out["state"]), LoopState(
             int(loop["step"]), int(loop["problems_consumed"]),
-            np.asarray(loop["rng_key"], dtype=np.uint32))
+            np.asarray(loop["rng_key"], dtype=np.uint32), float(loop.get("kl_coef", 0.0)),
+            dynamic_sampling.from_json(loop.get("carry")))
 
     # ------------------------------------------------------------------ warm start
     def has_warmstart(self) -> bool:

@@ -14,6 +14,7 @@ import jax
 
 from rlvr_jax import sharding, train_step
 from rlvr_jax.config import RunConfig
+from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder, KVCache, init_params
 from rlvr_jax.sampling import make_sampler
 from rlvr_jax.tasks.arithmetic import ArithmeticTask
@@ -35,7 +36,10 @@ class Components:
     sample_eval: Callable  # temperature 1, no truncation
     new_cache: Callable  # batch -> KVCache placed on the mesh
     rl_tx: Any
-    rl_step: Callable  # jitted (state, ref_params, TrainBatch) -> (state, metrics)
+    rl_step: Callable  # jitted (state, ref_params, TrainBatch, key, actor_on) -> (state, metrics)
+    init_rl_params: Callable  # (warm policy params, key) -> {"policy": ..., ["value": ...]}
+    ppo_prepare: Any  # jitted (params, ref, batch, outcome_B, kl_coef) -> (batch, metrics) | None
+    sampled_prompts: int  # prompts sampled per step (> prompts_per_step: dynamic sampling)
     sft_tx: Any
     sft_step: Callable  # jitted (state, SFTBatch) -> (state, metrics)
     state_sharding: Callable  # abstract TrainState -> shardings
@@ -62,6 +66,8 @@ def build(cfg: RunConfig) -> Components:
     mesh = sharding.make_mesh(cfg.mesh.data, cfg.mesh.fsdp)
     rl_batch = cfg.algo.prompts_per_step * cfg.algo.samples_per_prompt
     sharding.check_batch(rl_batch, mesh, "algo.prompts_per_step")
+    sharding.check_batch((cfg.algo.sampled_prompts_per_step or cfg.algo.prompts_per_step)
+                         * cfg.algo.samples_per_prompt, mesh, "algo.sampled_prompts_per_step")
     sharding.check_batch(cfg.warmup.sequences_per_step, mesh, "warmup.sequences_per_step")
     sharding.check_batch(cfg.eval.sequences_per_batch, mesh, "eval.sequences_per_batch")
     batch_sh, repl = sharding.batch_sharding(mesh), sharding.replicated(mesh)
@@ -92,18 +98,44 @@ def build(cfg: RunConfig) -> Components:
         return sharding.state_shardings(abstract_state, mesh)
 
     a, w = cfg.algo, cfg.warmup
-    rl_tx, rl_lr = train_step.make_optimizer(
-        learning_rate=a.learning_rate, warmup_steps=a.lr_warmup_steps, total_steps=cfg.num_steps,
-        schedule=a.lr_schedule, b1=a.adam_b1, b2=a.adam_b2, weight_decay=a.weight_decay,
-        max_grad_norm=a.max_grad_norm)
+    updates_per_step = a.epochs_per_rollout * a.minibatches_per_epoch
+    opt = lambda lr: dict(learning_rate=lr, warmup_steps=a.lr_warmup_steps * updates_per_step,
+                          total_steps=cfg.num_steps * updates_per_step, schedule=a.lr_schedule,
+                          b1=a.adam_b1, b2=a.adam_b2, weight_decay=a.weight_decay,
+                          max_grad_norm=a.max_grad_norm)
+    critic = a.critic if a.name == "ppo" else None
+    rl_tx, rl_lr = train_step.make_rl_optimizer(opt(a.learning_rate),
+                                                opt(a.critic_learning_rate) if critic else None)
+
+    def init_rl_params(warm_params, key):
+        """{"policy": warm params} (+ {"value": critic} for PPO)."""
+        params = {"policy": warm_params}
+        if critic:
+            params["value"] = value_model.init_critic(cfg.model, critic, warm_params, key)
+        return params
+
+    abstract_rl = jax.eval_shape(init_rl_params, abstract_params, jax.random.key(0))
     rl_state_sh = state_sharding(jax.eval_shape(lambda p: train_step.init_train_state(p, rl_tx),
-                                                abstract_params))
-    rl_step = train_step.make_grpo_step(
-        model, rl_tx, rl_lr, prompt_len=prompt_len, temperature=max(s.temperature, 1e-6),
-        eps_low=a.clip_eps_low, eps_high=a.clip_eps_high, kl_coef=a.kl_coef,
-        kl_estimator=a.kl_estimator, loss_agg=a.loss_agg, norm_tokens=n,
-        dual_clip_c=a.dual_clip_c, policy_loss=a.policy_loss, state_sharding=rl_state_sh,
-        metrics_sharding=repl, on_trace=counter("train_step"))
+                                                abstract_rl))
+    sharding.check_batch(rl_batch // (a.minibatches_per_epoch * a.microbatches), mesh,
+                         "algo.microbatches")
+    temperature = max(s.temperature, 1e-6)
+    rl_step = train_step.make_rl_step(
+        model, rl_tx, rl_lr, prompt_len=prompt_len, temperature=temperature,
+        eps_low=a.clip_eps_low, eps_high=a.clip_eps_high,
+        kl_coef=0.0 if a.kl_in_reward else a.kl_coef, kl_estimator=a.kl_estimator,
+        loss_agg=a.loss_agg, norm_tokens=n, dual_clip_c=a.dual_clip_c,
+        policy_loss=a.policy_loss, entropy_coef=a.entropy_coef, critic=critic,
+        value_clip=a.value_clip, vf_coef=a.vf_coef, epochs=a.epochs_per_rollout,
+        minibatches=a.minibatches_per_epoch, microbatches=a.microbatches,
+        state_sharding=rl_state_sh, metrics_sharding=repl, on_trace=counter("train_step"))
+    ppo_prepare = None
+    if critic:
+        ppo_prepare = train_step.make_ppo_prepare(
+            model, prompt_len=prompt_len, temperature=temperature, critic=critic,
+            gamma=a.gae_gamma, lam=a.gae_lambda, whiten_advantages=a.whiten_advantages,
+            kl_in_reward=a.kl_in_reward, kl_estimator=a.kl_estimator,
+            on_trace=counter("ppo_prepare"))
     sft_tx, sft_lr = train_step.make_optimizer(
         learning_rate=w.learning_rate, warmup_steps=w.lr_warmup_steps, total_steps=w.steps,
         schedule="cosine", b1=0.9, b2=0.99, weight_decay=w.weight_decay, max_grad_norm=1.0)
@@ -116,5 +148,7 @@ def build(cfg: RunConfig) -> Components:
         tokenizer=tokenizer, task=task, model=model, mesh=mesh, prompt_len=prompt_len,
         max_new_tokens=n, put=lambda x: jax.device_put(x, batch_sh), init_params=init,
         sample_train=sample_train, sample_greedy=sample_greedy, sample_eval=sample_eval,
-        new_cache=new_cache, rl_tx=rl_tx, rl_step=rl_step, sft_tx=sft_tx, sft_step=sft_step,
+        new_cache=new_cache, rl_tx=rl_tx, rl_step=rl_step, init_rl_params=init_rl_params,
+        ppo_prepare=ppo_prepare, sampled_prompts=a.sampled_prompts_per_step or a.prompts_per_step,
+        sft_tx=sft_tx, sft_step=sft_step,
         state_sharding=state_sharding, traces=traces)

@@ -70,9 +70,11 @@ class SamplingConfig:
 
 @dataclass
 class AlgoConfig:
-    """GRPO (Shao et al. 2024, arXiv:2402.03300) with DAPO's decoupled clip (arXiv:2503.14476)."""
+    """GRPO (Shao et al. 2024, arXiv:2402.03300) and its family, or PPO with a critic
+    (`name: ppo`, `adv_estimator: gae`). Every knob the frameworks disagree on is named here;
+    the README's algorithm table says what each preset sets."""
 
-    name: str = "grpo"
+    name: str = "grpo"  # grpo (group baselines, no critic) | ppo (critic + GAE)
     prompts_per_step: int = 64
     samples_per_prompt: int = 8
     learning_rate: float = 2e-4
@@ -91,6 +93,30 @@ class AlgoConfig:
     loss_agg: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm
     policy_loss: str = "clip"  # clip (token ratios) | gspo (one ratio per sequence)
     dual_clip_c: float = 0.0  # > 1 caps the loss of negative-advantage tokens at c * |A|; 0: off
+    entropy_coef: float = 0.0  # entropy bonus, aggregated like the policy loss
+    # Several updates per rollout: mu epochs, each over a fresh split into minibatches; each
+    # minibatch gradient accumulated over microbatches (same result as one big batch).
+    epochs_per_rollout: int = 1
+    minibatches_per_epoch: int = 1
+    microbatches: int = 1
+    # PPO (name: ppo)
+    critic: str = "separate"  # separate (own trunk, copied from the warm policy) | head (shared)
+    critic_learning_rate: float = 1e-4
+    critic_warmup_steps: int = 0  # first RL steps update only the critic
+    vf_coef: float = 1.0  # weight of the value loss (matters for critic=head)
+    value_clip: float = 0.2  # 0: unclipped value loss
+    gae_gamma: float = 1.0
+    gae_lambda: float = 0.95
+    whiten_advantages: bool = True
+    kl_in_reward: bool = False  # PPO-RLHF style per-token KL penalty in the reward, not the loss
+    kl_target: float = 0.0  # > 0: adaptive KL controller (with kl_in_reward) toward this KL/seq
+    kl_horizon: int = 10000
+    # DAPO (arXiv:2503.14476)
+    overlong_buffer_tokens: int = 0  # soft length penalty over the last L_cache tokens; 0: off
+    overlong_penalty_factor: float = 1.0
+    mask_truncated: bool = False  # responses cut at the budget (no EOS) leave the loss
+    dynamic_sampling: bool = False  # keep only groups with unequal rewards (static shapes)
+    sampled_prompts_per_step: int = 0  # prompts sampled per step; 0: = prompts_per_step
 
 
 @dataclass
@@ -104,6 +130,10 @@ class WarmupConfig:
     wrong_fraction: float = 0.3  # share of demonstrations whose answer is off by 1..max_offset
     wrong_max_offset: int = 10
     weight_decay: float = 0.01
+    # Reuse warm starts across runs: params go to <shared_dir>/<hash of everything that shapes
+    # them (seed, model, task, warmup, response budget)>, so a sweep over RL knobs trains each
+    # seed's warm start once. "": keep it in the run directory.
+    shared_dir: str = ""
 
 
 @dataclass
@@ -163,6 +193,17 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 
+def warmstart_key(cfg: "RunConfig") -> str:
+    """A stable name for the warm start `cfg` would train (see WarmupConfig.shared_dir)."""
+    import json
+
+    w = dataclasses.asdict(cfg.warmup)
+    w.pop("shared_dir")
+    key = {"seed": cfg.seed, "model": dataclasses.asdict(cfg.model), "warmup": w,
+           "task": dataclasses.asdict(cfg.task), "max_new_tokens": cfg.sampling.max_new_tokens}
+    return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def run_dirname(overrides: str, max_chars: int = 120) -> str:
     """A directory name for a list of overrides: deterministic (the same command resumes the same
     run), a single path component, and short enough for any filesystem (255 bytes)."""
@@ -218,10 +259,36 @@ def validate(cfg: RunConfig) -> RunConfig:
     _check(s.top_k >= 0, "sampling.top_k", "must be >= 0 (0 disables)")
     _check(0.0 < s.top_p <= 1.0, "sampling.top_p", "must be in (0, 1]")
     _check(s.max_new_tokens >= 1, "sampling.max_new_tokens", "must be >= 1")
-    _check(a.name == "grpo", "algo.name", f"unknown algorithm '{a.name}' (known: grpo)")
+    _check(a.name in ("grpo", "ppo"), "algo.name", f"unknown algorithm '{a.name}' (known: grpo, ppo)")
     _check(a.prompts_per_step >= 1, "algo.prompts_per_step", "must be >= 1")
-    _check(a.samples_per_prompt >= 2, "algo.samples_per_prompt",
+    _check(a.samples_per_prompt >= 2 or a.name == "ppo", "algo.samples_per_prompt",
            "must be >= 2: group-relative advantages need a group")
+    _check((a.name == "ppo") == (a.adv_estimator == "gae"), "algo.adv_estimator",
+           "gae goes with algo.name=ppo (it needs the critic), and ppo with gae")
+    _check(a.critic in ("separate", "head"), "algo.critic", "must be separate or head")
+    _check(a.critic_learning_rate > 0, "algo.critic_learning_rate", "must be positive")
+    _check(a.critic_warmup_steps >= 0, "algo.critic_warmup_steps", "must be >= 0")
+    _check(0.0 <= a.gae_gamma <= 1.0 and 0.0 <= a.gae_lambda <= 1.0, "algo.gae_gamma",
+           "gae_gamma and gae_lambda must be in [0, 1]")
+    _check(a.value_clip >= 0 and a.vf_coef >= 0, "algo.value_clip", "value_clip, vf_coef >= 0")
+    _check(not a.kl_in_reward or a.name == "ppo", "algo.kl_in_reward",
+           "a per-token KL reward needs GAE (algo.name=ppo); use kl_coef for the loss term")
+    _check(a.kl_target == 0.0 or (a.kl_target > 0 and a.kl_in_reward and a.kl_coef > 0),
+           "algo.kl_target", "the adaptive controller needs kl_in_reward=true and kl_coef > 0")
+    _check(a.kl_horizon >= 1, "algo.kl_horizon", "must be >= 1")
+    _check(a.entropy_coef >= 0, "algo.entropy_coef", "must be >= 0")
+    _check(min(a.epochs_per_rollout, a.minibatches_per_epoch, a.microbatches) >= 1,
+           "algo.epochs_per_rollout", "epochs, minibatches and microbatches must be >= 1")
+    _check((a.prompts_per_step * a.samples_per_prompt)
+           % (a.minibatches_per_epoch * a.microbatches) == 0, "algo.minibatches_per_epoch",
+           f"prompts_per_step x samples_per_prompt = {a.prompts_per_step * a.samples_per_prompt}"
+           " must be divisible by minibatches_per_epoch x microbatches")
+    _check(0 <= a.overlong_buffer_tokens < s.max_new_tokens, "algo.overlong_buffer_tokens",
+           f"must be in [0, sampling.max_new_tokens={s.max_new_tokens})")
+    _check(a.sampled_prompts_per_step == 0 or a.sampled_prompts_per_step >= a.prompts_per_step,
+           "algo.sampled_prompts_per_step", "must be 0 or >= algo.prompts_per_step")
+    _check(a.dynamic_sampling or a.sampled_prompts_per_step in (0, a.prompts_per_step),
+           "algo.sampled_prompts_per_step", "over-sampling needs algo.dynamic_sampling=true")
     _check(a.learning_rate > 0, "algo.learning_rate", "must be positive")
     _check(a.lr_schedule in ("constant", "cosine"), "algo.lr_schedule", "must be constant or cosine")
     _check(0 <= a.clip_eps_low < 1 and a.clip_eps_high >= 0, "algo.clip_eps_low",
@@ -231,7 +298,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     from rlvr_jax.advantages import ESTIMATORS  # local: keep config import-light
     from rlvr_jax.losses import AGGREGATIONS
 
-    _check(a.adv_estimator in ESTIMATORS, "algo.adv_estimator", f"must be one of {ESTIMATORS}")
+    _check(a.adv_estimator in ESTIMATORS + ("gae",), "algo.adv_estimator",
+           f"must be one of {ESTIMATORS + ('gae',)}")
     _check(a.loss_agg in AGGREGATIONS, "algo.loss_agg", f"must be one of {AGGREGATIONS}")
     _check(a.kl_estimator in ("k1", "k2", "k3"), "algo.kl_estimator", "must be k1, k2 or k3")
     _check(a.policy_loss in ("clip", "gspo"), "algo.policy_loss", "must be clip or gspo")

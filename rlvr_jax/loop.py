@@ -16,11 +16,13 @@ import time
 import jax
 import numpy as np
 
-from rlvr_jax import advantages, batching, components, evaluation, rewards, train_step, warmstart
+from rlvr_jax import (advantages, batching, components, dynamic_sampling, evaluation, rewards,
+                      train_step, warmstart)
 from rlvr_jax.checkpoint import Checkpointer, abstract_like
-from rlvr_jax.config import RunConfig, as_dict
+from rlvr_jax.config import RunConfig, as_dict, warmstart_key
 from rlvr_jax.tasks.arithmetic import repeat_each, verify_all
 from rlvr_jax.tracking import Tracker
+from rlvr_jax.dynamic_sampling import Groups
 from rlvr_jax.types import LoopState
 
 SUMMARY_KEYS = ("eval/sampled_accuracy_start", "eval/sampled_accuracy_end",
@@ -84,9 +86,10 @@ def _start_or_resume(c, cfg: RunConfig, ckpt: Checkpointer, tracker: Tracker):
         with open(eval_path, "w") as f:
             json.dump(eval_start, f)
     tracker.log(0, {f"eval/{k}": v for k, v in eval_start.items()})
-    state = train_step.init_train_state(warm, c.rl_tx)
+    state = train_step.init_train_state(c.init_rl_params(warm, jax.random.fold_in(base_key, 4)),
+                                        c.rl_tx)
     state = jax.device_put(state, c.state_sharding(state))
-    loop = LoopState(0, 0, np.asarray(jax.random.key_data(base_key)))
+    loop = LoopState(0, 0, np.asarray(jax.random.key_data(base_key)), cfg.algo.kl_coef, None)
     wall_before = 0.0
     latest = ckpt.latest_step()
     if latest is not None:
@@ -110,7 +113,9 @@ def run(cfg: RunConfig) -> dict:
     os.makedirs(cfg.run_dir, exist_ok=True)
     c = components.build(cfg)
     a, P, G = cfg.algo, cfg.algo.prompts_per_step, cfg.algo.samples_per_prompt
-    ckpt = Checkpointer(cfg.run_dir, cfg.checkpoint.every_steps, cfg.checkpoint.max_to_keep)
+    shared = cfg.warmup.shared_dir
+    ckpt = Checkpointer(cfg.run_dir, cfg.checkpoint.every_steps, cfg.checkpoint.max_to_keep,
+                        os.path.join(shared, warmstart_key(cfg)) if shared else None)
     tracker = Tracker(cfg.run_dir, mode=cfg.logger.mode, project=cfg.logger.project,
                       entity=cfg.logger.entity, name=cfg.name, config=as_dict(cfg),
                       total_steps=cfg.num_steps, progress_bar=cfg.logger.progress_bar)
@@ -121,39 +126,39 @@ def run(cfg: RunConfig) -> dict:
     tracker.start_at(loop.step)
     base_key = jax.random.wrap_key_data(loop.rng_key)
     rl_key, eval_key = jax.random.fold_in(base_key, 3), jax.random.fold_in(base_key, 2)
-    cache = c.new_cache(P * G)
+    update_key = jax.random.fold_in(base_key, 5)
+    cache = c.new_cache(c.sampled_prompts * G)
 
     last = cfg.num_steps if not cfg.stop_after_steps else min(cfg.num_steps,
                                                                 loop.step + cfg.stop_after_steps)
     for step in range(loop.step, last):
         t0 = time.perf_counter()
-        problems_P = c.task.train_batch(cfg.seed, step, P)
-        problems_PG = list(repeat_each(problems_P, G))
-        prompt_B_P, pmask_B_P = (c.put(np.repeat(x, G, axis=0)) for x in batching.encode_prompts(
-            c.tokenizer, [c.task.prompt(p) for p in problems_P], c.prompt_len))  # P_G order
-        cache, rollout = c.sample_train(state.params, cache, prompt_B_P, pmask_B_P,
-                                        jax.random.fold_in(rl_key, step))               # jit
-        tokens_B_N, mask_B_N = jax.device_get((rollout.tokens_B_N, rollout.mask_B_N))
+        problems, prompt_B_P, pmask_B_P = _prompts(c, cfg, step)                          # host
+        cache, rollout = c.sample_train(state.params["policy"], cache, c.put(prompt_B_P),
+                                        c.put(pmask_B_P), jax.random.fold_in(rl_key, step))  # jit
+        rollout = jax.device_get(rollout)
         t1 = time.perf_counter()
-        verdicts_PG = verify_all(c.task, problems_PG,
-                                 batching.decode_responses(c.tokenizer, tokens_B_N, mask_B_N))
+        verdicts = verify_all(c.task, list(repeat_each(problems, G)), batching.decode_responses(
+            c.tokenizer, rollout.tokens_B_N, rollout.mask_B_N))                         # host
         t2 = time.perf_counter()
-        rewards_P_G = rewards.from_verdicts(verdicts_PG, cfg.verifier.reward_scheme).reshape(P, G)
-        adv_P_G = advantages.from_rewards(rewards_P_G, a.adv_estimator, a.adv_eps)
-        batch = c.put(batching.train_batch(prompt_B_P, pmask_B_P, rollout, adv_P_G.reshape(-1)))
-        state, metrics = c.rl_step(state, ref_params, batch)                            # jit
+        fresh = _score(c, cfg, verdicts, prompt_B_P, pmask_B_P, rollout)   # rewards, DAPO shaping
+        groups, carry, n_real, ds_row = _select(cfg, loop.carry, fresh)    # dynamic sampling
+        batch, adv_row = _advantages(c, cfg, state, ref_params, groups, n_real, loop.kl_coef)
+        state, metrics = c.rl_step(state, ref_params, batch, jax.random.fold_in(update_key, step),
+                                   float(step >= a.critic_warmup_steps))                # jit
         metrics = jax.device_get(metrics)  # the one device-to-host copy of the update
         t3 = time.perf_counter()
+        kl_coef = _next_kl_coef(cfg, loop.kl_coef, adv_row)
         row = {f"train/{k}": float(v) for k, v in metrics.items()} | rewards.summary(
-            verdicts_PG, rewards_P_G) | _timing(t0, t1, t2, t3, mask_B_N) | {
-            f"compiles/{k}": v for k, v in c.traces.items()}
+            verdicts, fresh.rewards_K_G) | _timing(t0, t1, t2, t3, rollout.mask_B_N) | ds_row | {
+            f"compiles/{k}": v for k, v in c.traces.items()} | adv_row | {"train/kl_coef": kl_coef}
         tracker.log(step + 1, row)
         tracker.advance({"acc": row["reward/accuracy"], "kl": row["train/approx_kl_old"]})
-        loop = LoopState(step + 1, (step + 1) * P, loop.rng_key)
+        loop = LoopState(step + 1, (step + 1) * c.sampled_prompts, loop.rng_key, kl_coef, carry)
         if ckpt.maybe_save(step + 1, state, loop, force=step + 1 == last):
             _write_wall(cfg.run_dir, wall_before + time.perf_counter() - t_start)
         if cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0:
-            mid = evaluate(c, cfg, state.params, eval_key)
+            mid = evaluate(c, cfg, state.params["policy"], eval_key)
             tracker.log(step + 1, {f"eval/{k}": v for k, v in mid.items()})
 
     if last < cfg.num_steps:
@@ -162,7 +167,7 @@ def run(cfg: RunConfig) -> dict:
         tracker.write(f"stopping after step {last} (stop_after_steps); rerun to resume")
         tracker.close()
         return {"stopped_at_step": last}
-    eval_end = evaluate(c, cfg, state.params, eval_key)
+    eval_end = evaluate(c, cfg, state.params["policy"], eval_key)
     tracker.log(cfg.num_steps, {f"eval/{k}": v for k, v in eval_end.items()})
     ckpt.close()
     wall = wall_before + time.perf_counter() - t_start
@@ -182,6 +187,66 @@ def run(cfg: RunConfig) -> dict:
     tracker.write(format_table(summary, cfg))
     tracker.close()
     return summary
+
+
+def _prompts(c, cfg: RunConfig, step: int):
+    """This step's problems and their prompts (host arrays), each repeated G times (P_G)."""
+    problems = c.task.train_batch(cfg.seed, step, c.sampled_prompts)
+    g = cfg.algo.samples_per_prompt
+    prompt, mask = batching.encode_prompts(c.tokenizer, [c.task.prompt(p) for p in problems],
+                                           c.prompt_len)
+    return problems, np.repeat(prompt, g, axis=0), np.repeat(mask, g, axis=0)
+
+
+def _score(c, cfg: RunConfig, verdicts, prompt_B_P, pmask_B_P, rollout) -> Groups:
+    """Rewards from the verdicts' table, plus DAPO's overlong shaping; truncated responses
+    leave the loss mask if asked. Returns the rollout as groups (host)."""
+    a, n = cfg.algo, c.max_new_tokens
+    rewards_B = rewards.from_verdicts(verdicts, cfg.verifier.reward_scheme)
+    cut_B = batching.truncated(rollout.tokens_B_N, rollout.mask_B_N, c.tokenizer.eos_token_id)
+    if a.overlong_buffer_tokens:
+        lengths_B = rollout.mask_B_N.sum(axis=1) + cut_B  # a cut response counts as > budget
+        rewards_B = rewards_B + np.asarray(advantages.overlong_penalty(
+            lengths_B, n, a.overlong_buffer_tokens, a.overlong_penalty_factor))
+    loss_mask_B_N = rollout.mask_B_N * (~cut_B[:, None] if a.mask_truncated else 1.0)
+    return batching.groups_from_rollout(prompt_B_P, pmask_B_P, rollout.tokens_B_N,
+                                        rollout.logp_B_N, rollout.mask_B_N, loss_mask_B_N,
+                                        rewards_B, a.samples_per_prompt)
+
+
+def _select(cfg: RunConfig, carry, fresh: Groups):
+    """(update groups, next carry, number of real groups, stats). Identity without dynamic
+    sampling; see rlvr_jax/dynamic_sampling.py."""
+    a = cfg.algo
+    if not a.dynamic_sampling:
+        return fresh, None, fresh.num, {}
+    groups, carry, stats = dynamic_sampling.select(carry, fresh, a.prompts_per_step,
+                                                   a.prompts_per_step)
+    return groups, carry, int(stats["dynamic/real_groups"]), stats
+
+
+def _advantages(c, cfg: RunConfig, state, ref_params, groups: Groups, n_real: int,
+                kl_coef: float):
+    """Device TrainBatch with advantages: a group estimator over the real groups (host), or
+    the critic + GAE (jit) for PPO. Padding groups get advantage 0 (and have no loss mask)."""
+    a = cfg.algo
+    if c.ppo_prepare is None:
+        adv_K_G = np.zeros_like(groups.rewards_K_G)
+        if n_real:
+            adv_K_G[:n_real] = np.asarray(advantages.from_rewards(
+                groups.rewards_K_G[:n_real], a.adv_estimator, a.adv_eps))
+        return c.put(batching.train_batch(groups, adv_K_G.reshape(-1))), {}
+    batch, metrics = c.ppo_prepare(state.params, ref_params, c.put(batching.train_batch(groups)),
+                                   c.put(groups.rewards_K_G.reshape(-1)), np.float32(kl_coef))
+    return batch, {f"ppo/{k}": float(v) for k, v in jax.device_get(metrics).items()}
+
+
+def _next_kl_coef(cfg: RunConfig, kl_coef: float, adv_row: dict) -> float:
+    a = cfg.algo
+    if a.kl_target <= 0:
+        return kl_coef
+    return advantages.adaptive_kl_coef(kl_coef, adv_row["ppo/kl_ref_per_seq"], a.kl_target,
+                                       a.kl_horizon)
 
 
 def _timing(t0: float, t1: float, t2: float, t3: float, mask_B_N: np.ndarray) -> dict:

@@ -6,6 +6,8 @@ loss. Log-probs are natural logs of the sampled tokens.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
@@ -51,7 +53,22 @@ AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                 "seq-mean-token-sum-norm")
 
 
-def aggregate(x_B_N: jax.Array, mask_B_N: jax.Array, mode: str, norm_tokens: int = 0) -> jax.Array:
+class Counts(NamedTuple):
+    """Denominators of a loss, counted on the whole (mini)batch. A microbatch's loss divides its
+    own sums by these, so the microbatch losses (and gradients) add up to the full-batch ones."""
+
+    num_tokens: jax.Array  # valid tokens (at least 1)
+    num_seqs: jax.Array  # sequences with at least one valid token (at least 1)
+
+
+def counts(mask_B_N: jax.Array) -> Counts:
+    m = mask_B_N.astype(jnp.float32)
+    return Counts(jnp.maximum(jnp.sum(m), 1.0),
+                  jnp.maximum(jnp.sum((jnp.sum(m, axis=1) > 0).astype(jnp.float32)), 1.0))
+
+
+def aggregate(x_B_N: jax.Array, mask_B_N: jax.Array, mode: str, norm_tokens: int = 0,
+              total: Counts | None = None) -> jax.Array:
     """Reduce a per-token loss to a scalar. The choice sets how much each token weighs
     (B sequences, n_b valid tokens in sequence b, L = `norm_tokens`):
 
@@ -63,22 +80,22 @@ def aggregate(x_B_N: jax.Array, mask_B_N: jax.Array, mode: str, norm_tokens: int
         seq-mean-token-sum-norm  sum_{b,t} x / (B * L)       Dr. GRPO (arXiv:2503.20783): a
                                                              constant divisor, no length bias
 
-    Sequences with no valid token count as absent (they are padding groups)."""
+    Sequences with no valid token count as absent (padding groups, masked truncations). `total`
+    replaces the batch's own counts (`counts(mask_B_N)`) by those of a larger batch this one is
+    a microbatch of."""
     m = mask_B_N.astype(jnp.float32)
+    total = counts(m) if total is None else total
     per_seq_sum_B = jnp.sum(x_B_N * m, axis=1)
-    n_B = jnp.sum(m, axis=1)
-    present_B = (n_B > 0).astype(jnp.float32)
-    num_seqs = jnp.maximum(jnp.sum(present_B), 1.0)
     if mode == "token-mean":
-        return masked_mean(x_B_N, m)
+        return jnp.sum(per_seq_sum_B) / total.num_tokens
     if mode == "seq-mean-token-mean":
-        return jnp.sum(per_seq_sum_B / jnp.maximum(n_B, 1.0)) / num_seqs
+        return jnp.sum(per_seq_sum_B / jnp.maximum(jnp.sum(m, axis=1), 1.0)) / total.num_seqs
     if mode == "seq-mean-token-sum":
-        return jnp.sum(per_seq_sum_B) / num_seqs
+        return jnp.sum(per_seq_sum_B) / total.num_seqs
     if mode == "seq-mean-token-sum-norm":
         if norm_tokens <= 0:
             raise ValueError("seq-mean-token-sum-norm needs norm_tokens > 0 (e.g. max_new_tokens)")
-        return jnp.sum(per_seq_sum_B) / (num_seqs * norm_tokens)
+        return jnp.sum(per_seq_sum_B) / (total.num_seqs * norm_tokens)
     raise ValueError(f"unknown aggregation {mode!r} (known: {', '.join(AGGREGATIONS)})")
 
 
@@ -133,52 +150,59 @@ def gspo_surrogate(logp_B_N: jax.Array, old_logp_B_N: jax.Array, adv_B: jax.Arra
 
 
 def grpo_loss(logp_B_N: jax.Array, old_logp_B_N: jax.Array, ref_logp_B_N: jax.Array | None,
-              advantages_B: jax.Array, mask_B_N: jax.Array, entropy_B_N: jax.Array, *,
+              advantages_B_N: jax.Array, mask_B_N: jax.Array, entropy_B_N: jax.Array, *,
               eps_low: float, eps_high: float, kl_coef: float, kl_estimator: str = "k3",
               loss_agg: str = "token-mean", norm_tokens: int = 0, dual_clip_c: float = 0.0,
-              policy_loss: str = "clip") -> tuple[jax.Array, dict]:
-    """GRPO objective (arXiv:2402.03300 eq. 3), with the field's variants as named options:
+              policy_loss: str = "clip", entropy_coef: float = 0.0,
+              total: Counts | None = None) -> tuple[jax.Array, dict]:
+    """The policy objective of GRPO (arXiv:2402.03300 eq. 3) and PPO, with the field's variants
+    as named options:
 
-        loss = agg_{b,t}( L_clip[b,t] + beta * KL_k[b,t] )
+        loss = agg_{b,t}( L_clip[b,t] + beta * KL_k[b,t] - c_H * H[b,t] )
 
-    `policy_loss="clip"`: token ratios with decoupled clip (and dual-clip if `dual_clip_c > 0`),
-    aggregated by `loss_agg` (see `aggregate`). `policy_loss="gspo"`: one clipped ratio per
-    sequence (GSPO), averaged over sequences. The KL term uses `kl_estimator` (k1/k2/k3) and the
+    `advantages_B_N` is per token: an outcome advantage broadcast over its response (GRPO
+    family) or a GAE advantage (PPO). `policy_loss="clip"`: token ratios with decoupled clip
+    (and dual-clip if `dual_clip_c > 0`), aggregated by `loss_agg` (see `aggregate`).
+    `policy_loss="gspo"`: one clipped ratio per sequence with the sequence's mean advantage,
+    averaged over sequences. The KL term (`kl_estimator` k1/k2/k3) and the entropy bonus use the
     same aggregation. `ref_logp_B_N` may be None only when `kl_coef == 0` (the reference forward
-    is skipped).
+    is skipped). `total`: the counts of the full batch when this is a microbatch; every metric
+    is then this microbatch's share, so metrics sum over microbatches (except `*_max`: max).
     """
-    assert logp_B_N.ndim == 2 and advantages_B.ndim == 1
-    agg = lambda x_B_N: aggregate(x_B_N, mask_B_N, loss_agg, norm_tokens)
+    assert logp_B_N.ndim == 2 and advantages_B_N.shape == logp_B_N.shape
+    total = counts(mask_B_N) if total is None else total
+    agg = lambda x_B_N: aggregate(x_B_N, mask_B_N, loss_agg, norm_tokens, total)
+    tok_mean = lambda x_B_N: aggregate(x_B_N, mask_B_N, "token-mean", total=total)
+    seq_mean = lambda x_B: aggregate(jnp.broadcast_to(x_B[:, None], mask_B_N.shape), mask_B_N,
+                                     "seq-mean-token-mean", total=total)
+    ratio_B_N = jnp.exp(logp_B_N - old_logp_B_N)
     if policy_loss == "clip":
-        adv_B_N = jnp.broadcast_to(advantages_B[:, None], logp_B_N.shape)
-        pg_B_N, ind = clipped_surrogate(logp_B_N, old_logp_B_N, adv_B_N, eps_low, eps_high,
-                                        dual_clip_c)
+        pg_B_N, ind = clipped_surrogate(logp_B_N, old_logp_B_N, advantages_B_N, eps_low,
+                                        eps_high, dual_clip_c)
         pg_loss = agg(pg_B_N)
-        clip_metrics = {k: masked_mean(ind[k], mask_B_N)
-                        for k in ("clip_low", "clip_high", "clip_dual")}
+        clip_metrics = {k: tok_mean(ind[k]) for k in ("clip_low", "clip_high", "clip_dual")}
     elif policy_loss == "gspo":
-        pg_B, ind = gspo_surrogate(logp_B_N, old_logp_B_N, advantages_B, mask_B_N, eps_low,
-                                   eps_high)
-        # A per-sequence value broadcast over its tokens: seq-mean-token-mean is then the mean
-        # over (non-empty) sequences.
-        seq_mean = lambda x_B: aggregate(jnp.broadcast_to(x_B[:, None], mask_B_N.shape), mask_B_N,
-                                         "seq-mean-token-mean")
+        m = mask_B_N.astype(jnp.float32)
+        adv_B = jnp.sum(advantages_B_N * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
+        pg_B, ind = gspo_surrogate(logp_B_N, old_logp_B_N, adv_B, mask_B_N, eps_low, eps_high)
         pg_loss = seq_mean(pg_B)
         clip_metrics = {"clip_low": seq_mean(ind["clip_low"]),
                         "clip_high": seq_mean(ind["clip_high"])}
-        ind = dict(ind, ratio=jnp.exp(logp_B_N - old_logp_B_N))
     else:
         raise ValueError(f"unknown policy loss {policy_loss!r} (known: clip, gspo)")
+    entropy = tok_mean(entropy_B_N)
     metrics = {
         "pg_loss": pg_loss,
         **{f"{k.replace('clip_', 'clip_frac_')}": v for k, v in clip_metrics.items()},
-        "ratio_mean": masked_mean(ind["ratio"], mask_B_N),
-        "ratio_max": jnp.max(jnp.where(mask_B_N > 0, ind["ratio"], 0.0)),
-        "entropy": masked_mean(entropy_B_N, mask_B_N),
+        "ratio_mean": tok_mean(ratio_B_N),
+        "ratio_max": jnp.max(jnp.where(mask_B_N > 0, ratio_B_N, 0.0)),
+        "entropy": entropy,
         # k1 = old_logp - logp: a sample estimate of KL(old || new), to watch policy drift.
-        "approx_kl_old": masked_mean(old_logp_B_N - logp_B_N, mask_B_N),
+        "approx_kl_old": tok_mean(old_logp_B_N - logp_B_N),
     }
     loss = pg_loss
+    if entropy_coef > 0.0:
+        loss = loss - entropy_coef * agg(entropy_B_N)
     if kl_coef > 0.0:
         if ref_logp_B_N is None:
             raise ValueError("kl_coef > 0 needs reference log-probs")
@@ -187,6 +211,30 @@ def grpo_loss(logp_B_N: jax.Array, old_logp_B_N: jax.Array, ref_logp_B_N: jax.Ar
         metrics["kl_ref"] = kl
     metrics["loss"] = loss
     return loss, metrics
+
+
+def value_loss(values_B_N: jax.Array, old_values_B_N: jax.Array, returns_B_N: jax.Array,
+               mask_B_N: jax.Array, clip: float,
+               total: Counts | None = None) -> tuple[jax.Array, dict]:
+    """PPO's clipped value loss (Schulman et al. 2017, arXiv:1707.06347; the clipping as in
+    OpenAI baselines), token-mean over valid tokens:
+
+        V_clip = V_old + clip(V - V_old, -c, c)
+        L_V    = 1/2 * max((V - R)^2, (V_clip - R)^2)
+
+    `clip <= 0` turns the clipping off. Returns (loss, metrics); `total` as in `grpo_loss`."""
+    err_B_N = jnp.square(values_B_N - returns_B_N)
+    if clip > 0.0:
+        v_clip_B_N = old_values_B_N + jnp.clip(values_B_N - old_values_B_N, -clip, clip)
+        err_clip_B_N = jnp.square(v_clip_B_N - returns_B_N)
+        clipped_B_N = (err_clip_B_N > err_B_N).astype(jnp.float32)
+        err_B_N = jnp.maximum(err_B_N, err_clip_B_N)
+    else:
+        clipped_B_N = jnp.zeros_like(err_B_N)
+    tok_mean = lambda x: aggregate(x, mask_B_N, "token-mean", total=total)
+    loss = 0.5 * tok_mean(err_B_N)
+    return loss, {"value_loss": loss, "value_clip_frac": tok_mean(clipped_B_N),
+                  "value_mean": tok_mean(values_B_N)}
 
 
 def sft_loss(logp_B_N: jax.Array, mask_B_N: jax.Array) -> tuple[jax.Array, dict]:

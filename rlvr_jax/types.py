@@ -43,7 +43,9 @@ class TrainBatch(NamedTuple):
     input_mask_B_T: Any  # float32 1 for real (non-pad) tokens; attention keys and positions
     response_mask_B_N: Any  # float32 1 for response tokens that enter the loss
     old_logp_B_N: Any  # float32 sampler log-probs (the behaviour policy)
-    advantages_B: Any  # float32 one advantage per sequence (outcome reward)
+    advantages_B_N: Any  # float32 per token: an outcome advantage broadcast, or GAE
+    returns_B_N: Any = None  # float32 value targets (PPO only)
+    old_values_B_N: Any = None  # float32 critic values at sampling time (PPO only)
 
 
 class SFTBatch(NamedTuple):
@@ -66,3 +68,5 @@ class LoopState(NamedTuple):
     step: int  # RL steps completed
     problems_consumed: int  # position in the training problem stream
     rng_key: np.ndarray  # uint32 key data of the run's base PRNG key
+    kl_coef: float = 0.0  # current KL coefficient (moves under the adaptive controller)
+    carry: Any = None  # dynamic sampling: informative groups kept for the next step (Groups)

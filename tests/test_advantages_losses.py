@@ -44,7 +44,7 @@ def test_grpo_loss_hand_computed():
     #   seq 1 (A=-2): r=0.5 -> max(1.0, 1.6) = 1.6 (clip low);  r=1.5 -> max(3.0, 2.56) = 3.0
     # token mean over 5 valid tokens: (-1 - 1.28 - 0.5 + 1.6 + 3.0) / 5 = 0.364
     loss, m = jax.jit(lambda *a: losses.grpo_loss(*a, eps_low=0.2, eps_high=0.28, kl_coef=0.0))(
-        logp, old, None, adv, mask, jnp.zeros_like(logp))
+        logp, old, None, adv[:, None] * mask, mask, jnp.zeros_like(logp))
     np.testing.assert_allclose(float(loss), 0.364, rtol=1e-5)
     np.testing.assert_allclose(float(m["clip_frac_low"]), 0.2, rtol=1e-6)
     np.testing.assert_allclose(float(m["clip_frac_high"]), 0.2, rtol=1e-6)
@@ -53,7 +53,7 @@ def test_grpo_loss_hand_computed():
 
     # With beta = 0.1 and log pi_ref - log pi = log 2 on every token: k3 = 2 - ln 2 - 1.
     ref = logp + jnp.log(2.0)
-    loss_kl, m = losses.grpo_loss(logp, old, ref, adv, mask, jnp.zeros_like(logp),
+    loss_kl, m = losses.grpo_loss(logp, old, ref, adv[:, None] * mask, mask, jnp.zeros_like(logp),
                                   eps_low=0.2, eps_high=0.28, kl_coef=0.1)
     k3 = 2.0 - np.log(2.0) - 1.0
     np.testing.assert_allclose(float(m["kl_ref"]), k3, rtol=1e-5)
@@ -63,7 +63,8 @@ def test_grpo_loss_hand_computed():
 def test_on_policy_gradient_is_reinforce():
     """At ratio 1 the gradient w.r.t. each token's log-prob is -A / (number of valid tokens)."""
     logp, _, adv, mask = _loss_inputs()
-    grad = jax.grad(lambda lp: losses.grpo_loss(lp, jax.lax.stop_gradient(lp), None, adv, mask,
+    grad = jax.grad(lambda lp: losses.grpo_loss(lp, jax.lax.stop_gradient(lp), None,
+                                                adv[:, None] * mask, mask,
                                                 jnp.zeros_like(lp), eps_low=0.2, eps_high=0.28,
                                                 kl_coef=0.0)[0])(logp)
     want = -np.asarray(adv)[:, None] * np.asarray(mask) / 5.0

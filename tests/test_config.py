@@ -67,10 +67,34 @@ def test_wrong_type_is_rejected_with_its_name():
     ("algo.kl_estimator=k4", "algo.kl_estimator"),
     ("algo.policy_loss=dpo", "algo.policy_loss"),
     ("algo.dual_clip_c=0.5", "algo.dual_clip_c"),
+    ("algo.adv_estimator=gae", "algo.adv_estimator"),  # GAE needs the critic (algo=ppo)
+    ("algo.kl_in_reward=true", "algo.kl_in_reward"),  # only with GAE
+    ("algo.sampled_prompts_per_step=96", "algo.sampled_prompts_per_step"),  # needs dynamic
+    ("algo.minibatches_per_epoch=3", "algo.minibatches_per_epoch"),  # 512 rows into 3
+    ("algo.overlong_buffer_tokens=5", "algo.overlong_buffer_tokens"),  # >= max_new_tokens
+    ("algo.epochs_per_rollout=0", "algo.epochs_per_rollout"),
 ])
 def test_bad_value_names_the_key(override, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):
         run_config([override])
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (["algo=ppo", "algo.kl_target=0.1"], "algo.kl_target"),  # adaptive needs kl_in_reward
+    (["algo=ppo", "algo.critic=shared"], "algo.critic"),
+])
+def test_bad_ppo_values_name_the_key(overrides, key):
+    with pytest.raises(ConfigError, match=f"'{key}'"):
+        run_config(overrides)
+
+
+def test_warmstart_key_ignores_rl_knobs_but_not_the_seed():
+    from rlvr_jax.config import warmstart_key
+
+    base = warmstart_key(run_config([]))
+    assert warmstart_key(run_config(["algo.learning_rate=0.1", "algo=ppo"])) == base
+    assert warmstart_key(run_config(["seed=1"])) != base
+    assert warmstart_key(run_config(["warmup.steps=5"])) != base
 
 
 def test_run_dirname_is_short_flat_and_deterministic():

@@ -8,6 +8,7 @@ import sys
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
 
 from rlvr_jax import loop
 from tests.helpers import TINY, run_config
@@ -50,17 +51,26 @@ def test_entry_point_two_steps_changes_params(tmp_path):
 
     warm = _restore(str(run_dir / "warmstart"))
     final = _restore(str(run_dir / "checkpoints" / "2" / "state"))
-    final_params = final["params"] if isinstance(final, dict) else final[1]
+    final_params = (final["params"] if isinstance(final, dict) else final[1])["policy"]
     diffs = jax.tree.map(lambda a, b: float(np.abs(np.asarray(a) - np.asarray(b)).max()),
                          warm, final_params)
     assert max(jax.tree.leaves(diffs)) > 0, "two RL steps left every parameter unchanged"
     assert "RESUMING" not in proc.stdout + proc.stderr
 
 
-def test_resume_is_exact(tmp_path):
+# The loop state beyond params: PPO's critic, optimizer and adaptive KL coefficient; DAPO's
+# carried-over groups (dynamic sampling) must all survive a restart.
+PPO = ["algo=ppo", "algo.kl_in_reward=true", "algo.kl_coef=0.05", "algo.kl_target=0.5",
+       "algo.critic_warmup_steps=1"]
+DAPO = ["algo.dynamic_sampling=true", "algo.sampled_prompts_per_step=8",
+        "algo.overlong_buffer_tokens=1", "algo.mask_truncated=true"]
+
+
+@pytest.mark.parametrize("extra", [[], PPO, DAPO], ids=["grpo", "ppo", "dapo"])
+def test_resume_is_exact(tmp_path, extra):
     """4 steps in one go == 2 steps, a restart, and 2 more (bitwise on CPU)."""
     overrides = ["+experiment=math_grpo", "num_steps=4", "verifier.reward_scheme=format_penalty",
-                 *TINY]
+                 *TINY, *extra]
     once = loop.run(run_config(overrides, tmp_path / "once"))
     twice_dir = tmp_path / "twice"
     first = loop.run(run_config(overrides + ["stop_after_steps=2"], twice_dir))
@@ -72,7 +82,16 @@ def test_resume_is_exact(tmp_path):
     b = _restore(str(twice_dir / "checkpoints" / "4" / "state"))
     jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
     rows = [json.loads(line) for line in (twice_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows if "reward/mean" in r] == [1, 2, 3, 4]
+    steps = [r for r in rows if "reward/mean" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    once_rows = [json.loads(line) for line in (tmp_path / "once" / "metrics.jsonl").read_text()
+                 .splitlines()]
+    once_steps = [r for r in once_rows if "reward/mean" in r]
+    for key in ("train/loss", "train/kl_coef", "reward/mean"):
+        assert [r[key] for r in steps] == [r[key] for r in once_steps], key
+    if extra is DAPO:
+        assert any(r["dynamic/carried_in"] > 0 for r in steps[2:]), "no carry crossed the restart"
+        assert all(r["compiles/train_step"] == 1 for r in steps)
 
 
 def test_multirun_sweeps_the_learning_rate(tmp_path):

@@ -128,14 +128,14 @@ def test_grpo_loss_options_compose_the_pieces():
     mask = jnp.asarray((np.arange(5)[None] < np.array([[5], [3], [1], [4]])), jnp.float32)
     common = dict(eps_low=0.2, eps_high=0.28, kl_coef=0.05, norm_tokens=5)
     for agg in losses.AGGREGATIONS:
-        loss, m = losses.grpo_loss(logp, old, ref, adv, mask, jnp.zeros_like(logp), loss_agg=agg,
+        loss, m = losses.grpo_loss(logp, old, ref, adv[:, None] * mask, mask, jnp.zeros_like(logp), loss_agg=agg,
                                    kl_estimator="k2", dual_clip_c=3.0, **common)
         pg, _ = losses.clipped_surrogate(logp, old, jnp.broadcast_to(adv[:, None], logp.shape),
                                          0.2, 0.28, 3.0)
         want = (losses.aggregate(pg, mask, agg, 5)
                 + 0.05 * losses.aggregate(losses.kl_estimate(logp, ref, "k2"), mask, agg, 5))
         np.testing.assert_allclose(float(loss), float(want), rtol=1e-6, err_msg=agg)
-    loss, m = losses.grpo_loss(logp, old, None, adv, mask, jnp.zeros_like(logp),
+    loss, m = losses.grpo_loss(logp, old, None, adv[:, None] * mask, mask, jnp.zeros_like(logp),
                                policy_loss="gspo", eps_low=3e-4, eps_high=4e-4, kl_coef=0.0)
     per_seq, _ = losses.gspo_surrogate(logp, old, adv, mask, 3e-4, 4e-4)
     np.testing.assert_allclose(float(loss), float(jnp.mean(per_seq)), rtol=1e-6)

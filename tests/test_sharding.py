@@ -1,4 +1,5 @@
-"""The jitted GRPO step gives the same update on 1 device, 8-way data and 8-way FSDP meshes."""
+"""The jitted RL step (GRPO options, PPO with either critic layout, several minibatch updates)
+gives the same update on 1 device, 8-way data and 2x4 data/FSDP meshes."""
 
 import jax
 import jax.numpy as jnp
@@ -8,6 +9,7 @@ import pytest
 
 from rlvr_jax import sharding, train_step
 from rlvr_jax.config import ModelConfig
+from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder, init_params
 from rlvr_jax.types import TrainBatch
 
@@ -21,7 +23,9 @@ def _batch(b=16, p=4, n=3, vocab=20):
     resp_mask[::3, -1] = 0
     return TrainBatch(tokens, input_mask, resp_mask,
                       -rng.uniform(0.5, 3.0, size=(b, n)).astype(np.float32),
-                      rng.normal(size=(b,)).astype(np.float32))
+                      rng.normal(size=(b, n)).astype(np.float32) * resp_mask,
+                      rng.normal(size=(b, n)).astype(np.float32) * resp_mask,
+                      rng.normal(scale=0.1, size=(b, n)).astype(np.float32) * resp_mask)
 
 
 def _one_step(mesh, kl_coef, **loss_options):
@@ -32,16 +36,22 @@ def _one_step(mesh, kl_coef, **loss_options):
     lr = optax.constant_schedule(0.1)
     tx = optax.sgd(lr)
     params = init_params(model, jax.random.key(0))
-    state = train_step.init_train_state(params, tx)
+    rl_params = {"policy": params}
+    if loss_options.get("critic"):
+        rl_params["value"] = value_model.init_critic(cfg, loss_options["critic"], params,
+                                                     jax.random.key(1))
+        # A non-zero head, so the value loss reaches the trunk.
+        rl_params["value"]["head"] = jax.tree.map(lambda x: x + 0.05, rl_params["value"]["head"])
+    state = train_step.init_train_state(rl_params, tx)
     state_sh = sharding.state_shardings(state, mesh)
     state = jax.device_put(state, state_sh)
     ref = jax.device_put(params, sharding.state_shardings(params, mesh))
-    step = train_step.make_grpo_step(model, tx, lr, prompt_len=4, temperature=1.0, eps_low=0.2,
-                                      eps_high=0.28, kl_coef=kl_coef, state_sharding=state_sh,
-                                      metrics_sharding=sharding.replicated(mesh), norm_tokens=3,
-                                      **loss_options)
+    step = train_step.make_rl_step(model, tx, lr, prompt_len=4, temperature=1.0, eps_low=0.2,
+                                    eps_high=0.28, kl_coef=kl_coef, state_sharding=state_sh,
+                                    metrics_sharding=sharding.replicated(mesh), norm_tokens=3,
+                                    **loss_options)
     batch = jax.device_put(_batch(), sharding.batch_sharding(mesh))
-    new_state, metrics = step(state, ref, batch)
+    new_state, metrics = step(state, ref, batch, jax.random.key(7), 1.0)
     return new_state, metrics
 
 
@@ -50,6 +60,8 @@ def _one_step(mesh, kl_coef, **loss_options):
     (0.1, {}),
     (0.1, dict(kl_estimator="k2", loss_agg="seq-mean-token-sum-norm", dual_clip_c=3.0)),
     (0.0, dict(policy_loss="gspo", loss_agg="seq-mean-token-mean")),
+    (0.0, dict(critic="separate", entropy_coef=0.01)),
+    (0.0, dict(critic="head", epochs=2, minibatches=2, microbatches=2)),
 ])
 def test_step_is_the_same_on_1_and_8_devices(kl_coef, options):
     assert jax.device_count() == 8, "conftest sets 8 fake CPU devices"

@@ -163,7 +163,9 @@ class Decoder(nn.Module):
 
     @nn.compact
     def __call__(self, tokens_B_T, input_mask_B_T, positions_B_T=None,
-                 cache: Optional[KVCache] = None, cache_index=0):
+                 cache: Optional[KVCache] = None, cache_index=0, output: str = "logits"):
+        """`output`: "logits" (float32 [B, T, V]), "hidden" (the final-normed hidden states
+        [B, T, D] a value head reads, no vocabulary projection) or "both" (a tuple)."""
         cfg = self.cfg
         dt, pdt = jnp.dtype(cfg.compute_dtype), jnp.dtype(cfg.param_dtype)
         valid_B_T = input_mask_B_T.astype(bool)
@@ -189,12 +191,15 @@ class Decoder(nn.Module):
             new_k.append(k)
             new_v.append(v)
         x = RMSNorm(cfg.rms_norm_eps, dt, pdt, name="norm")(x)
+        new_cache = None if cache is None else KVCache(tuple(new_k), tuple(new_v), key_valid_B_S)
+        if output == "hidden":
+            return x, new_cache
         if cfg.tie_embeddings:
             logits = embed.attend(x)
         else:
             logits = _dense(cfg, self.vocab_size, "lm_head")(x)
-        new_cache = None if cache is None else KVCache(tuple(new_k), tuple(new_v), key_valid_B_S)
-        return logits.astype(jnp.float32), new_cache
+        logits = logits.astype(jnp.float32)
+        return ((logits, x) if output == "both" else logits), new_cache
 
 
 def init_params(model: Decoder, key: jax.Array) -> dict:
