@@ -24,6 +24,11 @@ class ModelConfig:
     """A decoder-only LM of the Llama/Qwen2 family (RMSNorm, RoPE, GQA, SwiGLU)."""
 
     name: str = "tiny"
+    # A local Hugging Face directory (config.json + safetensors + tokenizer) of the Qwen2 or
+    # Llama family. When set, the architecture below is read from its config.json and the
+    # weights and tokenizer from the directory; the warm start is skipped. "": train from init.
+    path: str = ""
+    vocab_size: int = 0  # 0: the tokenizer's length (HF models: config.json's vocab_size)
     hidden_size: int = 128
     num_layers: int = 4
     num_heads: int = 4
@@ -31,6 +36,11 @@ class ModelConfig:
     head_dim: Optional[int] = None  # None: hidden_size // num_heads
     intermediate_size: int = 384  # SwiGLU inner width
     rope_theta: float = 10000.0
+    rope_scaling: str = "none"  # none | linear | llama3 (as HF config.json's rope_scaling)
+    rope_scaling_factor: float = 1.0
+    rope_low_freq_factor: float = 1.0  # llama3 only
+    rope_high_freq_factor: float = 4.0  # llama3 only
+    rope_original_max_positions: int = 8192  # llama3 only
     rms_norm_eps: float = 1e-6
     qkv_bias: bool = False  # Qwen2 uses a bias on q/k/v projections; Llama does not
     tie_embeddings: bool = True  # lm_head reuses the token embedding matrix
@@ -244,6 +254,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     _check(m.head_dim is not None or m.hidden_size % m.num_heads == 0, "model.head_dim",
            "is unset and model.hidden_size is not a multiple of model.num_heads")
     _check(m.resolved_head_dim % 2 == 0, "model.head_dim", "must be even for rotary embeddings")
+    _check(m.rope_scaling in ("none", "linear", "llama3"), "model.rope_scaling",
+           "must be none, linear or llama3")
     for key in ("param_dtype", "compute_dtype"):
         _check(getattr(m, key) in ("float32", "bfloat16", "float16"), f"model.{key}",
                "must be float32, bfloat16 or float16")

@@ -25,6 +25,7 @@ from typing import NamedTuple, Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rlvr_jax.config import ModelConfig
 
@@ -48,10 +49,44 @@ def positions_from_mask(input_mask_B_T: jax.Array) -> jax.Array:
     return jnp.maximum(jnp.cumsum(input_mask_B_T.astype(jnp.int32), axis=-1) - 1, 0)
 
 
-def rope(x_B_T_H_D: jax.Array, positions_B_T: jax.Array, theta: float) -> jax.Array:
-    """Rotate pairs (i, i + D/2) by angle pos * theta^(-2i/D), computed in float32."""
+def rope_inv_freq(head_dim: int, theta: float, scaling: str = "none", factor: float = 1.0,
+                  low_freq_factor: float = 1.0, high_freq_factor: float = 4.0,
+                  original_max_positions: int = 8192) -> np.ndarray:
+    """Rotary frequencies theta^(-2i/D), i < D/2 (float64 numpy), with the scalings HF
+    configs name in `rope_scaling` / `rope_parameters`:
+
+      none / default  unscaled
+      linear          position interpolation (Chen et al. 2023, arXiv:2306.15595): / factor
+      llama3          Llama 3.1's band-wise scaling: wavelengths above
+                      original_max_positions / low_freq_factor are divided by `factor`, those
+                      below original_max_positions / high_freq_factor kept, the band between
+                      interpolated smoothly
+    """
+    inv = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    if scaling in ("none", "default"):
+        return inv
+    if scaling == "linear":
+        return inv / factor
+    if scaling == "llama3":
+        wavelen = 2 * np.pi / inv
+        low_wavelen = original_max_positions / low_freq_factor
+        high_wavelen = original_max_positions / high_freq_factor
+        scaled = np.where(wavelen > low_wavelen, inv / factor, inv)
+        smooth = ((original_max_positions / wavelen - low_freq_factor)
+                  / (high_freq_factor - low_freq_factor))
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+        return np.where(medium, smoothed, scaled)
+    raise ValueError(f"unsupported rope scaling {scaling!r} (supported: none, linear, llama3)")
+
+
+def rope(x_B_T_H_D: jax.Array, positions_B_T: jax.Array, inv_freq: np.ndarray | float) -> jax.Array:
+    """Rotate pairs (i, i + D/2) by angle pos * inv_freq[i], computed in float32. A float
+    `inv_freq` is read as theta (unscaled frequencies)."""
     d = x_B_T_H_D.shape[-1]
-    inv_freq = 1.0 / (theta ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
+    if np.isscalar(inv_freq):
+        inv_freq = rope_inv_freq(d, float(inv_freq))
+    inv_freq = jnp.asarray(np.asarray(inv_freq, np.float32))
     angles_B_T_D2 = positions_B_T.astype(jnp.float32)[..., None] * inv_freq[None, None, :]
     cos = jnp.cos(angles_B_T_D2)[:, :, None, :]
     sin = jnp.sin(angles_B_T_D2)[:, :, None, :]
@@ -113,7 +148,10 @@ class Attention(nn.Module):
         q = _dense(cfg, nh * hd, "q_proj", cfg.qkv_bias)(x_B_T_D).reshape(b, t, nh, hd)
         k = _dense(cfg, nkv * hd, "k_proj", cfg.qkv_bias)(x_B_T_D).reshape(b, t, nkv, hd)
         v = _dense(cfg, nkv * hd, "v_proj", cfg.qkv_bias)(x_B_T_D).reshape(b, t, nkv, hd)
-        q, k = rope(q, positions_B_T, cfg.rope_theta), rope(k, positions_B_T, cfg.rope_theta)
+        inv_freq = rope_inv_freq(hd, cfg.rope_theta, cfg.rope_scaling, cfg.rope_scaling_factor,
+                                 cfg.rope_low_freq_factor, cfg.rope_high_freq_factor,
+                                 cfg.rope_original_max_positions)
+        q, k = rope(q, positions_B_T, inv_freq), rope(k, positions_B_T, inv_freq)
         if kv is not None:  # write the new keys/values into their cache slots, attend to all slots
             k_cache, v_cache = kv
             k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, cache_index, 0, 0))
