@@ -91,3 +91,22 @@ class Checkpointer:
     def close(self) -> None:
         self._manager.wait_until_finished()
         self._manager.close()
+
+
+def read_policy_params(run_dir: str, step: Optional[int] = None) -> tuple[Any, int]:
+    """(policy params as host arrays, step) from a run directory's checkpoint `step` (latest if
+    None), without a mesh or a target structure: for export and offline evaluation."""
+    directory = os.path.join(os.path.abspath(run_dir), "checkpoints")
+    steps = sorted(int(d) for d in os.listdir(directory) if d.isdigit()) if os.path.isdir(
+        directory) else []
+    if not steps:
+        raise CheckpointError(f"no checkpoints in {directory}")
+    step = steps[-1] if step is None else step
+    path = os.path.join(directory, str(step), "state")
+    try:
+        with ocp.StandardCheckpointer() as ckptr:
+            state = ckptr.restore(path)
+    except Exception as e:
+        raise CheckpointError(f"cannot read checkpoint {path}: {type(e).__name__}: {e}") from e
+    params = state["params"] if isinstance(state, dict) else state[1]
+    return jax.tree.map(np.asarray, params["policy"]), step

@@ -17,14 +17,18 @@ from rlvr_jax.config import RunConfig
 from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder, KVCache, init_params
 from rlvr_jax.sampling import make_sampler
-from rlvr_jax.tasks.arithmetic import ArithmeticTask
-from rlvr_jax.tokenizer import load_tokenizer, save_char_tokenizer
+from rlvr_jax.data import loaders
+from rlvr_jax.models import hf
+from rlvr_jax.tasks.arithmetic import ArithmeticTask, verify_all
+from rlvr_jax.tasks.dataset import DatasetTask, make_render
+from rlvr_jax.tokenizer import load_pretrained_tokenizer, load_tokenizer, save_char_tokenizer
+from rlvr_jax.verify.pool import VerifierPool
 
 
 @dataclass
 class Components:
     tokenizer: Any
-    task: ArithmeticTask
+    task: Any  # ArithmeticTask | DatasetTask
     model: Decoder
     mesh: jax.sharding.Mesh
     prompt_len: int  # P: prompt slots (left-padded)
@@ -44,6 +48,8 @@ class Components:
     sft_step: Callable  # jitted (state, SFTBatch) -> (state, metrics)
     state_sharding: Callable  # abstract TrainState -> shardings
     traces: collections.Counter  # how often each jitted function was traced (= compiled)
+    verify: Callable  # (problems, completions) -> verdicts (host; worker pool for datasets)
+    close: Callable  # stops verifier workers
 
 
 def prompt_budget(task: ArithmeticTask, tokenizer) -> int:
@@ -54,15 +60,63 @@ def prompt_budget(task: ArithmeticTask, tokenizer) -> int:
                                 add_special_tokens=False))
 
 
-def build(cfg: RunConfig) -> Components:
-    tok_dir = os.path.join(cfg.run_dir, "tokenizer")
-    if not os.path.exists(os.path.join(tok_dir, "tokenizer.json")):
-        save_char_tokenizer(tok_dir)
-    tokenizer = load_tokenizer(tok_dir)
+def _dataset_task(cfg: RunConfig, tokenizer) -> tuple[DatasetTask, int]:
+    """The dataset task and its prompt budget (the longest rendered prompt). Prompts past
+    `task.max_prompt_tokens` are bad rows: an error naming file:line, or skipped if asked."""
     t = cfg.task
-    task = ArithmeticTask(tuple(t.operators), t.operand_digits, t.min_operands, t.max_operands,
-                          t.heldout_fraction, t.split_seed, t.prompt_template, t.zero_pad_operands)
-    model = Decoder(cfg.model, len(tokenizer))
+    render = make_render(tokenizer, t.instruction)
+    splits, longest = [], 1
+    for path in (t.train_path, t.test_path):
+        problems, skipped = loaders.load(path, t.format, t.on_bad_row)
+        kept = []
+        for p in problems:
+            n = len(tokenizer.encode(render(p), add_special_tokens=False))
+            if n > t.max_prompt_tokens:
+                if t.on_bad_row == "raise":
+                    raise loaders.DatasetError(
+                        f"{p.uid}: prompt of {n} tokens exceeds task.max_prompt_tokens="
+                        f"{t.max_prompt_tokens}")
+                skipped += 1
+                continue
+            kept.append(p)
+            longest = max(longest, n)
+        if skipped:
+            print(f"{path}: skipped {skipped} bad rows (task.on_bad_row=skip)", flush=True)
+        splits.append(kept)
+    return DatasetTask(splits[0], splits[1], render), longest
+
+
+def _verifier(cfg: RunConfig, task):
+    """(verify(problems, completions) -> verdicts, close())."""
+    if cfg.verifier.kind == "inprocess":
+        return (lambda problems, completions: verify_all(task, problems, completions)), (
+            lambda: None)
+    v = cfg.verifier
+    pool = VerifierPool(v.kind, workers=v.workers, timeout_s=v.timeout_s,
+                        batch_timeout_s=v.batch_timeout_s)
+    return (lambda problems, completions: pool.verify(task.verify_jobs(problems, completions))
+            ), pool.close
+
+
+def build(cfg: RunConfig) -> Components:
+    t = cfg.task
+    if cfg.model.path:  # a Hugging Face directory: its tokenizer and architecture
+        tokenizer = load_pretrained_tokenizer(cfg.model.path)
+        cfg.model = hf.read_config(cfg.model.path, cfg.model)
+    else:
+        tok_dir = os.path.join(cfg.run_dir, "tokenizer")
+        if not os.path.exists(os.path.join(tok_dir, "tokenizer.json")):
+            save_char_tokenizer(tok_dir)
+        tokenizer = load_tokenizer(tok_dir)
+    if t.name == "dataset":
+        task, prompt_len = _dataset_task(cfg, tokenizer)
+    else:
+        task = ArithmeticTask(tuple(t.operators), t.operand_digits, t.min_operands,
+                              t.max_operands, t.heldout_fraction, t.split_seed,
+                              t.prompt_template, t.zero_pad_operands)
+        prompt_len = prompt_budget(task, tokenizer)
+    verify, close = _verifier(cfg, task)
+    model = Decoder(cfg.model, cfg.model.vocab_size or len(tokenizer))
     mesh = sharding.make_mesh(cfg.mesh.data, cfg.mesh.fsdp)
     rl_batch = cfg.algo.prompts_per_step * cfg.algo.samples_per_prompt
     sharding.check_batch(rl_batch, mesh, "algo.prompts_per_step")
@@ -80,7 +134,6 @@ def build(cfg: RunConfig) -> Components:
     init = jax.jit(partial(init_params, model), out_shardings=params_sh)
 
     n = cfg.sampling.max_new_tokens
-    prompt_len = prompt_budget(task, tokenizer)
     sampler = partial(make_sampler, model, max_new_tokens=n, eos_id=tokenizer.eos_token_id,
                       pad_id=tokenizer.pad_token_id)
     s = cfg.sampling
@@ -151,4 +204,4 @@ def build(cfg: RunConfig) -> Components:
         new_cache=new_cache, rl_tx=rl_tx, rl_step=rl_step, init_rl_params=init_rl_params,
         ppo_prepare=ppo_prepare, sampled_prompts=a.sampled_prompts_per_step or a.prompts_per_step,
         sft_tx=sft_tx, sft_step=sft_step,
-        state_sharding=state_sharding, traces=traces)
+        state_sharding=state_sharding, traces=traces, verify=verify, close=close)

@@ -55,9 +55,19 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
-    """Procedural arithmetic: `a op b op c ...`, evaluated with the usual precedence."""
+    """`arithmetic`: procedural `a op b op c ...`, evaluated with the usual precedence.
+    `dataset`: prompts from local JSONL/Parquet files (GSM8K, MATH or verl rows; see
+    rlvr_jax/data/loaders.py), math answers checked by the `math` verifier."""
 
     name: str = "arithmetic"
+    # dataset only
+    train_path: str = ""
+    test_path: str = ""
+    format: str = "auto"  # auto | gsm8k | math | verl
+    on_bad_row: str = "raise"  # raise (error naming file:line) | skip (counted and reported)
+    instruction: str = 'Let\'s think step by step and output the final answer after "####".'
+    max_prompt_tokens: int = 512  # longer prompts are bad rows
+    # arithmetic only
     operators: List[str] = field(default_factory=lambda: ["+"])
     operand_digits: int = 2  # operands are uniform in [0, 10**operand_digits)
     min_operands: int = 2
@@ -148,8 +158,13 @@ class WarmupConfig:
 
 @dataclass
 class VerifierConfig:
-    kind: str = "inprocess"  # exact-answer check in the trainer process (trusted, no sandbox)
+    # inprocess: the arithmetic task's exact-integer check in the trainer process (trusted).
+    # math: math-verify equivalence in worker processes with hard deadlines (rlvr_jax/verify).
+    kind: str = "inprocess"
     reward_scheme: str = "binary"  # a key of rlvr_jax.rewards.REWARD_TABLES
+    workers: int = 2
+    timeout_s: float = 10.0  # per job; the worker is killed and replaced past it
+    batch_timeout_s: float = 300.0  # per call
 
 
 @dataclass
@@ -259,7 +274,18 @@ def validate(cfg: RunConfig) -> RunConfig:
     for key in ("param_dtype", "compute_dtype"):
         _check(getattr(m, key) in ("float32", "bfloat16", "float16"), f"model.{key}",
                "must be float32, bfloat16 or float16")
-    _check(t.name == "arithmetic", "task.name", f"unknown task '{t.name}' (known: arithmetic)")
+    _check(t.name in ("arithmetic", "dataset"), "task.name",
+           f"unknown task '{t.name}' (known: arithmetic, dataset)")
+    if t.name == "dataset":
+        _check(bool(t.train_path) and bool(t.test_path), "task.train_path",
+               "task=dataset needs task.train_path and task.test_path")
+        _check(t.format in ("auto", "gsm8k", "math", "verl"), "task.format",
+               "must be auto, gsm8k, math or verl")
+        _check(t.on_bad_row in ("raise", "skip"), "task.on_bad_row", "must be raise or skip")
+        _check(cfg.verifier.kind == "math", "verifier.kind", "task=dataset needs verifier=math")
+        _check(bool(m.path) or w.steps == 0, "model.path",
+               "task=dataset has no demonstrations for a warm start: set model.path to a "
+               "Hugging Face directory (or warmup.steps=0)")
     _check(len(t.operators) > 0 and set(t.operators) <= {"+", "-", "*"}, "task.operators",
            f"must be a non-empty subset of ['+', '-', '*'], got {list(t.operators)}")
     _check(1 <= t.operand_digits <= 6, "task.operand_digits", "must be in [1, 6]")
@@ -320,8 +346,12 @@ def validate(cfg: RunConfig) -> RunConfig:
     _check(w.steps >= 0, "warmup.steps", "must be >= 0")
     _check(0.0 <= w.wrong_fraction < 1.0, "warmup.wrong_fraction", "must be in [0, 1)")
     _check(w.wrong_max_offset >= 1, "warmup.wrong_max_offset", "must be >= 1")
-    _check(cfg.verifier.kind == "inprocess", "verifier.kind",
-           f"unknown verifier '{cfg.verifier.kind}' (known: inprocess)")
+    _check(cfg.verifier.kind in ("inprocess", "math"), "verifier.kind",
+           f"unknown verifier '{cfg.verifier.kind}' (known: inprocess, math)")
+    _check(cfg.verifier.kind != "inprocess" or t.name == "arithmetic", "verifier.kind",
+           "inprocess checks only the arithmetic task")
+    _check(cfg.verifier.workers >= 1 and cfg.verifier.timeout_s > 0, "verifier.workers",
+           "verifier.workers >= 1 and verifier.timeout_s > 0")
     _check(cfg.logger.mode in ("offline", "online", "disabled"), "logger.mode",
            "must be offline, online or disabled")
     _check(cfg.checkpoint.every_steps >= 1, "checkpoint.every_steps", "must be >= 1")

@@ -1,4 +1,6 @@
-"""Held-out accuracy of a policy: greedy and sampled, in fixed-shape batches.
+"""Held-out evaluation of a policy: n samples per problem (greedy or sampled), in fixed-shape
+batches, scored by the task's verifier, summarised as accuracy, pass@k / mean@k / maj@k and
+status counts, overall and per data source.
 
 The last batch is padded by repeating its first prompt, so evaluation compiles the sampler once
 per mode; padded rows are dropped before scoring.
@@ -6,25 +8,22 @@ per mode; padded rows are dropped before scoring.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Callable, Sequence
 
 import jax
 import numpy as np
 
-from rlvr_jax import batching, rewards
-from rlvr_jax.tasks.arithmetic import ArithmeticTask, Problem, verify_all
+from rlvr_jax import batching, pass_at_k, rewards
 from rlvr_jax.types import Status
 
 
-def heldout_accuracy(sample: Callable, cache, params, task: ArithmeticTask, tokenizer,
-                     problems: Sequence[Problem], *, samples_per_problem: int, prompt_len: int,
-                     batch_size: int, key: jax.Array, put: Callable) -> tuple[object, dict]:
-    """Returns (cache, {"accuracy": pass fraction over all samples, "status/...": counts}).
-
-    `sample` is a jitted sampler (greedy or not) whose cache has `batch_size` rows; `put` places
-    a host array on the mesh with the batch sharding."""
+def sample_and_verify(sample: Callable, cache, params, task, tokenizer, problems: Sequence,
+                      verify: Callable, *, samples_per_problem: int, prompt_len: int,
+                      batch_size: int, key: jax.Array, put: Callable):
+    """(cache, verdicts, completions), both in problem-major order (n per problem)."""
     jobs = [p for p in problems for _ in range(samples_per_problem)]
-    verdicts = []
+    verdicts, texts = [], []
     for start in range(0, len(jobs), batch_size):
         chunk = jobs[start: start + batch_size]
         padded = chunk + [chunk[0]] * (batch_size - len(chunk))
@@ -33,7 +32,41 @@ def heldout_accuracy(sample: Callable, cache, params, task: ArithmeticTask, toke
         cache, rollout = sample(params, cache, put(prompt), put(mask),
                                 jax.random.fold_in(key, start))
         tokens, resp_mask = jax.device_get((rollout.tokens_B_N, rollout.mask_B_N))
-        texts = batching.decode_responses(tokenizer, tokens[: len(chunk)], resp_mask[: len(chunk)])
-        verdicts += verify_all(task, chunk, texts)
+        chunk_texts = batching.decode_responses(tokenizer, tokens[: len(chunk)],
+                                                resp_mask[: len(chunk)])
+        verdicts += verify(chunk, chunk_texts)
+        texts += chunk_texts
+    return cache, verdicts, texts
+
+
+def report(problems: Sequence, verdicts: Sequence, texts: Sequence[str], n: int,
+           answer_of: Callable[[str], str | None], ks: Sequence[int] = (1,)) -> dict:
+    """accuracy (mean over all samples), pass@k/mean@k/maj@k for k <= n, status counts; the
+    same per data source (`problem.data_source`, when problems have one) under `by_source`."""
+    correct = np.array([v.status == Status.PASS for v in verdicts]).reshape(len(problems), n)
+    answers = [[answer_of(t) for t in texts[i * n:(i + 1) * n]] for i in range(len(problems))]
+    out = {"accuracy": float(correct.mean()), **pass_at_k.summarize(correct, answers, ks),
+           **rewards.status_counts(verdicts)}
+    sources = defaultdict(list)
+    for i, p in enumerate(problems):
+        sources[getattr(p, "data_source", None)].append(i)
+    if len(sources) > 1 or None not in sources:
+        out["by_source"] = {
+            str(src): {"problems": len(idx), "accuracy": float(correct[idx].mean()),
+                       **pass_at_k.summarize(correct[idx], [answers[i] for i in idx], ks),
+                       **rewards.status_counts([verdicts[i * n + j] for i in idx
+                                                for j in range(n)])}
+            for src, idx in sources.items()}
+    return out
+
+
+def heldout_accuracy(sample: Callable, cache, params, task, tokenizer, problems: Sequence, *,
+                     verify: Callable, samples_per_problem: int, prompt_len: int,
+                     batch_size: int, key: jax.Array, put: Callable) -> tuple[object, dict]:
+    """Returns (cache, {"accuracy": pass fraction over all samples, "status/...": counts})."""
+    cache, verdicts, _ = sample_and_verify(sample, cache, params, task, tokenizer, problems,
+                                           verify, samples_per_problem=samples_per_problem,
+                                           prompt_len=prompt_len, batch_size=batch_size, key=key,
+                                           put=put)
     accuracy = float(np.mean([v.status == Status.PASS for v in verdicts]))
     return cache, {"accuracy": accuracy, **rewards.status_counts(verdicts)}

@@ -19,8 +19,9 @@ import numpy as np
 from rlvr_jax import (advantages, batching, components, dynamic_sampling, evaluation, rewards,
                       train_step, warmstart)
 from rlvr_jax.checkpoint import Checkpointer, abstract_like
+from rlvr_jax.models import hf
 from rlvr_jax.config import RunConfig, as_dict, warmstart_key
-from rlvr_jax.tasks.arithmetic import repeat_each, verify_all
+from rlvr_jax.tasks.arithmetic import repeat_each
 from rlvr_jax.tracking import Tracker
 from rlvr_jax.dynamic_sampling import Groups
 from rlvr_jax.types import LoopState
@@ -32,7 +33,8 @@ SUMMARY_KEYS = ("eval/sampled_accuracy_start", "eval/sampled_accuracy_end",
 def evaluate(c: components.Components, cfg: RunConfig, params, key) -> dict:
     """Greedy and sampled (T=1) held-out accuracy."""
     problems = c.task.heldout_set(cfg.eval.num_problems)
-    common = dict(prompt_len=c.prompt_len, batch_size=cfg.eval.sequences_per_batch, put=c.put)
+    common = dict(prompt_len=c.prompt_len, batch_size=cfg.eval.sequences_per_batch, put=c.put,
+                  verify=c.verify)
     cache = c.new_cache(cfg.eval.sequences_per_batch)
     cache, greedy = evaluation.heldout_accuracy(c.sample_greedy, cache, params, c.task, c.tokenizer,
                                                 problems, samples_per_problem=1, key=key, **common)
@@ -72,7 +74,12 @@ def _start_or_resume(c, cfg: RunConfig, ckpt: Checkpointer, tracker: Tracker):
     shapes = jax.eval_shape(c.init_params, base_key)
     abstract_params = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                                    shapes, c.state_sharding(shapes))
-    if ckpt.has_warmstart():
+    if cfg.model.path:  # pretrained weights: no warm start
+        warm = jax.device_put(hf.load(cfg.model.path, cfg.model)[1],
+                              jax.tree.map(lambda a: a.sharding, abstract_params))
+        tracker.write(f"loaded {cfg.model.path} ({cfg.model.num_layers} layers, hidden "
+                      f"{cfg.model.hidden_size}); no warm start")
+    elif ckpt.has_warmstart():
         warm = ckpt.restore_warmstart(abstract_params)
         tracker.write(f"found warm-start params in {ckpt.warmstart_dir}; skipping the warm-up")
     else:
@@ -112,7 +119,16 @@ def run(cfg: RunConfig) -> dict:
     t_start = time.perf_counter()
     os.makedirs(cfg.run_dir, exist_ok=True)
     c = components.build(cfg)
+    try:
+        return _run(cfg, c, t_start)
+    finally:
+        c.close()  # verifier workers
+
+
+def _run(cfg: RunConfig, c: components.Components, t_start: float) -> dict:
     a, P, G = cfg.algo, cfg.algo.prompts_per_step, cfg.algo.samples_per_prompt
+    with open(os.path.join(cfg.run_dir, "run_config.json"), "w") as f:
+        json.dump(as_dict(cfg), f, indent=2)  # resolved (model read from model.path): for export
     shared = cfg.warmup.shared_dir
     ckpt = Checkpointer(cfg.run_dir, cfg.checkpoint.every_steps, cfg.checkpoint.max_to_keep,
                         os.path.join(shared, warmstart_key(cfg)) if shared else None)
@@ -138,7 +154,7 @@ def run(cfg: RunConfig) -> dict:
                                         c.put(pmask_B_P), jax.random.fold_in(rl_key, step))  # jit
         rollout = jax.device_get(rollout)
         t1 = time.perf_counter()
-        verdicts = verify_all(c.task, list(repeat_each(problems, G)), batching.decode_responses(
+        verdicts = c.verify(list(repeat_each(problems, G)), batching.decode_responses(
             c.tokenizer, rollout.tokens_B_N, rollout.mask_B_N))                         # host
         t2 = time.perf_counter()
         fresh = _score(c, cfg, verdicts, prompt_B_P, pmask_B_P, rollout)   # rewards, DAPO shaping
@@ -265,7 +281,7 @@ def _write_wall(run_dir: str, seconds: float) -> None:
 def format_table(summary: dict, cfg: RunConfig) -> str:
     s = summary
     return "\n".join([
-        f"held-out accuracy ({cfg.eval.num_problems} problems)      warm start    end",
+        f"held-out accuracy ({cfg.eval.num_problems} problems)      before RL     end",
         f"  greedy                                {s['eval/greedy_accuracy_start']:10.3f} "
         f"{s['eval/greedy_accuracy_end']:6.3f}",
         f"  sampled (T=1, {cfg.eval.sampled_per_problem}/problem)               "

@@ -10,21 +10,36 @@ import numpy as np
 
 from rlvr_jax.types import Status, Verdict
 
+_FAILURES = (Status.WRONG, Status.UNPARSEABLE, Status.SYNTAX_ERROR, Status.RUNTIME_ERROR,
+             Status.TIMEOUT, Status.MEMORY_LIMIT, Status.OUTPUT_LIMIT)
+
+# SANDBOX_ERROR is in no table: it is an infrastructure failure, and such samples are masked
+# out of the loss (weight 0), never scored (see `loss_weights`).
 REWARD_TABLES: Mapping[str, Mapping[Status, float]] = {
     # 1 for a correct answer, 0 otherwise (DeepSeek-R1 style accuracy reward).
-    "binary": {Status.PASS: 1.0, Status.WRONG: 0.0, Status.UNPARSEABLE: 0.0},
-    # +1 / -1, with unparseable output punished like a wrong answer.
-    "signed": {Status.PASS: 1.0, Status.WRONG: -1.0, Status.UNPARSEABLE: -1.0},
+    "binary": {Status.PASS: 1.0, **{s: 0.0 for s in _FAILURES}},
+    # +1 / -1, with any failure punished like a wrong answer.
+    "signed": {Status.PASS: 1.0, **{s: -1.0 for s in _FAILURES}},
     # Per-failure penalty: a well-formed wrong answer beats malformed output. Gives a gradient
     # to a policy that is never right yet (e.g. a fresh model learning the answer format).
-    "format_penalty": {Status.PASS: 1.0, Status.WRONG: 0.0, Status.UNPARSEABLE: -1.0},
+    "format_penalty": {Status.PASS: 1.0, **{s: -1.0 for s in _FAILURES}, Status.WRONG: 0.0},
+    # Graded per failure kind, as in code-RL work: a program that does not even parse is worse
+    # than one that crashes, which is worse than a wrong or slow one.
+    "code_penalty": {Status.PASS: 1.0, Status.WRONG: -1.0, Status.UNPARSEABLE: -5.0,
+                     Status.SYNTAX_ERROR: -5.0, Status.RUNTIME_ERROR: -3.0,
+                     Status.TIMEOUT: -1.0, Status.MEMORY_LIMIT: -1.0, Status.OUTPUT_LIMIT: -1.0},
 }
 
 
 def from_verdicts(verdicts: Sequence[Verdict], scheme: str) -> np.ndarray:
-    """float32 rewards, one per verdict, in order."""
+    """float32 rewards, one per verdict, in order; 0 for a sandbox error (masked anyway)."""
     table = REWARD_TABLES[scheme]
-    return np.array([table[v.status] for v in verdicts], dtype=np.float32)
+    return np.array([table.get(v.status, 0.0) for v in verdicts], dtype=np.float32)
+
+
+def loss_weights(verdicts: Sequence[Verdict]) -> np.ndarray:
+    """float32 [B]: 0 for samples whose verification failed for infrastructure reasons."""
+    return np.array([v.status != Status.SANDBOX_ERROR for v in verdicts], dtype=np.float32)
 
 
 def status_counts(verdicts: Sequence[Verdict]) -> dict[str, int]:

@@ -43,3 +43,19 @@ def load_tokenizer(directory: str) -> PreTrainedTokenizerFast:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no tokenizer.json in {directory!r}")
     return PreTrainedTokenizerFast(tokenizer_file=path, pad_token=PAD, eos_token=EOS, unk_token=UNK)
+
+
+def load_pretrained_tokenizer(directory: str) -> PreTrainedTokenizerFast:
+    """A Hugging Face model directory's own tokenizer (tokenizer.json, tokenizer_config.json
+    with its special tokens and chat template), through the generic fast class: AutoTokenizer
+    may pick a model-specific class that re-tokenizes differently (see NOTES-env). A tokenizer
+    without a pad token pads with EOS (pads are masked everywhere)."""
+    if not os.path.isfile(os.path.join(directory, "tokenizer.json")):
+        raise FileNotFoundError(f"no tokenizer.json in {directory!r} (model.path must be a "
+                                "Hugging Face directory with its tokenizer)")
+    tok = PreTrainedTokenizerFast.from_pretrained(directory)
+    if tok.eos_token_id is None:
+        raise ValueError(f"{directory}: the tokenizer defines no eos_token")
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok

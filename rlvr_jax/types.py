@@ -19,6 +19,19 @@ class Status(enum.IntEnum):
     """The answer was extracted and checked, and it is not correct."""
     UNPARSEABLE = 2
     """No answer could be extracted from the completion (bad format, truncated)."""
+    SYNTAX_ERROR = 3
+    """The candidate program does not parse."""
+    RUNTIME_ERROR = 4
+    """The candidate program raised (or exited non-zero) before producing its outputs."""
+    TIMEOUT = 5
+    """The check ran past its deadline and was killed."""
+    MEMORY_LIMIT = 6
+    """The candidate exceeded its memory limit."""
+    OUTPUT_LIMIT = 7
+    """The candidate wrote more output than allowed."""
+    SANDBOX_ERROR = 8
+    """The verifier itself failed (worker died, sandbox did not start): an infrastructure
+    failure, never a verdict on the answer. Such samples are masked out of the loss."""
 
 
 @dataclass(frozen=True)

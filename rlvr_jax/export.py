@@ -1,0 +1,61 @@
+"""Export a run's policy as a Hugging Face directory:
+
+    python -m rlvr_jax.export RUN_DIR OUT_DIR [--step N] [--family qwen2|llama]
+
+writes config.json, model.safetensors (float32) and the tokenizer files, which
+`transformers.AutoModelForCausalLM.from_pretrained(OUT_DIR)` and vLLM load. RUN_DIR is a run
+directory (it holds run_config.json and checkpoints/); the latest checkpoint is used unless
+--step is given. The family defaults to the imported model's, else qwen2 when the model has
+q/k/v biases and llama when it has none."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+
+from rlvr_jax.checkpoint import CheckpointError, read_policy_params
+from rlvr_jax.config import ModelConfig
+from rlvr_jax.models import hf
+from rlvr_jax.tokenizer import load_pretrained_tokenizer, load_tokenizer
+
+
+def export(run_dir: str, out_dir: str, step: int | None = None, family: str | None = None) -> str:
+    cfg_path = os.path.join(run_dir, "run_config.json")
+    if not os.path.exists(cfg_path):
+        raise CheckpointError(f"{cfg_path}: not found (RUN_DIR must be a run directory)")
+    with open(cfg_path) as f:
+        model_dict = json.load(f)["model"]
+    names = {f.name for f in dataclasses.fields(ModelConfig)}
+    cfg = ModelConfig(**{k: v for k, v in model_dict.items() if k in names})
+    params, step = read_policy_params(run_dir, step)
+    if cfg.path:
+        tokenizer = load_pretrained_tokenizer(cfg.path)
+        family = family or hf.family_of(cfg.path)
+    else:
+        tokenizer = load_tokenizer(os.path.join(run_dir, "tokenizer"))
+        family = family or ("qwen2" if cfg.qkv_bias else "llama")
+    cfg = dataclasses.replace(cfg, vocab_size=cfg.vocab_size or len(tokenizer))
+    hf.save(out_dir, params, cfg, family, {"eos_token_id": tokenizer.eos_token_id,
+                                           "pad_token_id": tokenizer.pad_token_id})
+    tokenizer.save_pretrained(out_dir)
+    return f"exported step {step} of {run_dir} as {family} to {out_dir}"
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_dir")
+    ap.add_argument("out_dir")
+    ap.add_argument("--step", type=int, default=None)
+    ap.add_argument("--family", choices=hf.FAMILIES, default=None)
+    args = ap.parse_args(argv)
+    try:
+        print(export(args.run_dir, args.out_dir, args.step, args.family))
+    except (CheckpointError, hf.HFImportError, ValueError) as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    main()

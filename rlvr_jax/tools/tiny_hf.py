@@ -1,0 +1,91 @@
+"""Make a tiny random Hugging Face model directory of the Qwen2 (or Llama) family, and a small
+GSM8K-format dataset, for CPU smoke tests of the real-checkpoint path (nothing is downloaded):
+
+    python -m rlvr_jax.tools.tiny_hf OUT_DIR [--family qwen2|llama] [--data DATA_DIR]
+
+The model gets config.json + model.safetensors (random init, written by our exporter) and a
+character-level tokenizer with Qwen's chat markers and chat template, saved by transformers.
+The dataset rows are GSM8K-shaped word problems over small additions ("#### N" answers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import string
+
+import jax
+import numpy as np
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from rlvr_jax.config import ModelConfig
+from rlvr_jax.models import hf
+from rlvr_jax.models.policy import Decoder, init_params
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def make_tokenizer(out_dir: str) -> PreTrainedTokenizerFast:
+    chars = sorted(set(string.printable) - set("\x0b\x0c"))
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + chars)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<|endoftext|>"))
+    core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    core.decoder = decoders.Fuse()
+    core.add_special_tokens(SPECIALS)
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>",
+                                  pad_token="<|endoftext|>", unk_token="<|endoftext|>")
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(out_dir)
+    return tok
+
+
+def make_model(out_dir: str, family: str = "qwen2", hidden: int = 64, layers: int = 2,
+               seed: int = 0) -> ModelConfig:
+    tok = make_tokenizer(out_dir)
+    cfg = ModelConfig(name=f"tiny-{family}", vocab_size=len(tok), hidden_size=hidden,
+                      num_layers=layers, num_heads=4, num_kv_heads=2,
+                      intermediate_size=2 * hidden, qkv_bias=family == "qwen2",
+                      tie_embeddings=True, rope_theta=1e6 if family == "qwen2" else 5e5)
+    params = init_params(Decoder(cfg, cfg.vocab_size), jax.random.key(seed))
+    hf.save(out_dir, jax.tree.map(np.asarray, params), cfg, family,
+            {"bos_token_id": None, "eos_token_id": tok.eos_token_id,
+             "pad_token_id": tok.pad_token_id})
+    return cfg
+
+
+def make_gsm8k_like(path: str, count: int, seed: int) -> None:
+    """GSM8K-format rows: {"question", "answer": "<worked solution>\\n#### N"}."""
+    rng = np.random.default_rng(seed)
+    names = ["Ann", "Bo", "Cy", "Di"]
+    with open(path, "w") as f:
+        for _ in range(count):
+            a, b = (int(x) for x in rng.integers(1, 50, size=2))
+            who = names[int(rng.integers(len(names)))]
+            row = {"question": f"{who} has {a} apples and buys {b} more. How many now?",
+                   "answer": f"{who} has {a} + {b} = {a + b} apples.\n#### {a + b}"}
+            f.write(json.dumps(row) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out_dir")
+    ap.add_argument("--family", default="qwen2", choices=hf.FAMILIES)
+    ap.add_argument("--data", default="", help="also write train.jsonl/test.jsonl here")
+    args = ap.parse_args()
+    os.makedirs(args.out_dir, exist_ok=True)
+    cfg = make_model(args.out_dir, args.family)
+    print(f"wrote {args.out_dir}: {cfg.name}, vocab {cfg.vocab_size}")
+    if args.data:
+        os.makedirs(args.data, exist_ok=True)
+        make_gsm8k_like(os.path.join(args.data, "train.jsonl"), 512, seed=0)
+        make_gsm8k_like(os.path.join(args.data, "test.jsonl"), 64, seed=1)
+        print(f"wrote {args.data}/train.jsonl (512 rows), test.jsonl (64 rows)")
+
+
+if __name__ == "__main__":
+    main()

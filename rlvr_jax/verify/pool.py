@@ -1,0 +1,175 @@
+"""A pool of verifier worker processes with hard deadlines.
+
+`VerifierPool(kind, workers, timeout_s)` keeps `workers` long-lived processes
+(`python -m rlvr_jax.verify.worker KIND`), sends each a job at a time and waits on all of them
+with `select`. A worker that misses its job's deadline is killed (SIGKILL) and replaced, and
+the job is a TIMEOUT; a worker that dies is replaced and its job retried once on the fresh
+worker, then reported as SANDBOX_ERROR (an infrastructure failure: the loop masks it out of the
+loss, never scores it). A whole call also has a deadline (`batch_timeout_s`). Verdicts of
+identical jobs are cached.
+
+This runs trusted graders (math) unsandboxed, in separate processes only so that hangs and
+crashes are contained. No JAX import: the pool never touches the trainer's devices.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Optional, Sequence
+
+import numpy as np
+
+from rlvr_jax.types import Status, Verdict
+
+
+class _Worker:
+    def __init__(self, kind: str):
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rlvr_jax.verify.worker", kind], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1, env=env)
+        self.jobs_done = 0
+
+    def send(self, job: dict) -> None:
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+class VerifierPool:
+    def __init__(self, kind: str, workers: int = 2, timeout_s: float = 10.0,
+                 batch_timeout_s: Optional[float] = None, cache_size: int = 100_000):
+        from rlvr_jax.verify.worker import KINDS
+
+        if kind not in KINDS:
+            raise ValueError(f"unknown verifier kind {kind!r} (known: {', '.join(KINDS)})")
+        self.kind, self.timeout_s, self.batch_timeout_s = kind, timeout_s, batch_timeout_s
+        self._workers = [_Worker(kind) for _ in range(workers)]
+        self._cache: collections.OrderedDict = collections.OrderedDict()
+        self._cache_size = cache_size
+        self._executor = ThreadPoolExecutor(1)
+        self.restarts = 0
+
+    # ------------------------------------------------------------------ public
+    def verify(self, jobs: Sequence[dict]) -> list[Verdict]:
+        """One verdict per job, in order; returns within the batch deadline."""
+        results: list[Optional[Verdict]] = [None] * len(jobs)
+        keys = [json.dumps(j, sort_keys=True) for j in jobs]
+        pending = collections.deque()
+        for i, k in enumerate(keys):
+            if k in self._cache:
+                self._cache.move_to_end(k)
+                results[i] = self._cache[k]
+            else:
+                pending.append((i, 0))
+        self._run(jobs, pending, results)
+        for k, v in zip(keys, results):
+            if v.status not in (Status.SANDBOX_ERROR, Status.TIMEOUT):
+                self._cache[k] = v
+                if len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return results  # type: ignore[return-value]
+
+    def submit(self, jobs: Sequence[dict]) -> Future:
+        """Non-blocking: `.result()` returns what `verify(jobs)` would."""
+        return self._executor.submit(self.verify, list(jobs))
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        for w in self._workers:
+            w.kill()
+        self._workers = []
+
+    def __enter__(self) -> "VerifierPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ scheduling
+    def _replace(self, w: _Worker) -> _Worker:
+        w.kill()
+        self.restarts += 1
+        fresh = _Worker(self.kind)
+        self._workers[self._workers.index(w)] = fresh
+        return fresh
+
+    def _run(self, jobs, pending: collections.deque, results: list) -> None:
+        start = time.monotonic()
+        batch_deadline = start + self.batch_timeout_s if self.batch_timeout_s else float("inf")
+        idle = collections.deque(self._workers)
+        busy: dict = {}  # worker -> (job index, attempt, sent at)
+        while pending or busy:
+            while pending and idle:
+                w = idle.popleft()
+                i, attempt = pending.popleft()
+                try:
+                    w.send(jobs[i])
+                except (BrokenPipeError, OSError):
+                    pending.appendleft((i, attempt))
+                    idle.append(self._replace(w))
+                    continue
+                busy[w] = (i, attempt, time.monotonic())
+            now = time.monotonic()
+            next_deadline = min([t + self.timeout_s for _, _, t in busy.values()]
+                                + [batch_deadline])
+            ready, _, _ = select.select([w.proc.stdout for w in busy], [], [],
+                                        max(0.0, next_deadline - now))
+            by_fd = {w.proc.stdout: w for w in busy}
+            for f in ready:
+                w = by_fd[f]
+                i, attempt, sent = busy.pop(w)
+                line = f.readline()
+                if line:
+                    msg = json.loads(line)
+                    results[i] = Verdict(Status(msg["status"]), msg["detail"],
+                                         time.monotonic() - sent)
+                    w.jobs_done += 1
+                    idle.append(w)
+                    continue
+                code = w.proc.poll()
+                fresh = self._replace(w)
+                idle.append(fresh)
+                if attempt == 0:
+                    pending.appendleft((i, 1))  # retried once, on a fresh worker
+                else:
+                    results[i] = Verdict(Status.SANDBOX_ERROR,
+                                         f"worker died twice (exit code {code})",
+                                         time.monotonic() - sent)
+            now = time.monotonic()
+            for w, (i, attempt, sent) in list(busy.items()):
+                if now >= sent + self.timeout_s or now >= batch_deadline:
+                    busy.pop(w)
+                    idle.append(self._replace(w))
+                    why = "job" if now >= sent + self.timeout_s else "batch"
+                    results[i] = Verdict(Status.TIMEOUT, f"killed at the {why} deadline",
+                                         now - sent)
+            if now >= batch_deadline:
+                while pending:
+                    i, _ = pending.popleft()
+                    results[i] = Verdict(Status.TIMEOUT, "not started before the batch deadline")
+
+
+def to_arrays(verdicts: Sequence[Verdict], table: dict) -> dict[str, np.ndarray]:
+    """Verdicts -> numpy arrays for the jitted step: rewards (via `table`), status codes and
+    loss weights (0 for SANDBOX_ERROR)."""
+    status = np.array([int(v.status) for v in verdicts], np.int32)
+    rewards = np.array([table.get(v.status, 0.0) for v in verdicts], np.float32)
+    weights = (status != int(Status.SANDBOX_ERROR)).astype(np.float32)
+    return {"rewards": rewards, "status": status, "weights": weights}

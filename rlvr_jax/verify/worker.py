@@ -1,0 +1,55 @@
+"""A verifier worker: `python -m rlvr_jax.verify.worker KIND`.
+
+Reads one JSON job per line on stdin, writes one JSON verdict per line on stdout
+(`{"status": int, "detail": str, "latency_s": float}`), until stdin closes. Anything the check
+itself prints goes to stderr, so it cannot forge a verdict line. The pool (`pool.py`) owns the
+deadlines: it kills a worker that does not answer in time."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from rlvr_jax.types import Status, Verdict
+
+
+def _math(job: dict) -> Verdict:
+    from rlvr_jax.verify import math as math_check
+
+    return math_check.check(str(job["gold"]), str(job["completion"]))
+
+
+def _sleep(job: dict) -> Verdict:
+    """For tests of the pool itself: sleeps, or dies, as told."""
+    if job.get("die"):
+        os._exit(3)
+    time.sleep(float(job.get("seconds", 0.0)))
+    return Verdict(Status.PASS, "slept")
+
+
+KINDS = {"math": _math, "test_sleep": _sleep}
+
+
+def main(kind: str) -> None:
+    check = KINDS[kind]
+    if kind == "math":  # pay math-verify's import (about 1.5 s) at start, not on a deadline
+        from math_verify import parse
+
+        parse("1")
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # the check's own prints go to stderr
+    sys.stdout = sys.stderr
+    for line in sys.stdin:
+        t0 = time.perf_counter()
+        try:
+            v = check(json.loads(line))
+        except Exception as e:  # a checker bug is the verifier's failure, not the answer's
+            v = Verdict(Status.SANDBOX_ERROR, f"checker raised {type(e).__name__}: {e}")
+        out.write(json.dumps({"status": int(v.status), "detail": v.detail,
+                              "latency_s": time.perf_counter() - t0}) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
