@@ -215,16 +215,21 @@ def _prompts(c, cfg: RunConfig, step: int):
 
 
 def _score(c, cfg: RunConfig, verdicts, prompt_B_P, pmask_B_P, rollout) -> Groups:
-    """Rewards from the verdicts' table, plus DAPO's overlong shaping; truncated responses
-    leave the loss mask if asked. Returns the rollout as groups (host)."""
-    a, n = cfg.algo, c.max_new_tokens
-    rewards_B = rewards.from_verdicts(verdicts, cfg.verifier.reward_scheme)
+    """Rewards from the verdicts' table, plus DAPO's overlong shaping. Samples the verifier
+    failed on (sandbox errors) leave the loss mask, as do truncated responses if asked.
+    Returns the rollout as groups (host)."""
+    a, n, g = cfg.algo, c.max_new_tokens, cfg.algo.samples_per_prompt
+    weights_B = rewards.loss_weights(verdicts)  # 0: the verifier failed (sandbox error)
+    rewards_B = rewards.impute_invalid(
+        rewards.from_verdicts(verdicts, cfg.verifier.reward_scheme).reshape(-1, g),
+        weights_B.reshape(-1, g)).reshape(-1)
     cut_B = batching.truncated(rollout.tokens_B_N, rollout.mask_B_N, c.tokenizer.eos_token_id)
     if a.overlong_buffer_tokens:
         lengths_B = rollout.mask_B_N.sum(axis=1) + cut_B  # a cut response counts as > budget
         rewards_B = rewards_B + np.asarray(advantages.overlong_penalty(
             lengths_B, n, a.overlong_buffer_tokens, a.overlong_penalty_factor))
-    loss_mask_B_N = rollout.mask_B_N * (~cut_B[:, None] if a.mask_truncated else 1.0)
+    loss_mask_B_N = rollout.mask_B_N * weights_B[:, None] * (
+        ~cut_B[:, None] if a.mask_truncated else 1.0)
     return batching.groups_from_rollout(prompt_B_P, pmask_B_P, rollout.tokens_B_N,
                                         rollout.logp_B_N, rollout.mask_B_N, loss_mask_B_N,
                                         rewards_B, a.samples_per_prompt)

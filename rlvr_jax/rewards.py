@@ -56,4 +56,16 @@ def summary(verdicts: Sequence[Verdict], rewards_P_G: np.ndarray) -> dict[str, f
         "reward/accuracy": float(np.mean([v.status == Status.PASS for v in verdicts])),
         "reward/mean": float(rewards_P_G.mean()),
         "reward/groups_all_equal": float(np.mean(rewards_P_G.std(axis=1) == 0)),
+        "verifier/latency_p50_s": float(np.percentile([v.latency_s for v in verdicts], 50)),
+        "verifier/latency_p95_s": float(np.percentile([v.latency_s for v in verdicts], 95)),
     }
+
+
+def impute_invalid(rewards_P_G: np.ndarray, weights_P_G: np.ndarray) -> np.ndarray:
+    """Rewards with each weight-0 (sandbox error) sample replaced by the mean reward of the
+    valid samples of its group (0 if none), so a verifier failure moves no group baseline; the
+    sample itself is out of the loss anyway."""
+    valid = weights_P_G > 0
+    n = valid.sum(axis=1, keepdims=True)
+    mean = np.where(n > 0, (rewards_P_G * valid).sum(axis=1, keepdims=True) / np.maximum(n, 1), 0)
+    return np.where(valid, rewards_P_G, mean).astype(np.float32)

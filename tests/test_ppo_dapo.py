@@ -161,3 +161,19 @@ def test_ppo_prepare_matches_a_float64_pipeline(critic):
     np.testing.assert_allclose(np.asarray(out.returns_B_N), ret, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.asarray(out.advantages_B_N), adv, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(float(metrics["kl_ref_per_seq"]), kl.sum() / 5, rtol=1e-5)
+
+
+def test_sandbox_errors_are_masked_not_scored():
+    from rlvr_jax import rewards
+    from rlvr_jax.types import Status, Verdict
+
+    verdicts = [Verdict(Status.PASS), Verdict(Status.SANDBOX_ERROR), Verdict(Status.WRONG),
+                Verdict(Status.PASS)]
+    w = rewards.loss_weights(verdicts)
+    np.testing.assert_array_equal(w, [1, 0, 1, 1])
+    r = rewards.from_verdicts(verdicts, "signed").reshape(1, 4)
+    fixed = rewards.impute_invalid(r, w.reshape(1, 4))
+    np.testing.assert_allclose(fixed, [[1, 1 / 3, -1, 1]], rtol=1e-6)  # the valid mean
+    # Every failure status has a reward in every table; SANDBOX_ERROR is in none.
+    for table in rewards.REWARD_TABLES.values():
+        assert set(table) == set(Status) - {Status.SANDBOX_ERROR}

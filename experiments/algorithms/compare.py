@@ -33,6 +33,7 @@ def load(sweep: str) -> dict:
             "evals": [(r["step"], r["eval/sampled_accuracy"]) for r in rows
                       if "eval/sampled_accuracy" in r],
             "step_s": statistics.median(r["time/step_s"] for r in steps),
+            "rl_s": sum(r["time/step_s"] for r in steps),
             "update_s": statistics.median(r["time/update_s"] for r in steps),
             "sequences": sum(r["status/pass"] + r["status/wrong"] + r["status/unparseable"]
                              for r in steps),
@@ -47,7 +48,7 @@ def spread(xs, fmt="{:.3f}") -> str:
 
 def table(runs: dict) -> str:
     lines = ["| preset | seeds | sampled acc. start | sampled acc. end | greedy end | "
-             "RL wall s (excl. warm start) | median step s | median update s | sampled seqs |",
+             "RL steps s (sum; no warm start, no evals) | median step s | median update s | sampled seqs |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name in [n for n in ORDER if n in runs] + sorted(set(runs) - set(ORDER)):
         rs = runs[name]
@@ -56,7 +57,7 @@ def table(runs: dict) -> str:
             f"| {name} | {len(rs)} | {spread([x['eval/sampled_accuracy_start'] for x in s])} | "
             f"{spread([x['eval/sampled_accuracy_end'] for x in s])} | "
             f"{spread([x['eval/greedy_accuracy_end'] for x in s])} | "
-            f"{spread([x['train/wall_seconds'] for x in s], '{:.0f}')} | "
+            f"{spread([r['rl_s'] for r in rs], '{:.0f}')} | "
             f"{spread([r['step_s'] for r in rs], '{:.2f}')} | "
             f"{spread([r['update_s'] for r in rs], '{:.2f}')} | "
             f"{statistics.mean(r['sequences'] for r in rs):.0f} |")
