@@ -39,6 +39,7 @@ class Verdict:
     status: Status
     detail: str = ""  # human-readable reason, e.g. "expected 12, got 13"
     latency_s: float = 0.0
+    fraction: float = -1.0  # share of test cases passed (code); -1: not applicable
 
 
 class Rollout(NamedTuple):

@@ -1,20 +1,23 @@
 """A pool of verifier worker processes with hard deadlines.
 
-`VerifierPool(kind, workers, timeout_s)` keeps `workers` long-lived processes
-(`python -m rlvr_jax.verify.worker KIND`), sends each a job at a time and waits on all of them
-with `select`. A worker that misses its job's deadline is killed (SIGKILL) and replaced, and
+`VerifierPool(kind, workers, timeout_s, mode)` keeps `workers` worker processes, sends each a
+job at a time and waits on all of them with `select`. Trusted graders (kind `math`) run in
+plain subprocesses (`python -m rlvr_jax.verify.worker KIND`, mode `none`). Untrusted programs
+(kind `code`) run in the bubblewrap sandbox (`sandbox.py`), in one of two modes with the same
+containment: `forkserver` (a long-lived sandboxed worker forks a child per job; recycled after
+`recycle_after` jobs or any limit violation) or `fresh` (one sandbox per job). A worker that misses its job's deadline is killed (SIGKILL) and replaced, and
 the job is a TIMEOUT; a worker that dies is replaced and its job retried once on the fresh
 worker, then reported as SANDBOX_ERROR (an infrastructure failure: the loop masks it out of the
 loss, never scores it). A whole call also has a deadline (`batch_timeout_s`). Verdicts of
 identical jobs are cached.
 
-This runs trusted graders (math) unsandboxed, in separate processes only so that hangs and
-crashes are contained. No JAX import: the pool never touches the trainer's devices.
+No JAX import: the pool never touches the trainer's devices.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import select
@@ -27,14 +30,20 @@ from typing import Optional, Sequence
 import numpy as np
 
 from rlvr_jax.types import Status, Verdict
+from rlvr_jax.verify import code as code_check
+from rlvr_jax.verify import sandbox
 
 
 class _Worker:
-    def __init__(self, kind: str):
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rlvr_jax.verify.worker", kind], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1, env=env)
+    def __init__(self, kind: str, mode: str, cgroup=None):
+        if mode == "none":
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "rlvr_jax.verify.worker", kind], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
+                env=env)
+        else:
+            self.proc = sandbox.spawn(once=mode == "fresh", cgroup=cgroup)
         self.jobs_done = 0
 
     def send(self, job: dict) -> None:
@@ -52,15 +61,34 @@ class _Worker:
                 pass
 
 
+SANDBOXED = {"code": code_check}  # kind -> module with wire(job) and verdict(job, reply)
+MODES = ("none", "forkserver", "fresh")
+
+
 class VerifierPool:
     def __init__(self, kind: str, workers: int = 2, timeout_s: float = 10.0,
-                 batch_timeout_s: Optional[float] = None, cache_size: int = 100_000):
+                 batch_timeout_s: Optional[float] = None, cache_size: int = 100_000,
+                 mode: Optional[str] = None, recycle_after: int = 1000,
+                 memory_mb_per_sandbox: int = 2048, pids_per_sandbox: int = 128):
         from rlvr_jax.verify.worker import KINDS
 
-        if kind not in KINDS:
-            raise ValueError(f"unknown verifier kind {kind!r} (known: {', '.join(KINDS)})")
-        self.kind, self.timeout_s, self.batch_timeout_s = kind, timeout_s, batch_timeout_s
-        self._workers = [_Worker(kind) for _ in range(workers)]
+        if kind not in KINDS and kind not in SANDBOXED:
+            raise ValueError(f"unknown verifier kind {kind!r} "
+                             f"(known: {', '.join(sorted(set(KINDS) | set(SANDBOXED)))})")
+        mode = mode or ("forkserver" if kind in SANDBOXED else "none")
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
+        if kind in SANDBOXED and mode == "none":
+            raise ValueError(f"kind {kind!r} runs untrusted code: it needs a sandbox mode "
+                             "(forkserver or fresh), never none")
+        if mode != "none":
+            sandbox.check_available()  # a clear error now, never a silent fallback
+        self.kind, self.mode, self.timeout_s = kind, mode, timeout_s
+        self.batch_timeout_s, self.recycle_after = batch_timeout_s, recycle_after
+        self._codec = SANDBOXED.get(kind)
+        self._cgroups = []
+        self._cg_args = (memory_mb_per_sandbox << 20, pids_per_sandbox)
+        self._workers = [self._new_worker() for _ in range(workers)]
         self._cache: collections.OrderedDict = collections.OrderedDict()
         self._cache_size = cache_size
         self._executor = ThreadPoolExecutor(1)
@@ -95,6 +123,13 @@ class VerifierPool:
         for w in self._workers:
             w.kill()
         self._workers = []
+        for cg in self._cgroups:
+            cg.remove()
+
+    @property
+    def containment(self) -> str:
+        """Which whole-tree bound is active (see sandbox.py)."""
+        return self._cgroups[0].kind if self._cgroups else "none (not sandboxed)"
 
     def __enter__(self) -> "VerifierPool":
         return self
@@ -103,10 +138,22 @@ class VerifierPool:
         self.close()
 
     # ------------------------------------------------------------------ scheduling
+    def _new_worker(self) -> _Worker:
+        cgroup = None
+        if self.mode != "none":
+            cgroup = sandbox.Cgroup(f"{os.getpid()}_{len(self._cgroups)}", *self._cg_args)
+            self._cgroups.append(cgroup)
+        w = _Worker(self.kind, self.mode, cgroup)
+        w.cgroup = cgroup
+        return w
+
     def _replace(self, w: _Worker) -> _Worker:
         w.kill()
+        if getattr(w, "cgroup", None) is not None:
+            w.cgroup.remove()
+            self._cgroups.remove(w.cgroup)
         self.restarts += 1
-        fresh = _Worker(self.kind)
+        fresh = self._new_worker()
         self._workers[self._workers.index(w)] = fresh
         return fresh
 
@@ -120,7 +167,7 @@ class VerifierPool:
                 w = idle.popleft()
                 i, attempt = pending.popleft()
                 try:
-                    w.send(jobs[i])
+                    w.send(self._codec.wire(jobs[i]) if self._codec else jobs[i])
                 except (BrokenPipeError, OSError):
                     pending.appendleft((i, attempt))
                     idle.append(self._replace(w))
@@ -138,9 +185,16 @@ class VerifierPool:
                 line = f.readline()
                 if line:
                     msg = json.loads(line)
-                    results[i] = Verdict(Status(msg["status"]), msg["detail"],
-                                         time.monotonic() - sent)
+                    if self._codec:
+                        v = self._codec.verdict(jobs[i], msg)
+                    else:
+                        v = Verdict(Status(msg["status"]), msg["detail"])
+                    results[i] = dataclasses.replace(v, latency_s=time.monotonic() - sent)
                     w.jobs_done += 1
+                    violation = msg.get("status") not in (None, "ok", 0, 1, 2)
+                    if self.mode == "fresh" or (self.mode == "forkserver" and (
+                            violation or w.jobs_done >= self.recycle_after)):
+                        w = self._replace(w)  # fresh: one sandbox per job
                     idle.append(w)
                     continue
                 code = w.proc.poll()

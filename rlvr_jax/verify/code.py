@@ -1,0 +1,76 @@
+"""Python function tasks checked against test cases, the candidate run in the sandbox.
+
+A job: {"completion": model text, "entry_point": function name, "inputs": [[args...], ...],
+"expected": [value, ...], optional "tolerance"}. Only the program and the inputs enter the
+sandbox; the candidate's return values come back JSON-serialised and are compared with
+`expected` here, on the host. So printing "PASSED", exiting early (sys.exit / os._exit /
+atexit), an object whose __eq__ is always true (it does not survive JSON), redefining
+AssertionError, walking stack frames or reading files cannot reveal or fake the expected
+values: none of them are in the sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+from rlvr_jax.types import Status, Verdict
+
+_FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
+
+LIMITS = {"memory_mb": 512, "cpu_s": 4, "processes": 32, "file_mb": 16, "open_files": 64,
+          "wall_s": 6.0, "output_bytes": 1 << 20}
+
+_STATUS = {"syntax_error": Status.SYNTAX_ERROR, "runtime_error": Status.RUNTIME_ERROR,
+           "timeout": Status.TIMEOUT, "memory_limit": Status.MEMORY_LIMIT,
+           "output_limit": Status.OUTPUT_LIMIT, "sandbox_error": Status.SANDBOX_ERROR}
+
+
+def extract_program(completion: str) -> str:
+    """The last ```python fenced block, else the whole completion."""
+    blocks = _FENCE.findall(completion)
+    return blocks[-1] if blocks else completion
+
+
+def wire(job: dict, limits: dict | None = None) -> dict:
+    """What enters the sandbox: the program, the calls, the limits. Never `expected`."""
+    program = job.get("prefix", "") + extract_program(job["completion"])
+    return {"program": program, "limits": dict(LIMITS, **(limits or {})),
+            "calls": [{"fn": job["entry_point"], "args": list(args)} for args in job["inputs"]]}
+
+
+def same(got, want, tol: float) -> bool:
+    """JSON values equal, floats to `tol` (relative and absolute); bool is not a number."""
+    if isinstance(want, bool) or isinstance(got, bool):
+        return type(got) is type(want) and got == want
+    if isinstance(want, (int, float)) and isinstance(got, (int, float)):
+        return got == want or math.isclose(got, want, rel_tol=tol, abs_tol=tol)
+    if isinstance(want, list) and isinstance(got, list):
+        return len(got) == len(want) and all(same(g, w, tol) for g, w in zip(got, want))
+    if isinstance(want, dict) and isinstance(got, dict):
+        return got.keys() == want.keys() and all(same(got[k], want[k], tol) for k in want)
+    return type(got) is type(want) and got == want
+
+
+def verdict(job: dict, reply: dict) -> Verdict:
+    status = reply.get("status")
+    if status != "ok":
+        return Verdict(_STATUS.get(status, Status.SANDBOX_ERROR), reply.get("detail", ""))
+    outputs = reply.get("outputs", [])
+    expected = json.loads(json.dumps(job["expected"]))  # tuples -> lists, as the outputs
+    tol = float(job.get("tolerance", 1e-9))
+    if len(outputs) != len(expected):
+        return Verdict(Status.SANDBOX_ERROR, f"{len(outputs)} outputs for {len(expected)} tests")
+    passed = 0
+    first_fail = ""
+    for i, (out, want) in enumerate(zip(outputs, expected)):
+        if "value" in out and same(out["value"], want, tol):
+            passed += 1
+        elif not first_fail:
+            got = out.get("value", out.get("error"))
+            first_fail = f"test {i}: got {str(got)[:80]}"
+    if passed == len(expected):
+        return Verdict(Status.PASS, f"{passed}/{len(expected)} tests", fraction=1.0)
+    return Verdict(Status.WRONG, f"{passed}/{len(expected)} tests; {first_fail}",
+                   fraction=passed / max(len(expected), 1))

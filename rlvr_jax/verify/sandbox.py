@@ -1,0 +1,149 @@
+"""Bubblewrap sandbox for untrusted model output (bwrap via subprocess; no sandbox package).
+
+Threat model. The candidate program is hostile: it may loop, fork-bomb, allocate, print
+without end, fill /tmp, try the network, read secrets, write the system, leave daemons, signal
+or ptrace its supervisor, or escalate privileges. The sandbox isolates:
+  * identity: bwrap is launched by an unprivileged uid (65534 when the trainer runs as root,
+    since a root-launched bwrap maps to host root) in a new user namespace with every
+    capability dropped and nested user namespaces disabled (`--disable-userns`); setuid fails;
+  * filesystem: only /usr (read-only; /bin, /lib, /lib64 are symlinks into it on merged-/usr
+    systems), the loader cache and the one worker script are visible; no /etc/shadow, no home,
+    no project files, no answer files; /tmp is a size-capped tmpfs emptied after every job;
+    /proc is the sandbox's own (new pid namespace), /dev the minimal set;
+  * environment: `--clearenv` (the trainer's variables, tokens and PYTHON* never enter);
+  * network: a new network namespace (no interface but a down loopback);
+  * processes: pid namespace with our worker as pid 1 (`--as-pid-1`): after each job it kills
+    every other process in the namespace; `--die-with-parent`, `--new-session` (no TIOCSTI);
+    the worker and its children are non-dumpable (no ptrace, no /proc/pid/mem);
+  * resources per job: RLIMIT_CPU, RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_NOFILE,
+    core 0, a wall deadline and a stdout/stderr cap enforced by the worker, and the host pool's
+    own deadline that kills the whole sandbox. Where the host allows it (root with a writable
+    cgroup v1 memory+pids hierarchy or cgroup v2), each sandbox's whole process tree is also
+    bounded in memory and pids; otherwise (stated in `Sandbox.cgroup`) the bound is per process
+    (RLIMIT_AS) times the process limit (RLIMIT_NPROC).
+Not isolated: the kernel itself (no seccomp filter: a kernel exploit escapes), CPU time stolen
+from the trainer within the limits, timing side channels, and the system interpreter and
+libraries under /usr, which the candidate can read.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from typing import Optional
+
+WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_worker.py")
+PYTHON = "/usr/bin/python3"  # the system interpreter: root-only paths (pyenv in /root) are not
+NOBODY = 65534               # readable by the sandbox's unprivileged uid
+
+
+class SandboxUnavailable(RuntimeError):
+    """bwrap is missing or cannot create namespaces here; the message says how to fix it."""
+
+
+def bwrap_argv(once: bool, tmp_mb: int = 64) -> list[str]:
+    argv = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+            "--new-session", "--as-pid-1", "--clearenv", "--cap-drop", "ALL",
+            "--ro-bind", "/usr", "/usr"]
+    for link in ("bin", "lib", "lib64", "sbin"):
+        target = os.path.join("/", link)
+        if os.path.islink(target):
+            argv += ["--symlink", os.readlink(target), target]
+        elif os.path.isdir(target):
+            argv += ["--ro-bind", target, target]
+    if os.path.exists("/etc/ld.so.cache"):
+        argv += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    argv += ["--ro-bind", WORKER_SCRIPT, "/opt/rlvr/worker.py",
+             "--proc", "/proc", "--dev", "/dev",
+             "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
+             "--setenv", "PATH", "/usr/bin", "--setenv", "HOME", "/tmp",
+             "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--chdir", "/tmp",
+             "--hostname", "sandbox", "--", PYTHON, "-I", "-S", "/opt/rlvr/worker.py"]
+    return argv + (["--once"] if once else [])
+
+
+def _drop_privileges() -> dict:
+    """Popen arguments that start bwrap as an unprivileged user when we are root."""
+    if os.geteuid() != 0:
+        return {}
+    return {"user": NOBODY, "group": NOBODY, "extra_groups": []}
+
+
+def check_available() -> None:
+    """Raise SandboxUnavailable with a fix unless a trivial sandboxed command runs."""
+    if shutil.which("bwrap") is None:
+        raise SandboxUnavailable("bubblewrap (bwrap) is not installed: install it, e.g. "
+                                 "`apt-get install -y bubblewrap` (Debian/Ubuntu) or `dnf "
+                                 "install bubblewrap`; there is no unsandboxed fallback")
+    if not os.path.exists(PYTHON):
+        raise SandboxUnavailable(f"{PYTHON} not found: the sandbox runs the system Python 3")
+    argv = bwrap_argv(once=True)
+    try:
+        probe = subprocess.run(argv[: argv.index("--")] + ["--", "/usr/bin/true"],
+                               capture_output=True, text=True, timeout=20, **_drop_privileges())
+    except subprocess.TimeoutExpired:
+        raise SandboxUnavailable("bwrap did not start within 20 s") from None
+    if probe.returncode != 0:
+        raise SandboxUnavailable(
+            f"bwrap cannot create its namespaces here ({probe.stderr.strip()}). Enable "
+            "unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or "
+            "user.max_user_namespaces > 0; in Docker, run with a seccomp profile that allows "
+            "clone(CLONE_NEWUSER)).")
+
+
+class Cgroup:
+    """Best effort: a cgroup bounding memory and pids of one sandbox's whole tree."""
+
+    def __init__(self, name: str, memory_bytes: int, pids: int):
+        self.paths: list[str] = []
+        self.kind = "none (per-process rlimits only)"
+        if os.geteuid() != 0:
+            return
+        v1 = {"memory": ("memory.limit_in_bytes", memory_bytes), "pids": ("pids.max", pids)}
+        try:
+            if os.path.isdir("/sys/fs/cgroup/memory") and os.path.isdir("/sys/fs/cgroup/pids"):
+                for ctrl, (knob, value) in v1.items():
+                    path = f"/sys/fs/cgroup/{ctrl}/rlvr_{name}"
+                    os.makedirs(path, exist_ok=True)
+                    self.paths.append(path)
+                    with open(os.path.join(path, knob), "w") as f:
+                        f.write(str(value))
+                self.kind = "cgroup v1 (memory, pids)"
+            elif os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+                path = f"/sys/fs/cgroup/rlvr_{name}"
+                os.makedirs(path, exist_ok=True)
+                self.paths.append(path)
+                for knob, value in (("memory.max", memory_bytes), ("pids.max", pids)):
+                    with open(os.path.join(path, knob), "w") as f:
+                        f.write(str(value))
+                self.kind = "cgroup v2 (memory, pids)"
+        except OSError:
+            self.remove()
+            self.kind = "none (per-process rlimits only)"
+
+    def add(self, pid: int) -> None:
+        for path in self.paths:
+            try:
+                with open(os.path.join(path, "cgroup.procs"), "w") as f:
+                    f.write(str(pid))
+            except OSError:
+                pass
+
+    def remove(self) -> None:
+        for path in self.paths:
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+        self.paths = []
+
+
+def spawn(once: bool, cgroup: Optional[Cgroup] = None, tmp_mb: int = 64) -> subprocess.Popen:
+    """Start a sandboxed worker; its stdin/stdout speak the JSON-lines protocol."""
+    proc = subprocess.Popen(bwrap_argv(once, tmp_mb), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            bufsize=1, **_drop_privileges())
+    if cgroup is not None:
+        cgroup.add(proc.pid)  # children of bwrap inherit the cgroup
+    return proc

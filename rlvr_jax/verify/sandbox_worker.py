@@ -1,0 +1,212 @@
+"""The process that runs inside the bubblewrap sandbox (standalone: stdlib only, since the
+sandbox holds the system interpreter and this one file, not the rlvr_jax package).
+
+    python3 /opt/rlvr/worker.py          serve jobs from stdin until it closes (forkserver)
+    python3 /opt/rlvr/worker.py --once   serve one job, then exit (fresh)
+
+It is pid 1 of the sandbox's pid namespace (bwrap --as-pid-1), non-dumpable (no ptrace, no
+/proc/1/mem from its children). For each job (one JSON line) it forks a child that sets its
+rlimits and non-dumpable flag, compiles and runs the candidate program with stdout/stderr on a
+capped pipe, then calls the requested functions and writes their JSON-serialised return values
+on a separate result pipe. The worker enforces the wall deadline and the output cap, then kills
+every other process in the namespace (leftover daemons, fork bombs) and empties /tmp, and
+answers one JSON line. It never sees expected values: outputs are compared on the host.
+"""
+
+import ctypes
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import sys
+import time
+
+PR_SET_DUMPABLE = 4
+
+
+def _no_dump():
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except Exception:
+        pass
+
+
+def _child(job, out_w, res_w):
+    """Runs in the forked child; never returns."""
+    lim = job["limits"]
+    _no_dump()
+    for res, value in ((resource.RLIMIT_AS, lim["memory_mb"] << 20),
+                       (resource.RLIMIT_CPU, lim["cpu_s"]),
+                       (resource.RLIMIT_NPROC, lim["processes"]),
+                       (resource.RLIMIT_FSIZE, lim["file_mb"] << 20),
+                       (resource.RLIMIT_NOFILE, lim["open_files"]),
+                       (resource.RLIMIT_CORE, 0)):
+        resource.setrlimit(res, (value, value))
+    os.dup2(out_w, 1)
+    os.dup2(out_w, 2)
+    os.close(out_w)
+    stdin = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(stdin, 0)
+    res = os.fdopen(res_w, "w")
+
+    def finish(obj):
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:
+            pass
+        try:
+            res.write(json.dumps(obj))
+            res.flush()
+        finally:
+            os._exit(0)
+
+    try:
+        code = compile(job["program"], "<candidate>", "exec")
+    except (SyntaxError, ValueError) as e:
+        finish({"status": "syntax_error", "detail": f"{type(e).__name__}: {e}"})
+    namespace = {"__name__": "__main__" if job.get("as_main") else "__candidate__"}
+    outputs = []
+    try:
+        exec(code, namespace)
+        for call in job.get("calls", []):
+            try:
+                value = namespace[call["fn"]](*call.get("args", []))
+                outputs.append({"value": json.loads(json.dumps(value))})
+            except MemoryError:
+                raise
+            except (TypeError, ValueError, OverflowError) as e:  # incl. not JSON-serialisable
+                outputs.append({"error": f"{type(e).__name__}: {e}"[:300]})
+            except KeyError as e:
+                outputs.append({"error": f"KeyError: {e}"[:300]})
+            except Exception as e:
+                outputs.append({"error": f"{type(e).__name__}: {e}"[:300]})
+    except MemoryError:
+        finish({"status": "memory_limit", "detail": "MemoryError"})
+    except BaseException as e:  # SystemExit included: exiting early is a failure
+        finish({"status": "runtime_error", "detail": f"{type(e).__name__}: {e}"[:500],
+                "outputs": outputs})
+    finish({"status": "ok", "outputs": outputs})
+
+
+def _kill_others():
+    """As pid 1 of the namespace: SIGKILL every other process, then reap them."""
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                time.sleep(0.001)
+                try:
+                    os.kill(-1, 0)
+                except ProcessLookupError:
+                    break
+        except ChildProcessError:
+            break
+
+
+def _wipe_tmp():
+    for name in os.listdir("/tmp"):
+        path = os.path.join("/tmp", name)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
+def _drain(fd, buf, limit):
+    """Read what is available on fd now, without blocking; False once past `limit`."""
+    while select.select([fd], [], [], 0)[0]:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        buf += chunk
+        if len(buf) > limit:
+            return False
+    return True
+
+
+def run_job(job):
+    lim = job["limits"]
+    out_r, out_w = os.pipe()
+    res_r, res_w = os.pipe()
+    t0 = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        os.close(out_r)
+        os.close(res_r)
+        _child(job, out_w, res_w)
+    os.close(out_w)
+    os.close(res_w)
+    pidfd = os.pidfd_open(pid)
+    deadline = t0 + lim["wall_s"]
+    out, res, status, wstatus = bytearray(), bytearray(), None, None
+    watch = {out_r, res_r, pidfd}
+    while status is None and wstatus is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            status = "timeout"
+            break
+        for fd in select.select(list(watch), [], [], left)[0]:
+            if fd == pidfd:
+                # The child is gone. Its leftover processes may still hold the pipes open:
+                # take what is there now rather than waiting for EOF.
+                _, wstatus, _ = os.wait4(pid, 0)
+            elif fd == out_r:
+                if not _drain(out_r, out, lim["output_bytes"]):
+                    status = "output_limit"
+            elif not _drain(res_r, res, 16 * lim["output_bytes"]):
+                status = "output_limit"
+    if wstatus is not None and status is None:
+        if not (_drain(out_r, out, lim["output_bytes"])
+                and _drain(res_r, res, 16 * lim["output_bytes"])):
+            status = "output_limit"
+    _kill_others()  # the child (if still running) and anything it left behind
+    for fd in (out_r, res_r, pidfd):
+        os.close(fd)
+    _wipe_tmp()
+    elapsed = time.monotonic() - t0
+    stdout = bytes(out[:2000]).decode("utf-8", "replace")
+    if status:
+        return {"status": status, "detail": f"after {elapsed:.2f}s", "stdout": stdout}
+    try:
+        reply = json.loads(bytes(res).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        sig = os.WTERMSIG(wstatus) if os.WIFSIGNALED(wstatus) else 0
+        if sig in (signal.SIGXCPU, signal.SIGKILL):
+            reply = {"status": "timeout", "detail": f"CPU limit (signal {sig})"}
+        elif sig == signal.SIGXFSZ:
+            reply = {"status": "output_limit", "detail": "file size limit"}
+        else:
+            code = os.WEXITSTATUS(wstatus) if os.WIFEXITED(wstatus) else -sig
+            reply = {"status": "runtime_error",
+                     "detail": f"exited without a result (code {code})"}
+    reply["stdout"] = stdout
+    return reply
+
+
+def main():
+    _no_dump()
+    once = "--once" in sys.argv
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    devnull = os.open("/dev/null", os.O_WRONLY)
+    os.dup2(devnull, 1)
+    for line in sys.stdin:
+        try:
+            reply = run_job(json.loads(line))
+        except Exception as e:  # a worker bug: the host reports a sandbox error
+            reply = {"status": "sandbox_error", "detail": f"{type(e).__name__}: {e}"}
+        out.write(json.dumps(reply) + "\n")
+        if once:
+            break
+
+
+if __name__ == "__main__":
+    main()
