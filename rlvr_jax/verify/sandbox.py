@@ -7,7 +7,8 @@ or ptrace its supervisor, or escalate privileges. The sandbox isolates:
     since a root-launched bwrap maps to host root) in a new user namespace with every
     capability dropped and nested user namespaces disabled (`--disable-userns`); setuid fails;
   * filesystem: only /usr (read-only; /bin, /lib, /lib64 are symlinks into it on merged-/usr
-    systems), the loader cache and the one worker script are visible; no /etc/shadow, no home,
+    systems), the loader cache and the one worker script are visible; the root is read-only
+    (no /var/tmp, no new top-level paths); no /etc/shadow, no home,
     no project files, no answer files; /tmp is a size-capped tmpfs emptied after every job;
     /proc is the sandbox's own (new pid namespace), /dev the minimal set;
   * environment: `--clearenv` (the trainer's variables, tokens and PYTHON* never enter);
@@ -57,6 +58,9 @@ def bwrap_argv(once: bool, tmp_mb: int = 64) -> list[str]:
     argv += ["--ro-bind", WORKER_SCRIPT, "/opt/rlvr/worker.py",
              "--proc", "/proc", "--dev", "/dev",
              "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
+             # bwrap's root is a tmpfs the sandbox could write (e.g. create /var/tmp): make
+             # everything but /tmp read-only.
+             "--remount-ro", "/",
              "--setenv", "PATH", "/usr/bin", "--setenv", "HOME", "/tmp",
              "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--chdir", "/tmp",
              "--hostname", "sandbox", "--", PYTHON, "-I", "-S", "/opt/rlvr/worker.py"]
