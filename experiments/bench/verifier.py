@@ -1,0 +1,93 @@
+"""Code-verifier throughput and latency: forkserver vs fresh sandboxes, side by side.
+
+    python experiments/bench/verifier.py [--jobs 200] [--workers 2]
+
+For a trivial program (1 call) and a 5-test program, each mode scores the same jobs (distinct,
+so the cache never answers); rounds alternate between the modes. Prints executions/s, p50/p95
+latency per job, the forkserver/fresh ratio, the time to restart a forkserver worker (kill +
+spawn + first answer), the slowest job against its deadline, and the process's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import time
+
+from rlvr_jax.verify.pool import VerifierPool
+
+TRIVIAL = "def f(x):\n    return x"
+FIVE = ("def f(x):\n    s = 0\n    for i in range(x):\n        s += i * i\n    return s")
+
+
+def jobs(program: str, calls: int, n: int, tag: int) -> list[dict]:
+    """n distinct jobs (a unique comment defeats the cache), `calls` small test inputs each."""
+    return [{"completion": f"{program}\n# job {tag}-{i}", "entry_point": "f",
+             "inputs": [[10 + k] for k in range(calls)], "expected": [None] * calls}
+            for i in range(n)]
+
+
+def run(pool: VerifierPool, batch: list[dict]) -> tuple[float, list[float]]:
+    t0 = time.perf_counter()
+    verdicts = pool.verify(batch)
+    return time.perf_counter() - t0, [v.latency_s for v in verdicts]
+
+
+def pct(xs, q):
+    return statistics.quantiles(xs, n=100)[q - 1] if len(xs) > 1 else xs[0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=200)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    timeout = 10.0
+    pools = {m: VerifierPool("code", workers=args.workers, timeout_s=timeout, mode=m)
+             for m in ("forkserver", "fresh")}
+    print(f"{args.workers} workers, {args.jobs} jobs per round, {args.rounds} alternating rounds; "
+          f"containment: {pools['fresh'].containment}")
+    print("| program | mode | executions/s | p50 ms | p95 ms | max s |")
+    print("|---|---|---|---|---|---|")
+    rates = {}
+    tag = 0
+    for name, program, calls in (("trivial", TRIVIAL, 1), ("5 tests", FIVE, 5)):
+        stats = {m: ([], []) for m in pools}
+        for _ in range(args.rounds):
+            for mode, pool in pools.items():
+                tag += 1
+                wall, lat = run(pool, jobs(program, calls, args.jobs, tag))
+                stats[mode][0].append(args.jobs / wall)
+                stats[mode][1].extend(lat)
+        for mode, (rate, lat) in stats.items():
+            rates[(name, mode)] = statistics.median(rate)
+            print(f"| {name} | {mode} | {rates[(name, mode)]:.0f} | {1e3 * pct(lat, 50):.1f} | "
+                  f"{1e3 * pct(lat, 95):.1f} | {max(lat):.2f} |")
+        print(f"| {name} | ratio | {rates[(name, 'forkserver')] / rates[(name, 'fresh')]:.1f}x "
+              "forkserver/fresh | | | |")
+    fork = pools["forkserver"]
+    restarts = []
+    for i in range(10):
+        w = fork._workers[0]
+        t0 = time.perf_counter()
+        fork._replace(w)
+        fork.verify([{"completion": TRIVIAL, "entry_point": "f", "inputs": [[-i]],
+                      "expected": [None]}])
+        restarts.append(time.perf_counter() - t0)
+    print(f"forkserver worker restart (kill + spawn + first answer): median "
+          f"{1e3 * statistics.median(restarts):.0f} ms")
+    hung = fork.verify([{"completion": "import time\ndef f(x):\n    time.sleep(60)",
+                         "entry_point": "f", "inputs": [[i]], "expected": [None]}
+                        for i in range(4)])
+    print(f"4 jobs sleeping 60 s (sandbox wall limit 6 s, pool deadline {timeout:.0f} s): "
+          f"statuses {sorted({v.status.name for v in hung})}, slowest answered after "
+          f"{max(v.latency_s for v in hung):.2f} s")
+    for p in pools.values():
+        p.close()
+    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
