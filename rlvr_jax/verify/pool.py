@@ -32,6 +32,8 @@ import numpy as np
 from rlvr_jax.types import Status, Verdict
 from rlvr_jax.verify import code as code_check
 from rlvr_jax.verify import sandbox
+from rlvr_jax.verify import sql as sql_check
+from rlvr_jax.verify import tools as tools_check
 
 
 class _Worker:
@@ -61,7 +63,8 @@ class _Worker:
                 pass
 
 
-SANDBOXED = {"code": code_check}  # kind -> module with wire(job) and verdict(job, reply)
+# kind -> module with wire(job) and verdict(job, reply)
+SANDBOXED = {"code": code_check, "sql": sql_check, "tool": tools_check}
 MODES = ("none", "forkserver", "fresh")
 
 

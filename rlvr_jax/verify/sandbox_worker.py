@@ -63,6 +63,8 @@ def _child(job, out_w, res_w):
         finally:
             os._exit(0)
 
+    if job.get("kind") == "sql":
+        _sql(job, finish)
     try:
         code = compile(job["program"], "<candidate>", "exec")
     except (SyntaxError, ValueError) as e:
@@ -89,6 +91,35 @@ def _child(job, out_w, res_w):
         finish({"status": "runtime_error", "detail": f"{type(e).__name__}: {e}"[:500],
                 "outputs": outputs})
     finish({"status": "ok", "outputs": outputs})
+
+
+def _sql(job, finish):
+    """Run one read-only query against an in-memory SQLite database built from the job's
+    schema script; the rows come back, the expected rows stay on the host."""
+    import sqlite3
+
+    deadline = time.monotonic() + job["limits"]["cpu_s"]
+    try:
+        con = sqlite3.connect(":memory:")
+        con.executescript(job["schema"])
+        con.execute("PRAGMA query_only = ON")
+    except sqlite3.Error as e:
+        finish({"status": "sandbox_error", "detail": f"schema: {e}"})
+    con.set_progress_handler(lambda: time.monotonic() > deadline, 10000)
+    try:
+        rows = con.execute(job["query"]).fetchmany(job.get("max_rows", 10000) + 1)
+    except sqlite3.OperationalError as e:
+        if "interrupted" in str(e):
+            finish({"status": "timeout", "detail": "query time limit"})
+        kind = "syntax_error" if "syntax error" in str(e) else "runtime_error"
+        finish({"status": kind, "detail": f"{e}"[:300]})
+    except (sqlite3.Error, sqlite3.Warning, ValueError) as e:
+        finish({"status": "runtime_error", "detail": f"{type(e).__name__}: {e}"[:300]})
+    except MemoryError:
+        finish({"status": "memory_limit", "detail": "MemoryError"})
+    if len(rows) > job.get("max_rows", 10000):
+        finish({"status": "output_limit", "detail": "too many rows"})
+    finish({"status": "ok", "outputs": [{"value": [list(r) for r in rows]}]})
 
 
 def _kill_others():

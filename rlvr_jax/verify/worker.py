@@ -29,7 +29,19 @@ def _sleep(job: dict) -> Verdict:
     return Verdict(Status.PASS, "slept")
 
 
-KINDS = {"math": _math, "test_sleep": _sleep}
+def _logic(job: dict) -> Verdict:
+    from rlvr_jax.verify import logic
+
+    return logic.check(job)
+
+
+def _retrieval(job: dict) -> Verdict:
+    from rlvr_jax.verify import retrieval
+
+    return retrieval.check(job)
+
+
+KINDS = {"math": _math, "logic": _logic, "retrieval": _retrieval, "test_sleep": _sleep}
 
 
 def main(kind: str) -> None:

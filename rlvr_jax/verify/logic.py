@@ -1,0 +1,169 @@
+"""Propositional logic: is a claimed conclusion entailed by the premises?
+
+Formulas: variables `[A-Za-z_][A-Za-z0-9_]*`, `~`/`!`/`not`, `&`/`and`, `|`/`or`, `->`,
+`<->`, parentheses, `T`/`F` (true, false); precedence not > and > or > -> > <-> (`->` and `<->`
+right-associative). Entailment is decided exhaustively over truth tables (at most
+`MAX_VARIABLES` variables). A job may name a `target`: then the claim must be entailed by the
+premises *and* imply the target on its own (claim |= target), so a tautology such as `p | ~p`,
+or restating a premise, earns nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+
+from rlvr_jax.types import Status, Verdict
+
+MAX_VARIABLES = 14
+_TOKEN = re.compile(r"\s*(<->|->|[()~!&|]|[A-Za-z_][A-Za-z0-9_]*)")
+_WORDS = {"not": "~", "and": "&", "or": "|", "!": "~"}
+
+
+class ParseError(ValueError):
+    pass
+
+
+def tokenize(text: str) -> list[str]:
+    out, pos = [], 0
+    text = text.replace("¬", "~").replace("∧", "&").replace("∨", "|").replace("→", "->") \
+        .replace("↔", "<->")
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m:
+            if text[pos:].strip() == "":
+                break
+            raise ParseError(f"unexpected {text[pos:pos + 10]!r}")
+        tok = m.group(1)
+        out.append(_WORDS.get(tok, tok))
+        pos = m.end()
+    return out
+
+
+def parse(text: str):
+    """Formula -> nested tuples: ("var", name) | ("const", bool) | (op, a[, b])."""
+    toks = tokenize(text)
+    pos = 0
+
+    def peek():
+        return toks[pos] if pos < len(toks) else None
+
+    def take(expected=None):
+        nonlocal pos
+        tok = peek()
+        if tok is None or (expected and tok != expected):
+            raise ParseError(f"expected {expected or 'a formula'}, got {tok!r}")
+        pos += 1
+        return tok
+
+    def iff():
+        left = imp()
+        if peek() == "<->":
+            take()
+            return ("<->", left, iff())
+        return left
+
+    def imp():
+        left = disj()
+        if peek() == "->":
+            take()
+            return ("->", left, imp())
+        return left
+
+    def disj():
+        left = conj()
+        while peek() == "|":
+            take()
+            left = ("|", left, conj())
+        return left
+
+    def conj():
+        left = unary()
+        while peek() == "&":
+            take()
+            left = ("&", left, unary())
+        return left
+
+    def unary():
+        tok = peek()
+        if tok == "~":
+            take()
+            return ("~", unary())
+        if tok == "(":
+            take()
+            inner = iff()
+            take(")")
+            return inner
+        tok = take()
+        if tok in ("T", "F"):
+            return ("const", tok == "T")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", tok):
+            raise ParseError(f"unexpected {tok!r}")
+        return ("var", tok)
+
+    if not toks:
+        raise ParseError("empty formula")
+    tree = iff()
+    if pos != len(toks):
+        raise ParseError(f"trailing {toks[pos]!r}")
+    return tree
+
+
+def variables(tree) -> set[str]:
+    if tree[0] == "var":
+        return {tree[1]}
+    if tree[0] == "const":
+        return set()
+    return set().union(*(variables(t) for t in tree[1:]))
+
+
+def evaluate(tree, env: dict) -> bool:
+    op = tree[0]
+    if op == "var":
+        return env[tree[1]]
+    if op == "const":
+        return tree[1]
+    if op == "~":
+        return not evaluate(tree[1], env)
+    a, b = evaluate(tree[1], env), evaluate(tree[2], env)
+    return {"&": a and b, "|": a or b, "->": (not a) or b, "<->": a == b}[op]
+
+
+def entails(premises: list, conclusion) -> bool:
+    names = sorted(set().union(variables(conclusion), *(variables(p) for p in premises)))
+    if len(names) > MAX_VARIABLES:
+        raise ParseError(f"{len(names)} variables (at most {MAX_VARIABLES})")
+    for values in itertools.product((False, True), repeat=len(names)):
+        env = dict(zip(names, values))
+        if all(evaluate(p, env) for p in premises) and not evaluate(conclusion, env):
+            return False
+    return True
+
+
+def extract_claim(completion: str) -> str | None:
+    """The text after the last 'Conclusion:' (case-insensitive), else the last line."""
+    m = list(re.finditer(r"conclusion\s*:\s*(.+)", completion, re.I))
+    if m:
+        return m[-1].group(1).strip()
+    lines = [ln.strip() for ln in completion.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else None
+
+
+def check(job: dict) -> Verdict:
+    t0 = time.perf_counter()
+    try:
+        premises = [parse(p) for p in job["premises"]]
+        target = parse(job["target"]) if job.get("target") else None
+    except ParseError as e:
+        return Verdict(Status.SANDBOX_ERROR, f"bad task: {e}")  # the task, not the answer
+    claim_text = extract_claim(job["completion"])
+    try:
+        claim = parse(claim_text or "")
+        ok = entails(premises, claim) and (target is None or entails([claim], target))
+    except ParseError as e:
+        return Verdict(Status.UNPARSEABLE, f"claim {claim_text!r}: {e}", time.perf_counter() - t0)
+    return Verdict(Status.PASS if ok else Status.WRONG,
+                   f"{claim_text!r} {'is' if ok else 'is not'} entailed"
+                   + ("" if target is None else " and implies the target"),
+                   time.perf_counter() - t0)

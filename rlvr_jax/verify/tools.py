@@ -1,0 +1,127 @@
+"""Tool use: the completion makes one JSON tool call, `{"tool": NAME, "arguments": {...}}`
+(the last JSON object in the text, or a ```json block). The call is validated on the host
+against the tool's JSON schema (required keys, types, enums, no extra keys), then executed in
+the sandbox (the tools run code on model-chosen arguments), and its result is compared on the
+host with the task's expected outcome.
+
+Tools: `calculator` {expression: str} (arithmetic over numbers, + - * / // % ** and
+parentheses, evaluated by an AST walker, no names), `python` {code: str} (runs the code; the
+result is the variable `result`), `sort` {items: array, descending?: bool}.
+A job: {"completion", "tools": [allowed names], "expected": value, "tolerance"?}.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from rlvr_jax.types import Status, Verdict
+from rlvr_jax.verify import code
+
+SCHEMAS = {
+    "calculator": {"type": "object", "required": ["expression"],
+                   "properties": {"expression": {"type": "string"}}},
+    "python": {"type": "object", "required": ["code"], "properties": {"code": {"type": "string"}}},
+    "sort": {"type": "object", "required": ["items"],
+             "properties": {"items": {"type": "array"}, "descending": {"type": "boolean"}}},
+}
+
+# The tool implementations, run inside the sandbox with the model's arguments.
+_IMPL = {
+    "calculator": '''
+import ast, operator as op
+_OPS = {ast.Add: op.add, ast.Sub: op.sub, ast.Mult: op.mul, ast.Div: op.truediv,
+        ast.FloorDiv: op.floordiv, ast.Mod: op.mod, ast.Pow: op.pow, ast.USub: op.neg,
+        ast.UAdd: op.pos}
+def _ev(n):
+    if isinstance(n, ast.Constant) and type(n.value) in (int, float):
+        return n.value
+    if isinstance(n, ast.BinOp) and type(n.op) in _OPS:
+        if isinstance(n.op, ast.Pow) and abs(_ev(n.right)) > 1000:
+            raise ValueError("exponent too large")
+        return _OPS[type(n.op)](_ev(n.left), _ev(n.right))
+    if isinstance(n, ast.UnaryOp) and type(n.op) in _OPS:
+        return _OPS[type(n.op)](_ev(n.operand))
+    raise ValueError("not arithmetic")
+def tool(expression):
+    return _ev(ast.parse(expression, mode="eval").body)
+''',
+    "python": '''
+def tool(code):
+    scope = {}
+    exec(code, scope)
+    return scope.get("result")
+''',
+    "sort": '''
+def tool(items, descending=False):
+    return sorted(items, reverse=descending)
+''',
+}
+_TYPES = {"string": str, "array": list, "boolean": bool, "object": dict, "integer": int,
+          "number": (int, float)}
+_JSON_BLOCK = re.compile(r"```(?:json)?\s*\n(.*?)```", re.S)
+
+
+def extract_call(completion: str):
+    """The tool call object, or None."""
+    blocks = _JSON_BLOCK.findall(completion)
+    candidates = blocks[::-1] if blocks else []
+    starts = [m.start() for m in re.finditer(r"\{", completion)]
+    candidates += [completion[s:] for s in starts[::-1]]
+    decoder = json.JSONDecoder()
+    for text in candidates:
+        try:
+            obj, _ = decoder.raw_decode(text.strip())
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and "tool" in obj:
+            return obj
+    return None
+
+
+def validate(call, allowed) -> str:
+    """'' if the call is valid, else why not."""
+    if call is None:
+        return "no JSON tool call found"
+    name, args = call.get("tool"), call.get("arguments", {})
+    if name not in SCHEMAS or name not in allowed:
+        return f"tool {name!r} is not available (allowed: {', '.join(allowed)})"
+    if set(call) - {"tool", "arguments"} or not isinstance(args, dict):
+        return "a call is {\"tool\": name, \"arguments\": {...}}"
+    schema = SCHEMAS[name]
+    missing = [k for k in schema["required"] if k not in args]
+    extra = [k for k in args if k not in schema["properties"]]
+    if missing or extra:
+        return f"missing {missing} / unexpected {extra} arguments"
+    for k, v in args.items():
+        want = _TYPES[schema["properties"][k]["type"]]
+        if not isinstance(v, want) or (want is not bool and isinstance(v, bool)):
+            return f"argument {k!r} must be {schema['properties'][k]['type']}"
+    return ""
+
+
+def wire(job: dict) -> dict:
+    call = extract_call(job["completion"])
+    if validate(call, job.get("tools", list(SCHEMAS))):
+        program, calls = "def tool():\n    return None", [[]]  # verdict() reports the reason
+    else:
+        program, calls = _IMPL[call["tool"]], [[call["arguments"]]]
+    return {"program": program + "\ndef _call(kw):\n    return tool(**kw)\n",
+            "limits": code.LIMITS,
+            "calls": [{"fn": "_call" if calls[0] else "tool", "args": c} for c in calls]}
+
+
+def verdict(job: dict, reply: dict) -> Verdict:
+    call = extract_call(job["completion"])
+    problem = validate(call, job.get("tools", list(SCHEMAS)))
+    if problem:
+        return Verdict(Status.UNPARSEABLE, problem)
+    if reply.get("status") != "ok":
+        return code.verdict(job, reply)
+    out = reply["outputs"][0]
+    if "error" in out:
+        return Verdict(Status.RUNTIME_ERROR, f"tool raised {out['error'][:80]}")
+    ok = code.same(out["value"], json.loads(json.dumps(job["expected"])),
+                   float(job.get("tolerance", 1e-9)))
+    return Verdict(Status.PASS if ok else Status.WRONG,
+                   f"{call['tool']} returned {str(out['value'])[:40]}")
