@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import functools
 import os
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable
@@ -20,6 +21,7 @@ from rlvr_jax.sampling import make_sampler
 from rlvr_jax.data import loaders
 from rlvr_jax.models import hf
 from rlvr_jax.tasks.arithmetic import ArithmeticTask, verify_all
+from rlvr_jax.tasks.codegen import CodegenTask
 from rlvr_jax.tasks.dataset import DatasetTask, make_render
 from rlvr_jax.tokenizer import load_pretrained_tokenizer, load_tokenizer, save_char_tokenizer
 from rlvr_jax.verify.pool import VerifierPool
@@ -49,6 +51,7 @@ class Components:
     state_sharding: Callable  # abstract TrainState -> shardings
     traces: collections.Counter  # how often each jitted function was traced (= compiled)
     verify: Callable  # (problems, completions) -> verdicts (host; worker pool for datasets)
+    submit: Callable  # the same, non-blocking: returns a future
     close: Callable  # stops verifier workers
 
 
@@ -87,15 +90,23 @@ def _dataset_task(cfg: RunConfig, tokenizer) -> tuple[DatasetTask, int]:
 
 
 def _verifier(cfg: RunConfig, task):
-    """(verify(problems, completions) -> verdicts, close())."""
+    """(verify(problems, completions) -> verdicts, submit(...) -> future of the same, close)."""
     if cfg.verifier.kind == "inprocess":
-        return (lambda problems, completions: verify_all(task, problems, completions)), (
-            lambda: None)
+        verify = lambda problems, completions: verify_all(task, problems, completions)
+
+        def submit(problems, completions):
+            done = Future()
+            done.set_result(verify(problems, completions))
+            return done
+
+        return verify, submit, (lambda: None)
     v = cfg.verifier
     pool = VerifierPool(v.kind, workers=v.workers, timeout_s=v.timeout_s,
-                        batch_timeout_s=v.batch_timeout_s)
-    return (lambda problems, completions: pool.verify(task.verify_jobs(problems, completions))
-            ), pool.close
+                        batch_timeout_s=v.batch_timeout_s,
+                        mode=v.mode if v.kind == "code" else None)
+    return (lambda problems, completions: pool.verify(task.verify_jobs(problems, completions)),
+            lambda problems, completions: pool.submit(task.verify_jobs(problems, completions)),
+            pool.close)
 
 
 def build(cfg: RunConfig) -> Components:
@@ -110,18 +121,22 @@ def build(cfg: RunConfig) -> Components:
         tokenizer = load_tokenizer(tok_dir)
     if t.name == "dataset":
         task, prompt_len = _dataset_task(cfg, tokenizer)
+    elif t.name == "codegen":
+        task = CodegenTask(t.heldout_fraction, t.split_seed)
+        prompt_len = len(tokenizer.encode("x*9-99=", add_special_tokens=False))
     else:
         task = ArithmeticTask(tuple(t.operators), t.operand_digits, t.min_operands,
                               t.max_operands, t.heldout_fraction, t.split_seed,
                               t.prompt_template, t.zero_pad_operands)
         prompt_len = prompt_budget(task, tokenizer)
-    verify, close = _verifier(cfg, task)
+    verify, submit, close = _verifier(cfg, task)
     model = Decoder(cfg.model, cfg.model.vocab_size or len(tokenizer))
     mesh = sharding.make_mesh(cfg.mesh.data, cfg.mesh.fsdp)
     rl_batch = cfg.algo.prompts_per_step * cfg.algo.samples_per_prompt
     sharding.check_batch(rl_batch, mesh, "algo.prompts_per_step")
     sharding.check_batch((cfg.algo.sampled_prompts_per_step or cfg.algo.prompts_per_step)
-                         * cfg.algo.samples_per_prompt, mesh, "algo.sampled_prompts_per_step")
+                         * cfg.algo.samples_per_prompt // cfg.verifier.overlap_chunks, mesh,
+                         "verifier.overlap_chunks")
     sharding.check_batch(cfg.warmup.sequences_per_step, mesh, "warmup.sequences_per_step")
     sharding.check_batch(cfg.eval.sequences_per_batch, mesh, "eval.sequences_per_batch")
     batch_sh, repl = sharding.batch_sharding(mesh), sharding.replicated(mesh)
@@ -204,4 +219,5 @@ def build(cfg: RunConfig) -> Components:
         new_cache=new_cache, rl_tx=rl_tx, rl_step=rl_step, init_rl_params=init_rl_params,
         ppo_prepare=ppo_prepare, sampled_prompts=a.sampled_prompts_per_step or a.prompts_per_step,
         sft_tx=sft_tx, sft_step=sft_step,
-        state_sharding=state_sharding, traces=traces, verify=verify, close=close)
+        state_sharding=state_sharding, traces=traces, verify=verify, submit=submit,
+        close=close)

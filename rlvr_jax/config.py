@@ -160,8 +160,13 @@ class WarmupConfig:
 class VerifierConfig:
     # inprocess: the arithmetic task's exact-integer check in the trainer process (trusted).
     # math: math-verify equivalence in worker processes with hard deadlines (rlvr_jax/verify).
+    # code: candidate programs run in the bubblewrap sandbox (rlvr_jax/verify/sandbox.py).
     kind: str = "inprocess"
     reward_scheme: str = "binary"  # a key of rlvr_jax.rewards.REWARD_TABLES
+    mode: str = "forkserver"  # sandboxed kinds: forkserver | fresh (same containment)
+    # > 1: sample the batch in this many chunks and verify chunk k (worker processes) while
+    # chunk k+1 is sampled; all chunks use the same params, so it stays on-policy.
+    overlap_chunks: int = 1
     workers: int = 2
     timeout_s: float = 10.0  # per job; the worker is killed and replaced past it
     batch_timeout_s: float = 300.0  # per call
@@ -274,8 +279,16 @@ def validate(cfg: RunConfig) -> RunConfig:
     for key in ("param_dtype", "compute_dtype"):
         _check(getattr(m, key) in ("float32", "bfloat16", "float16"), f"model.{key}",
                "must be float32, bfloat16 or float16")
-    _check(t.name in ("arithmetic", "dataset"), "task.name",
-           f"unknown task '{t.name}' (known: arithmetic, dataset)")
+    _check(t.name in ("arithmetic", "dataset", "codegen"), "task.name",
+           f"unknown task '{t.name}' (known: arithmetic, dataset, codegen)")
+    _check(t.name != "codegen" or cfg.verifier.kind == "code", "verifier.kind",
+           "task=codegen needs verifier=code (its programs run in the sandbox)")
+    _check(cfg.verifier.mode in ("forkserver", "fresh"), "verifier.mode",
+           "must be forkserver or fresh")
+    _check(cfg.verifier.overlap_chunks >= 1 and (cfg.algo.sampled_prompts_per_step
+                                                 or cfg.algo.prompts_per_step)
+           % cfg.verifier.overlap_chunks == 0, "verifier.overlap_chunks",
+           "must be >= 1 and divide the sampled prompts per step")
     if t.name == "dataset":
         _check(bool(t.train_path) and bool(t.test_path), "task.train_path",
                "task=dataset needs task.train_path and task.test_path")
@@ -346,8 +359,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     _check(w.steps >= 0, "warmup.steps", "must be >= 0")
     _check(0.0 <= w.wrong_fraction < 1.0, "warmup.wrong_fraction", "must be in [0, 1)")
     _check(w.wrong_max_offset >= 1, "warmup.wrong_max_offset", "must be >= 1")
-    _check(cfg.verifier.kind in ("inprocess", "math"), "verifier.kind",
-           f"unknown verifier '{cfg.verifier.kind}' (known: inprocess, math)")
+    _check(cfg.verifier.kind in ("inprocess", "math", "code"), "verifier.kind",
+           f"unknown verifier '{cfg.verifier.kind}' (known: inprocess, math, code)")
     _check(cfg.verifier.kind != "inprocess" or t.name == "arithmetic", "verifier.kind",
            "inprocess checks only the arithmetic task")
     _check(cfg.verifier.workers >= 1 and cfg.verifier.timeout_s > 0, "verifier.workers",

@@ -24,7 +24,7 @@ from rlvr_jax.config import RunConfig, as_dict, warmstart_key
 from rlvr_jax.tasks.arithmetic import repeat_each
 from rlvr_jax.tracking import Tracker
 from rlvr_jax.dynamic_sampling import Groups
-from rlvr_jax.types import LoopState
+from rlvr_jax.types import LoopState, Rollout
 
 SUMMARY_KEYS = ("eval/sampled_accuracy_start", "eval/sampled_accuracy_end",
                 "eval/greedy_accuracy_start", "eval/greedy_accuracy_end", "train/wall_seconds")
@@ -143,19 +143,16 @@ def _run(cfg: RunConfig, c: components.Components, t_start: float) -> dict:
     base_key = jax.random.wrap_key_data(loop.rng_key)
     rl_key, eval_key = jax.random.fold_in(base_key, 3), jax.random.fold_in(base_key, 2)
     update_key = jax.random.fold_in(base_key, 5)
-    cache = c.new_cache(c.sampled_prompts * G)
+    cache = c.new_cache(c.sampled_prompts * G // cfg.verifier.overlap_chunks)
 
     last = cfg.num_steps if not cfg.stop_after_steps else min(cfg.num_steps,
                                                                 loop.step + cfg.stop_after_steps)
     for step in range(loop.step, last):
         t0 = time.perf_counter()
         problems, prompt_B_P, pmask_B_P = _prompts(c, cfg, step)                          # host
-        cache, rollout = c.sample_train(state.params["policy"], cache, c.put(prompt_B_P),
-                                        c.put(pmask_B_P), jax.random.fold_in(rl_key, step))  # jit
-        rollout = jax.device_get(rollout)
-        t1 = time.perf_counter()
-        verdicts = c.verify(list(repeat_each(problems, G)), batching.decode_responses(
-            c.tokenizer, rollout.tokens_B_N, rollout.mask_B_N))                         # host
+        cache, rollout, verdicts, t_sample, t_verify = _sample_and_verify(                # jit | host
+            c, cfg, state.params["policy"], cache, problems, prompt_B_P, pmask_B_P,
+            jax.random.fold_in(rl_key, step))
         t2 = time.perf_counter()
         fresh = _score(c, cfg, verdicts, prompt_B_P, pmask_B_P, rollout)   # rewards, DAPO shaping
         groups, carry, n_real, ds_row = _select(cfg, loop.carry, fresh)    # dynamic sampling
@@ -166,7 +163,8 @@ def _run(cfg: RunConfig, c: components.Components, t_start: float) -> dict:
         t3 = time.perf_counter()
         kl_coef = _next_kl_coef(cfg, loop.kl_coef, adv_row)
         row = {f"train/{k}": float(v) for k, v in metrics.items()} | rewards.summary(
-            verdicts, fresh.rewards_K_G) | _timing(t0, t1, t2, t3, rollout.mask_B_N) | ds_row | {
+            verdicts, fresh.rewards_K_G) | _timing(t_sample, t_verify, t3 - t2, t3 - t0,
+                                                   rollout.mask_B_N) | ds_row | {
             f"compiles/{k}": v for k, v in c.traces.items()} | adv_row | {"train/kl_coef": kl_coef}
         tracker.log(step + 1, row)
         tracker.advance({"acc": row["reward/accuracy"], "kl": row["train/approx_kl_old"]})
@@ -270,12 +268,40 @@ def _next_kl_coef(cfg: RunConfig, kl_coef: float, adv_row: dict) -> float:
                                        a.kl_horizon)
 
 
-def _timing(t0: float, t1: float, t2: float, t3: float, mask_B_N: np.ndarray) -> dict:
-    """Phase times of one step (sample, verify, update) and generation throughput."""
+def _sample_and_verify(c, cfg: RunConfig, params, cache, problems, prompt_B_P, pmask_B_P, key):
+    """Sample the step's batch in `verifier.overlap_chunks` chunks with the same params
+    (on-policy) and hand each chunk to the verifier as soon as it is decoded, so chunk k is
+    verified (worker processes) while chunk k+1 is sampled (jit). Returns (cache, rollout,
+    verdicts, seconds blocked on sampling, seconds waiting for verdicts after the last chunk)."""
+    k_chunks, g = cfg.verifier.overlap_chunks, cfg.algo.samples_per_prompt
+    b = prompt_B_P.shape[0] // k_chunks
+    problems_B = list(repeat_each(problems, g))
+    parts, futures, t_sample = [], [], 0.0
+    for k in range(k_chunks):
+        t0 = time.perf_counter()
+        rows = slice(k * b, (k + 1) * b)
+        cache, part = c.sample_train(params, cache, c.put(prompt_B_P[rows]),
+                                     c.put(pmask_B_P[rows]),
+                                     key if k_chunks == 1 else jax.random.fold_in(key, k))
+        part = jax.device_get(part)
+        t_sample += time.perf_counter() - t0
+        texts = batching.decode_responses(c.tokenizer, part.tokens_B_N, part.mask_B_N)
+        futures.append(c.submit(problems_B[rows], texts))
+        parts.append(part)
+    t0 = time.perf_counter()
+    verdicts = [v for f in futures for v in f.result()]
+    rollout = Rollout(*(np.concatenate(x) for x in zip(*parts)))
+    return cache, rollout, verdicts, t_sample, time.perf_counter() - t0
+
+
+def _timing(sample_s: float, verify_s: float, update_s: float, step_s: float,
+            mask_B_N: np.ndarray) -> dict:
+    """Phase times of one step and generation throughput. With overlap, `verify_s` is only
+    the wait after the last chunk was sampled."""
     tokens = float(mask_B_N.sum())
-    return {"time/sample_s": t1 - t0, "time/verify_s": t2 - t1, "time/update_s": t3 - t2,
-            "time/step_s": t3 - t0, "response/length_mean": tokens / mask_B_N.shape[0],
-            "throughput/generated_tokens_per_s": tokens / (t1 - t0)}
+    return {"time/sample_s": sample_s, "time/verify_s": verify_s, "time/update_s": update_s,
+            "time/step_s": step_s, "response/length_mean": tokens / mask_B_N.shape[0],
+            "throughput/generated_tokens_per_s": tokens / sample_s}
 
 
 def _write_wall(run_dir: str, seconds: float) -> None:

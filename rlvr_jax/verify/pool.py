@@ -194,7 +194,10 @@ class VerifierPool:
                         v = Verdict(Status(msg["status"]), msg["detail"])
                     results[i] = dataclasses.replace(v, latency_s=time.monotonic() - sent)
                     w.jobs_done += 1
-                    violation = msg.get("status") not in (None, "ok", 0, 1, 2)
+                    # A limit hit may leave the worker in a bad state: recycle it. A syntax or
+                    # runtime error in the candidate is an ordinary answer.
+                    violation = msg.get("status") in ("timeout", "memory_limit", "output_limit",
+                                                      "sandbox_error")
                     if self.mode == "fresh" or (self.mode == "forkserver" and (
                             violation or w.jobs_done >= self.recycle_after)):
                         w = self._replace(w)  # fresh: one sandbox per job
