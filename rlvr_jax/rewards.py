@@ -31,9 +31,19 @@ REWARD_TABLES: Mapping[str, Mapping[Status, float]] = {
 }
 
 
+# Partial credit: the table's value times the share of tests passed (Verdict.fraction, set by
+# the code verifier), so 3 of 5 tests on a WRONG program earns 0.6.
+REWARD_TABLES["graded"] = {Status.PASS: 1.0, Status.WRONG: 1.0,
+                           **{s: 0.0 for s in _FAILURES if s != Status.WRONG}}
+GRADED = {"graded"}
+
+
 def from_verdicts(verdicts: Sequence[Verdict], scheme: str) -> np.ndarray:
     """float32 rewards, one per verdict, in order; 0 for a sandbox error (masked anyway)."""
     table = REWARD_TABLES[scheme]
+    if scheme in GRADED:
+        share = lambda v: (v.fraction if v.fraction >= 0 else float(v.status == Status.PASS))
+        return np.array([table.get(v.status, 0.0) * share(v) for v in verdicts], np.float32)
     return np.array([table.get(v.status, 0.0) for v in verdicts], dtype=np.float32)
 
 

@@ -177,3 +177,18 @@ def test_sandbox_errors_are_masked_not_scored():
     # Every failure status has a reward in every table; SANDBOX_ERROR is in none.
     for table in rewards.REWARD_TABLES.values():
         assert set(table) == set(Status) - {Status.SANDBOX_ERROR}
+
+
+def test_reward_schemes_pinned():
+    from rlvr_jax import rewards
+    from rlvr_jax.types import Status, Verdict
+
+    vs = [Verdict(Status.PASS, fraction=1.0), Verdict(Status.WRONG, fraction=0.6),
+          Verdict(Status.SYNTAX_ERROR), Verdict(Status.RUNTIME_ERROR), Verdict(Status.TIMEOUT),
+          Verdict(Status.UNPARSEABLE), Verdict(Status.WRONG)]
+    np.testing.assert_allclose(rewards.from_verdicts(vs, "binary"), [1, 0, 0, 0, 0, 0, 0])
+    np.testing.assert_allclose(rewards.from_verdicts(vs, "signed"), [1, -1, -1, -1, -1, -1, -1])
+    np.testing.assert_allclose(rewards.from_verdicts(vs, "code_penalty"),
+                               [1, -1, -5, -3, -1, -5, -1])
+    np.testing.assert_allclose(rewards.from_verdicts(vs, "graded"), [1, 0.6, 0, 0, 0, 0, 0],
+                               rtol=1e-6)

@@ -7,6 +7,10 @@ One JSON object a line: `id`, `completion`, and the kind's reference fields
   math: `gold` (final answer)
   code: `entry_point`, `inputs` (list of argument lists), `expected` (list of return values),
         optional `prefix` (code prepended to the completion) and `tolerance`
+  sql: `schema` (SQL script building the database), `expected` (rows), optional `ordered`
+  tool: `expected` (the tool's result), optional `tools` (allowed tool names)
+  logic: `premises` (formulas), optional `target`
+  retrieval: `document`, `answer` (string or list of accepted strings)
 Each output line is {"id", "status", "detail", "latency_s", "reward"} (reward: the binary
 table). A malformed line is reported on stderr with its line number and written as a
 `malformed` record with that reason; every other line is still scored.
@@ -22,7 +26,10 @@ from rlvr_jax.rewards import REWARD_TABLES
 from rlvr_jax.types import Status
 from rlvr_jax.verify.pool import VerifierPool
 
-REQUIRED = {"math": ("gold",), "code": ("entry_point", "inputs", "expected")}
+REQUIRED = {"math": ("gold",), "code": ("entry_point", "inputs", "expected"),
+            "sql": ("schema", "expected"), "tool": ("expected",), "logic": ("premises",),
+            "retrieval": ("document", "answer")}
+SANDBOXED = ("code", "sql", "tool")
 
 
 def _parse(line: str, kind: str) -> dict:
@@ -56,7 +63,7 @@ def main(argv=None) -> int:
             except (ValueError, json.JSONDecodeError) as e:
                 bad[n] = f"{args.input}:{n}: {e}"
                 print(f"error: {bad[n]}", file=sys.stderr)
-    mode = args.mode if args.kind == "code" else None
+    mode = args.mode if args.kind in SANDBOXED else None
     with VerifierPool(args.kind, workers=args.workers, timeout_s=args.timeout, mode=mode) as pool:
         jobs = [{k: v for k, v in row.items() if k != "id"} for _, row in rows]
         verdicts = dict(zip([n for n, _ in rows], pool.verify(jobs)))
