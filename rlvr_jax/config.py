@@ -276,6 +276,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     _check(m.resolved_head_dim % 2 == 0, "model.head_dim", "must be even for rotary embeddings")
     _check(m.rope_scaling in ("none", "linear", "llama3"), "model.rope_scaling",
            "must be none, linear or llama3")
+    _check(m.vocab_size == 0 or bool(m.path), "model.path",
+           f"model '{m.name}' is a pretrained architecture (vocab_size {m.vocab_size}): set "
+           "model.path to a local Hugging Face directory with its weights and tokenizer")
     for key in ("param_dtype", "compute_dtype"):
         _check(getattr(m, key) in ("float32", "bfloat16", "float16"), f"model.{key}",
                "must be float32, bfloat16 or float16")

@@ -16,10 +16,22 @@ def test_there_are_experiments():
     assert "math_grpo" in EXPERIMENTS
 
 
+# Presets whose data and weights live outside the repository: the user passes the paths.
+NEEDS_PATHS = {"gsm8k_grpo": ["model.path=/models/qwen", "task.train_path=/data/train.jsonl",
+                              "task.test_path=/data/test.jsonl"]}
+
+
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_composes_and_validates(name):
-    cfg = run_config([f"+experiment={name}"])
+    cfg = run_config([f"+experiment={name}", *NEEDS_PATHS.get(name, [])])
     assert cfg.name == name
+
+
+def test_gsm8k_without_paths_says_which_key():
+    with pytest.raises(ConfigError, match="task.train_path"):
+        run_config(["+experiment=gsm8k_grpo", "model.path=/models/qwen"])
+    with pytest.raises(ConfigError, match="model.path"):
+        run_config(["+experiment=gsm8k_grpo", "task.train_path=/a", "task.test_path=/b"])
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
@@ -33,8 +45,15 @@ def test_experiment_opens_with_header(name):
 @pytest.mark.parametrize("group", ["model", "task", "algo", "sampling", "verifier", "mesh",
                                    "logger"])
 def test_every_group_option_composes(group):
+    # Options that only make sense together get their partners.
+    partners = {"task=gsm8k": ["verifier=math", "model.path=/m", "task.train_path=/a",
+                               "task.test_path=/b"],
+                "task=codegen": ["verifier=code"], "verifier=math": ["task=gsm8k",
+                "model.path=/m", "task.train_path=/a", "task.test_path=/b"],
+                "verifier=code": ["task=codegen"], "model=qwen2_5_0p5b": ["model.path=/m"]}
     for path in glob.glob(f"{CONF_DIR}/{group}/*.yaml"):
-        run_config([f"{group}={os.path.basename(path)[:-5]}"])
+        option = f"{group}={os.path.basename(path)[:-5]}"
+        run_config([option, *partners.get(option, [])])
 
 
 def test_default_composes():
