@@ -11,6 +11,7 @@ spawn + first answer), the slowest job against its deadline, and the process's p
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import time
@@ -34,6 +35,19 @@ def run(pool: VerifierPool, batch: list[dict]) -> tuple[float, list[float]]:
     return time.perf_counter() - t0, [v.latency_s for v in verdicts]
 
 
+def _children():
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid():
+            out.append((int(pid), fields[0]))
+    return out
+
+
 def pct(xs, q):
     return statistics.quantiles(xs, n=100)[q - 1] if len(xs) > 1 else xs[0]
 
@@ -43,6 +57,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=200)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--leak-jobs", type=int, default=10_000)
     args = ap.parse_args()
     timeout = 10.0
     pools = {m: VerifierPool("code", workers=args.workers, timeout_s=timeout, mode=m)
@@ -84,8 +99,18 @@ def main() -> None:
     print(f"4 jobs sleeping 60 s (sandbox wall limit 6 s, pool deadline {timeout:.0f} s): "
           f"statuses {sorted({v.status.name for v in hung})}, slowest answered after "
           f"{max(v.latency_s for v in hung):.2f} s")
+    fds = len(os.listdir("/proc/self/fd"))
+    t0 = time.perf_counter()
+    n_leak = 0
+    for start in range(0, args.leak_jobs, 1000):
+        n_leak += len(fork.verify(jobs(TRIVIAL, 1, min(1000, args.leak_jobs - start), -start)))
+    print(f"{n_leak} more forkserver jobs in {time.perf_counter() - t0:.0f} s: children now "
+          f"{len(_children())} (the {args.workers} workers), zombies "
+          f"{sum(s == 'Z' for _, s in _children())}, open fds {len(os.listdir('/proc/self/fd'))}"
+          f" (before {fds})")
     for p in pools.values():
         p.close()
+    print(f"after close: children {len(_children())}")
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10:.0f} MB")
 
 
