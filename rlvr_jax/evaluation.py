@@ -58,15 +58,3 @@ def report(problems: Sequence, verdicts: Sequence, texts: Sequence[str], n: int,
                                                 for j in range(n)])}
             for src, idx in sources.items()}
     return out
-
-
-def heldout_accuracy(sample: Callable, cache, params, task, tokenizer, problems: Sequence, *,
-                     verify: Callable, samples_per_problem: int, prompt_len: int,
-                     batch_size: int, key: jax.Array, put: Callable) -> tuple[object, dict]:
-    """Returns (cache, {"accuracy": pass fraction over all samples, "status/...": counts})."""
-    cache, verdicts, _ = sample_and_verify(sample, cache, params, task, tokenizer, problems,
-                                           verify, samples_per_problem=samples_per_problem,
-                                           prompt_len=prompt_len, batch_size=batch_size, key=key,
-                                           put=put)
-    accuracy = float(np.mean([v.status == Status.PASS for v in verdicts]))
-    return cache, {"accuracy": accuracy, **rewards.status_counts(verdicts)}

@@ -31,19 +31,24 @@ SUMMARY_KEYS = ("eval/sampled_accuracy_start", "eval/sampled_accuracy_end",
 
 
 def evaluate(c: components.Components, cfg: RunConfig, params, key) -> dict:
-    """Greedy and sampled (T=1) held-out accuracy."""
+    """Greedy and sampled (T=1) held-out accuracy, with pass@k / mean@k / maj@k for k up to
+    `eval.sampled_per_problem` and status counts: the code `python -m rlvr_jax.evaluate` runs."""
     problems = c.task.heldout_set(cfg.eval.num_problems)
     common = dict(prompt_len=c.prompt_len, batch_size=cfg.eval.sequences_per_batch, put=c.put,
-                  verify=c.verify)
+                  verify=c.verify, key=key)
+    answer_of = getattr(c.task, "answer_of", lambda s: s.strip() or None)
+    n = cfg.eval.sampled_per_problem
+    ks = sorted({1, n} | {k for k in (2, 4, 8, 16) if k < n})
     cache = c.new_cache(cfg.eval.sequences_per_batch)
-    cache, greedy = evaluation.heldout_accuracy(c.sample_greedy, cache, params, c.task, c.tokenizer,
-                                                problems, samples_per_problem=1, key=key, **common)
-    _, sampled = evaluation.heldout_accuracy(c.sample_eval, cache, params, c.task, c.tokenizer,
-                                             problems, key=key,
-                                             samples_per_problem=cfg.eval.sampled_per_problem,
-                                             **common)
+    cache, v, texts = evaluation.sample_and_verify(c.sample_greedy, cache, params, c.task,
+                                                   c.tokenizer, problems, samples_per_problem=1,
+                                                   **common)
+    greedy = evaluation.report(problems, v, texts, 1, answer_of)
+    _, v, texts = evaluation.sample_and_verify(c.sample_eval, cache, params, c.task, c.tokenizer,
+                                               problems, samples_per_problem=n, **common)
+    sampled = evaluation.report(problems, v, texts, n, answer_of, ks)
     return {"greedy_accuracy": greedy["accuracy"], "sampled_accuracy": sampled["accuracy"],
-            **{f"sampled_{k}": v for k, v in sampled.items() if k.startswith("status/")}}
+            **{f"sampled_{k}": val for k, val in sampled.items() if k != "by_source"}}
 
 
 def _warm_start(c, cfg: RunConfig, key, tracker: Tracker):
