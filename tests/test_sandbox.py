@@ -12,7 +12,7 @@ import pytest
 
 from rlvr_jax.types import Status
 from rlvr_jax.verify import sandbox
-from rlvr_jax.verify.pool import VerifierPool
+from rlvr_jax.verify.pool import VerifierPool, child_processes
 
 try:
     sandbox.check_available()
@@ -195,18 +195,7 @@ def test_missing_bwrap_is_a_clear_error(monkeypatch):
         VerifierPool("code", mode="none")
 
 
-def _children():
-    """(pid, state) of this process's children, from /proc."""
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid():
-            out.append((int(pid), fields[0]))
-    return out
+_children = child_processes
 
 
 def test_nothing_leaks_across_many_jobs():

@@ -16,7 +16,7 @@ import resource
 import statistics
 import time
 
-from rlvr_jax.verify.pool import VerifierPool
+from rlvr_jax.verify.pool import VerifierPool, child_processes
 
 TRIVIAL = "def f(x):\n    return x"
 FIVE = ("def f(x):\n    s = 0\n    for i in range(x):\n        s += i * i\n    return s")
@@ -35,17 +35,7 @@ def run(pool: VerifierPool, batch: list[dict]) -> tuple[float, list[float]]:
     return time.perf_counter() - t0, [v.latency_s for v in verdicts]
 
 
-def _children():
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid():
-            out.append((int(pid), fields[0]))
-    return out
+_children = child_processes
 
 
 def pct(xs, q):

@@ -233,3 +233,18 @@ def to_arrays(verdicts: Sequence[Verdict], table: dict) -> dict[str, np.ndarray]
     rewards = np.array([table.get(v.status, 0.0) for v in verdicts], np.float32)
     weights = (status != int(Status.SANDBOX_ERROR)).astype(np.float32)
     return {"rewards": rewards, "status": status, "weights": weights}
+
+
+def child_processes() -> list[tuple[int, str]]:
+    """(pid, state letter) of this process's children, from /proc: for leak checks (a 'Z'
+    state is a zombie)."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid():
+            out.append((int(pid), fields[0]))
+    return out
