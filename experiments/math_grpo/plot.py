@@ -1,4 +1,4 @@
-"""Learning curve of a run: python experiments/math_grpo/plot.py RUN_DIR [OUT.png]
+"""Learning curve of a run: python experiments/math_grpo/plot.py RUN_DIR [OUT.png] [TITLE]
 
 Plots the training accuracy (T=1 rollouts, per step) and the held-out evaluations (greedy and
 sampled) written to RUN_DIR/metrics.jsonl."""
@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def main(run_dir: str, out: str) -> None:
+def main(run_dir: str, out: str, title: str) -> None:
     rows = [json.loads(line) for line in open(f"{run_dir}/metrics.jsonl")]
     train = [(r["step"], r["reward/accuracy"]) for r in rows if "reward/accuracy" in r]
     evals = [r for r in rows if "eval/sampled_accuracy" in r]
@@ -35,11 +35,13 @@ def main(run_dir: str, out: str) -> None:
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
-    ax.set_title("math_grpo: GRPO on top of a warm start from 30%-wrong demonstrations")
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     print(f"wrote {out}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "learning_curve.png")
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "learning_curve.png",
+         sys.argv[3] if len(sys.argv) > 3
+         else "math_grpo: GRPO on top of a warm start from 30%-wrong demonstrations")
