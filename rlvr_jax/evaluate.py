@@ -13,18 +13,16 @@ same code (rlvr_jax/evaluation.py)."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
 import tempfile
 
 import jax
-import numpy as np
 
 from rlvr_jax import components, evaluation
 from rlvr_jax.checkpoint import CheckpointError, read_policy_params
-from rlvr_jax.config import RunConfig, to_run_config
+from rlvr_jax.config import to_run_config
 from rlvr_jax.data.loaders import DatasetError
 from rlvr_jax.models import hf
 from rlvr_jax.sampling import make_sampler

@@ -5,7 +5,6 @@ import exact. Every model is a tiny random one made here (nothing is downloaded)
 import json
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

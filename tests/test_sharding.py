@@ -2,7 +2,6 @@
 gives the same update on 1 device, 8-way data and 2x4 data/FSDP meshes."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest

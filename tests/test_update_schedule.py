@@ -3,7 +3,6 @@ epochs over minibatches equal the same updates done one by one, the old log-prob
 the sampler, and critic warm-up leaves the policy alone."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
