@@ -95,7 +95,7 @@ def main() -> None:
     for start in range(0, args.leak_jobs, 1000):
         n_leak += len(fork.verify(jobs(TRIVIAL, 1, min(1000, args.leak_jobs - start), -start)))
     print(f"{n_leak} more forkserver jobs in {time.perf_counter() - t0:.0f} s: children now "
-          f"{len(_children())} (the {args.workers} workers), zombies "
+          f"{len(_children())} (both pools' {args.workers} workers each), zombies "
           f"{sum(s == 'Z' for _, s in _children())}, open fds {len(os.listdir('/proc/self/fd'))}"
           f" (before {fds})")
     for p in pools.values():

@@ -97,42 +97,52 @@ def check_available() -> None:
 
 
 class Cgroup:
-    """Best effort: a cgroup bounding memory and pids of one sandbox's whole tree."""
+    """Best effort: a cgroup bounding memory and pids of one sandbox's whole tree.
+
+    The sandbox must be inside it before bwrap forks anything: the unprivileged launcher
+    shell writes its own pid into the cgroup, then execs bwrap (see `spawn`), so every process
+    of the sandbox inherits it. The cgroup's procs files are handed to that uid for this; a
+    probe checks that joining works, else the kind says "none" and only rlimits apply."""
+
+    NONE = "none (per-process rlimits only)"
 
     def __init__(self, name: str, memory_bytes: int, pids: int):
         self.paths: list[str] = []
-        self.kind = "none (per-process rlimits only)"
+        self.kind = self.NONE
         if os.geteuid() != 0:
             return
-        v1 = {"memory": ("memory.limit_in_bytes", memory_bytes), "pids": ("pids.max", pids)}
         try:
             if os.path.isdir("/sys/fs/cgroup/memory") and os.path.isdir("/sys/fs/cgroup/pids"):
-                for ctrl, (knob, value) in v1.items():
-                    path = f"/sys/fs/cgroup/{ctrl}/rlvr_{name}"
-                    os.makedirs(path, exist_ok=True)
-                    self.paths.append(path)
-                    with open(os.path.join(path, knob), "w") as f:
-                        f.write(str(value))
-                self.kind = "cgroup v1 (memory, pids)"
+                for ctrl, knob, value in (("memory", "memory.limit_in_bytes", memory_bytes),
+                                          ("pids", "pids.max", pids)):
+                    self._make(f"/sys/fs/cgroup/{ctrl}/rlvr_{name}", {knob: value})
+                kind = "cgroup v1 (memory, pids)"
             elif os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-                path = f"/sys/fs/cgroup/rlvr_{name}"
-                os.makedirs(path, exist_ok=True)
-                self.paths.append(path)
-                for knob, value in (("memory.max", memory_bytes), ("pids.max", pids)):
-                    with open(os.path.join(path, knob), "w") as f:
-                        f.write(str(value))
-                self.kind = "cgroup v2 (memory, pids)"
-        except OSError:
+                self._make(f"/sys/fs/cgroup/rlvr_{name}", {"memory.max": memory_bytes,
+                                                           "pids.max": pids})
+                kind = "cgroup v2 (memory, pids)"
+            else:
+                return
+            probe = subprocess.run(["/bin/sh", "-c", self.join_script() + "exit 0"],
+                                   capture_output=True, timeout=10, **_drop_privileges())
+            if probe.returncode != 0:
+                raise OSError(probe.stderr.decode()[:200])
+            self.kind = kind
+        except (OSError, subprocess.SubprocessError):
             self.remove()
-            self.kind = "none (per-process rlimits only)"
+            self.kind = self.NONE
 
-    def add(self, pid: int) -> None:
-        for path in self.paths:
-            try:
-                with open(os.path.join(path, "cgroup.procs"), "w") as f:
-                    f.write(str(pid))
-            except OSError:
-                pass
+    def _make(self, path: str, knobs: dict) -> None:
+        os.makedirs(path, exist_ok=True)
+        self.paths.append(path)
+        for knob, value in knobs.items():
+            with open(os.path.join(path, knob), "w") as f:
+                f.write(str(value))
+        os.chown(os.path.join(path, "cgroup.procs"), NOBODY, NOBODY)
+
+    def join_script(self) -> str:
+        """Shell lines that move the running shell into every controller's cgroup."""
+        return "".join(f'echo $$ > "{p}/cgroup.procs" && ' for p in self.paths)
 
     def remove(self) -> None:
         for path in self.paths:
@@ -144,10 +154,11 @@ class Cgroup:
 
 
 def spawn(once: bool, cgroup: Optional[Cgroup] = None, tmp_mb: int = 64) -> subprocess.Popen:
-    """Start a sandboxed worker; its stdin/stdout speak the JSON-lines protocol."""
-    proc = subprocess.Popen(bwrap_argv(once, tmp_mb), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            bufsize=1, **_drop_privileges())
-    if cgroup is not None:
-        cgroup.add(proc.pid)  # children of bwrap inherit the cgroup
-    return proc
+    """Start a sandboxed worker; its stdin/stdout speak the JSON-lines protocol. With a
+    working cgroup, a shell joins it and execs bwrap, so nothing runs outside it."""
+    argv = bwrap_argv(once, tmp_mb)
+    if cgroup is not None and cgroup.paths:
+        argv = ["/bin/sh", "-c", cgroup.join_script() + 'exec "$@"', "sh", *argv]
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, bufsize=1,
+                            **_drop_privileges())

@@ -224,6 +224,11 @@ def run_job(job):
 
 
 def main():
+    # Safety: after each job this process kills "every other process it can signal"
+    # (kill(-1)). That is only the sandbox's own pid namespace when it is its pid 1; run
+    # anywhere else, it would kill the host's processes. Refuse.
+    if os.getpid() != 1:
+        sys.exit("sandbox_worker.py runs only as pid 1 of a bubblewrap sandbox (--as-pid-1)")
     _no_dump()
     once = "--once" in sys.argv
     out = os.fdopen(os.dup(1), "w", buffering=1)
