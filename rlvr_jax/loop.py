@@ -177,7 +177,8 @@ def _run(cfg: RunConfig, c: components.Components, t_start: float) -> dict:
         loop = LoopState(step + 1, (step + 1) * c.sampled_prompts, loop.rng_key, kl_coef, carry)
         if ckpt.maybe_save(step + 1, state, loop, force=step + 1 == last):
             _write_wall(cfg.run_dir, wall_before + time.perf_counter() - t_start)
-        if cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0:
+        if (cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0
+                and step + 1 < cfg.num_steps):  # the last step gets the final evaluation
             mid = evaluate(c, cfg, state.params["policy"], eval_key)
             tracker.log(step + 1, {f"eval/{k}": v for k, v in mid.items()})
 

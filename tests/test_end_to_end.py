@@ -40,7 +40,7 @@ def test_entry_point_two_steps_changes_params(tmp_path):
 
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     step_rows = [r for r in rows if "reward/mean" in r]
-    assert [r["step"] for r in rows if "eval/sampled_accuracy" in r] == [0, 1, 2, 2]
+    assert [r["step"] for r in rows if "eval/sampled_accuracy" in r] == [0, 1, 2]  # 2: final
     assert [r["step"] for r in step_rows] == [1, 2]
     for key in ("reward/accuracy", "status/pass", "status/wrong", "status/unparseable",
                 "train/approx_kl_old", "train/clip_frac_low", "train/clip_frac_high",
