@@ -58,19 +58,20 @@ def test_entry_point_two_steps_changes_params(tmp_path):
     assert "RESUMING" not in proc.stdout + proc.stderr
 
 
-# The loop state beyond params: PPO's critic, optimizer and adaptive KL coefficient; DAPO's
-# carried-over groups (dynamic sampling) must all survive a restart.
-PPO = ["algo=ppo", "algo.kl_in_reward=true", "algo.kl_coef=0.05", "algo.kl_target=0.5",
-       "algo.critic_warmup_steps=1"]
-DAPO = ["algo.dynamic_sampling=true", "algo.sampled_prompts_per_step=8",
-        "algo.overlong_buffer_tokens=1", "algo.mask_truncated=true"]
+# The loop state beyond params must survive a restart: PPO's critic, its optimizer state and
+# the adaptive KL coefficient, and DAPO's carried-over groups (dynamic sampling). One run
+# combines them (PPO with DAPO's sampling pieces) to keep the suite short.
+PPO_DAPO = ["algo=ppo", "algo.kl_in_reward=true", "algo.kl_coef=0.05", "algo.kl_target=0.5",
+            "algo.critic_warmup_steps=1", "algo.dynamic_sampling=true",
+            "algo.sampled_prompts_per_step=8", "algo.overlong_buffer_tokens=1",
+            "algo.mask_truncated=true"]
 
 
-@pytest.mark.parametrize("extra", [[], PPO, DAPO], ids=["grpo", "ppo", "dapo"])
+@pytest.mark.parametrize("extra", [[], PPO_DAPO], ids=["grpo", "ppo+dapo"])
 def test_resume_is_exact(tmp_path, extra):
     """4 steps in one go == 2 steps, a restart, and 2 more (bitwise on CPU)."""
     overrides = ["+experiment=math_grpo", "num_steps=4", "verifier.reward_scheme=format_penalty",
-                 *TINY, *extra]
+                 *TINY, *extra, f"warmup.shared_dir={tmp_path / 'warm'}"]
     once = loop.run(run_config(overrides, tmp_path / "once"))
     twice_dir = tmp_path / "twice"
     first = loop.run(run_config(overrides + ["stop_after_steps=2"], twice_dir))
@@ -89,7 +90,7 @@ def test_resume_is_exact(tmp_path, extra):
     once_steps = [r for r in once_rows if "reward/mean" in r]
     for key in ("train/loss", "train/kl_coef", "reward/mean"):
         assert [r[key] for r in steps] == [r[key] for r in once_steps], key
-    if extra is DAPO:
+    if extra is PPO_DAPO:
         assert any(r["dynamic/carried_in"] > 0 for r in steps[2:]), "no carry crossed the restart"
         assert all(r["compiles/train_step"] == 1 for r in steps)
 

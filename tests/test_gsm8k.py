@@ -72,16 +72,21 @@ def test_gsm8k_grpo_trains_exports_and_evaluates(tiny, tmp_path):
     got = Decoder(cfg2, cfg2.vocab_size).apply({"params": params2}, tokens, np.ones_like(tokens))[0]
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
 
+    # The CLI on the exported HF directory; the same function in-process on the run directory.
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
-    for model_dir in (str(out), str(run_dir)):
-        res = tmp_path / "eval.json"
-        proc = subprocess.run(
-            [sys.executable, "-m", "rlvr_jax.evaluate", model_dir, "--data",
-             str(tiny / "data" / "test.jsonl"), "--n", "4", "--k", "1,2,4",
-             "--max-new-tokens", "12", "--batch", "16", "--out", str(res)],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-        result = json.loads(res.read_text())
+    res = tmp_path / "eval.json"
+    data = str(tiny / "data" / "test.jsonl")
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlvr_jax.evaluate", str(out), "--data", data, "--n", "4",
+         "--k", "1,2,4", "--max-new-tokens", "12", "--batch", "16", "--out", str(res)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "pass@4" in proc.stdout
+    from rlvr_jax.evaluate import evaluate
+
+    in_process = evaluate(str(run_dir), data, n=4, ks=[1, 2, 4], temperature=1.0,
+                          max_new_tokens=12, num_problems=0, batch=16)
+    for result in (json.loads(res.read_text()), in_process):
         assert result["problems"] == 16
         sampled = result["sampled_T1_n4"]
         for k in ("pass@1", "pass@2", "pass@4", "maj@4", "mean@4", "status/wrong"):
@@ -89,7 +94,7 @@ def test_gsm8k_grpo_trains_exports_and_evaluates(tiny, tmp_path):
         assert sampled["pass@1"] <= sampled["pass@2"] <= sampled["pass@4"]
         assert sum(v for k, v in sampled.items() if k.startswith("status/")) == 64
         assert "test" in sampled["by_source"]
-        assert "pass@4" in proc.stdout
+    assert in_process["step"] == 2
 
 
 def test_prompt_too_long_names_the_row(tiny, tmp_path):

@@ -56,7 +56,6 @@ def _one_step(mesh, kl_coef, **loss_options):
 
 @pytest.mark.parametrize("kl_coef,options", [
     (0.0, {}),
-    (0.1, {}),
     (0.1, dict(kl_estimator="k2", loss_agg="seq-mean-token-sum-norm", dual_clip_c=3.0)),
     (0.0, dict(policy_loss="gspo", loss_agg="seq-mean-token-mean")),
     (0.0, dict(critic="separate", entropy_coef=0.01)),

@@ -45,7 +45,7 @@ def test_reward_tables_and_counts():
     np.testing.assert_array_equal(rewards.from_verdicts(verdicts, "binary"), [1, 0, 0])
     np.testing.assert_array_equal(rewards.from_verdicts(verdicts, "signed"), [1, -1, -1])
     np.testing.assert_array_equal(rewards.from_verdicts(verdicts, "format_penalty"), [1, 0, -1])
-    assert rewards.status_counts(verdicts[:1]) == {"status/pass": 1, "status/wrong": 0,
-                                                   "status/unparseable": 0}
-    for table in rewards.REWARD_TABLES.values():
-        assert set(table) == set(Status), "every status needs a reward in every scheme"
+    counts = rewards.status_counts(verdicts[:1])
+    assert counts == {f"status/{s.name.lower()}": int(s == Status.PASS) for s in Status}
+    for table in rewards.REWARD_TABLES.values():  # a sandbox error is masked, never scored
+        assert set(table) == set(Status) - {Status.SANDBOX_ERROR}

@@ -59,9 +59,31 @@ def _close(a, b, rtol=2e-5, atol=1e-7):
 
 
 @pytest.mark.parametrize("agg", losses.AGGREGATIONS)
-def test_microbatched_update_equals_full_batch(agg):
-    """Policy loss, KL term and a value head on the shared trunk, all accumulated."""
+def test_microbatch_losses_sum_to_the_full_batch_loss(agg):
+    """For every aggregation, microbatch losses with the full batch's counts sum to the full
+    loss (so their gradients do too), however unevenly the valid tokens fall."""
+    b = _batch()
+    rng = np.random.default_rng(1)
+    logp = b.old_logp_B_N + rng.normal(scale=0.2, size=b.old_logp_B_N.shape).astype(np.float32)
+    args = lambda rows: (logp[rows], b.old_logp_B_N[rows], logp[rows] - 0.1,
+                         b.advantages_B_N[rows], b.response_mask_B_N[rows],
+                         np.zeros_like(logp[rows]))
+    opts = dict(eps_low=0.2, eps_high=0.28, kl_coef=0.1, loss_agg=agg, norm_tokens=N,
+                entropy_coef=0.01)
+    full, m_full = losses.grpo_loss(*args(slice(None)), **opts)
+    total = losses.counts(b.response_mask_B_N)
+    parts = [losses.grpo_loss(*args(slice(i, i + 4)), total=total, **opts) for i in range(0, B, 4)]
+    np.testing.assert_allclose(sum(float(l) for l, _ in parts), float(full), rtol=1e-5)
+    for k in ("pg_loss", "entropy", "ratio_mean", "clip_frac_low", "approx_kl_old", "kl_ref"):
+        np.testing.assert_allclose(sum(float(m[k]) for _, m in parts), float(m_full[k]),
+                                   rtol=1e-5, atol=1e-7, err_msg=k)
+
+
+def test_microbatched_update_equals_full_batch():
+    """The jitted step: policy loss, KL term and a value head on the shared trunk, accumulated
+    over 4 microbatches, give the full-batch update and metrics."""
     extra = {"critic": "head", "kl_coef": 0.1}
+    agg = "seq-mean-token-mean"
     tx = optax.sgd(0.1)  # the update is the gradient itself
     full_state, ref = _state(tx, extra.get("critic"))
     micro_state, _ = _state(tx, extra.get("critic"))
