@@ -3,7 +3,9 @@
     python experiments/bench/verifier.py [--jobs 200] [--workers 2]
 
 For a trivial program (1 call) and a 5-test program, each mode scores the same jobs (distinct,
-so the cache never answers); rounds alternate between the modes. Prints executions/s, p50/p95
+so the cache never answers); rounds alternate between the modes. These batches saturate the
+machine, so their latency is the service time; a second measurement sends lone jobs to an
+otherwise idle pool. Prints executions/s, p50/p95
 latency per job, the forkserver/fresh ratio, the time to restart a forkserver worker (kill +
 spawn + first answer), the slowest job against its deadline, and the process's peak RSS.
 """
@@ -54,6 +56,19 @@ def main() -> None:
              for m in ("forkserver", "fresh")}
     print(f"{args.workers} workers, {args.jobs} jobs per round, {args.rounds} alternating rounds; "
           f"containment: {pools['fresh'].containment}")
+    # Latency of a lone job with the machine otherwise idle, as in a loop that verifies chunk
+    # by chunk. One mode at a time, with a pause after each job long enough for a fresh
+    # sandbox's replacement to finish booting (it would otherwise load the CPU the next job
+    # runs on). On this shared VM the result depends on the pause: 10 ms gave a forkserver
+    # p50 of ~3.8 ms, 80 ms gave ~10 ms (a CPU waking from idle).
+    lone = {m: [] for m in pools}
+    for mode, pool in pools.items():
+        for i in range(300):
+            lone[mode].append(run(pool, jobs(TRIVIAL, 1, 1, 10_000 + i))[1][0])
+            time.sleep(0.08)
+    for mode, lat in lone.items():
+        print(f"lone trivial job, {mode}: p50 {1e3 * pct(lat, 50):.1f} ms, "
+              f"p95 {1e3 * pct(lat, 95):.1f} ms")
     print("| program | mode | executions/s | p50 ms | p95 ms | max s |")
     print("|---|---|---|---|---|---|")
     rates = {}
