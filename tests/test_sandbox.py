@@ -203,7 +203,7 @@ def test_nothing_leaks_across_many_jobs():
     running, only the pool's workers are our children; afterwards no process, zombie or file
     descriptor is left. (experiments/bench/verifier.py runs the same check over 10^4 jobs.)"""
     fds = len(os.listdir("/proc/self/fd"))
-    before = _children()
+    before = {pid for pid, _ in _children()}  # e.g. the module fixture's pool workers
     leave_child = ("import os, time\ndef f(x):\n    if os.fork() == 0:\n        time.sleep(30)\n"
                    "    return x")
     with VerifierPool("code", workers=2, timeout_s=10.0, mode="forkserver",
@@ -212,7 +212,7 @@ def test_nothing_leaks_across_many_jobs():
             got = pool.verify([{"completion": f"{leave_child}\n# {start + i}", "entry_point": "f",
                                 "inputs": [[i]], "expected": [i]} for i in range(300)])
             assert all(v.status == Status.PASS for v in got)
-            kids = [k for k in _children() if k not in before]
+            kids = [(pid, state) for pid, state in _children() if pid not in before]
             assert len(kids) == 2 and all(state != "Z" for _, state in kids), kids
-    assert [k for k in _children() if k not in before] == []
+    assert [pid for pid, _ in _children() if pid not in before] == []
     assert len(os.listdir("/proc/self/fd")) <= fds
