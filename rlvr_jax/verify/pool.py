@@ -90,6 +90,7 @@ class VerifierPool:
         self.batch_timeout_s, self.recycle_after = batch_timeout_s, recycle_after
         self._codec = SANDBOXED.get(kind)
         self._cgroups = []
+        self._cg_made = 0  # names must never repeat: a replaced worker's cgroup may outlive it
         self._cg_args = (memory_mb_per_sandbox << 20, pids_per_sandbox)
         self._workers = [self._new_worker() for _ in range(workers)]
         self._cache: collections.OrderedDict = collections.OrderedDict()
@@ -144,7 +145,8 @@ class VerifierPool:
     def _new_worker(self) -> _Worker:
         cgroup = None
         if self.mode != "none":
-            cgroup = sandbox.Cgroup(f"{os.getpid()}_{len(self._cgroups)}", *self._cg_args)
+            self._cg_made += 1
+            cgroup = sandbox.Cgroup(f"{os.getpid()}_{id(self)}_{self._cg_made}", *self._cg_args)
             self._cgroups.append(cgroup)
         w = _Worker(self.kind, self.mode, cgroup)
         w.cgroup = cgroup
