@@ -228,13 +228,14 @@ class VerifierPool:
                     results[i] = Verdict(Status.TIMEOUT, "not started before the batch deadline")
 
 
-def to_arrays(verdicts: Sequence[Verdict], table: dict) -> dict[str, np.ndarray]:
-    """Verdicts -> numpy arrays for the jitted step: rewards (via `table`), status codes and
-    loss weights (0 for SANDBOX_ERROR)."""
-    status = np.array([int(v.status) for v in verdicts], np.int32)
-    rewards = np.array([table.get(v.status, 0.0) for v in verdicts], np.float32)
-    weights = (status != int(Status.SANDBOX_ERROR)).astype(np.float32)
-    return {"rewards": rewards, "status": status, "weights": weights}
+def to_arrays(verdicts: Sequence[Verdict], scheme: str = "binary") -> dict[str, np.ndarray]:
+    """Verdicts -> numpy arrays for the jitted step: rewards (the scheme's table in
+    rlvr_jax/rewards.py), status codes and loss weights (0 for SANDBOX_ERROR)."""
+    from rlvr_jax import rewards
+
+    return {"rewards": rewards.from_verdicts(verdicts, scheme),
+            "status": np.array([int(v.status) for v in verdicts], np.int32),
+            "weights": rewards.loss_weights(verdicts)}
 
 
 def child_processes() -> list[tuple[int, str]]:
