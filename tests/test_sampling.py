@@ -7,7 +7,7 @@ import pytest
 
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models.policy import Decoder, KVCache, init_params
-from rlvr_jax.sampling import filter_logits, make_sampler
+from rlvr_jax.sampling import draw_inverse_cdf, filter_logits, make_sampler
 
 
 def _np_filter(logits, top_k, top_p):
@@ -58,6 +58,27 @@ def test_filter_matches_numpy_reference(top_k, top_p):
     want = _np_filter(logits, top_k, top_p)
     np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
     np.testing.assert_allclose(got[np.isfinite(got)], want[np.isfinite(want)], rtol=1e-6)
+
+
+def test_inverse_cdf_draws_match_probabilities_and_never_masked_tokens():
+    """Frequencies over 2^16 draws per row match softmax(logits) (a 5-sigma binomial band), and
+    a token with logit -inf (filtered out) is never drawn, including at either end of the row."""
+    neg = -np.inf
+    logits = np.array([[neg, 0.0, 1.0, neg, 2.0, neg],     # masked ends and middle
+                       [3.0, neg, neg, neg, neg, neg],     # one token left: always it
+                       [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],     # uniform
+                       [neg, neg, neg, neg, neg, -40.0]], np.float32)  # only the last survives
+    n = 1 << 16
+    draw = jax.jit(jax.vmap(draw_inverse_cdf, in_axes=(None, 0)))
+    tokens = np.asarray(draw(jnp.asarray(logits), jax.random.split(jax.random.key(0), n)))
+    assert tokens.shape == (n, 4)
+    p = np.exp(logits.astype(np.float64) - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    for r in range(4):
+        freq = np.bincount(tokens[:, r], minlength=6) / n
+        assert np.all(freq[p[r] == 0] == 0), (r, freq)
+        band = 5 * np.sqrt(p[r] * (1 - p[r]) / n) + 1e-12
+        assert np.all(np.abs(freq - p[r]) <= band), (r, freq, p[r])
 
 
 def _tiny():

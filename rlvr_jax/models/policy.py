@@ -31,18 +31,19 @@ from rlvr_jax.config import ModelConfig
 
 
 class KVCache(NamedTuple):
-    # Heads before slots: a decode step's attention is then a plain batched matmul over
-    # (B, K); with slots first XLA:CPU spent about twice as long per layer transposing.
-    k: tuple  # per layer: [B, num_kv_heads, S, head_dim]
+    # Layouts chosen for the decode step on XLA:CPU (experiments/bench/sampler.py): heads before
+    # slots, keys transposed so that q . k contracts over a non-minor axis with the slots
+    # contiguous (2x faster than [S, H] there), values [S, H] so that probs . v is a reduction
+    # over slots vectorised along H.
+    k: tuple  # per layer: [B, num_kv_heads, head_dim, S]
     v: tuple  # per layer: [B, num_kv_heads, S, head_dim]
     valid_B_S: jax.Array  # bool: slot holds a real (non-pad) token
 
     @staticmethod
     def zeros(cfg: ModelConfig, batch: int, slots: int) -> "KVCache":
-        shape = (batch, cfg.num_kv_heads, slots, cfg.resolved_head_dim)
-        dt = jnp.dtype(cfg.compute_dtype)
-        return KVCache(k=tuple(jnp.zeros(shape, dt) for _ in range(cfg.num_layers)),
-                       v=tuple(jnp.zeros(shape, dt) for _ in range(cfg.num_layers)),
+        b, nkv, hd, dt = batch, cfg.num_kv_heads, cfg.resolved_head_dim, jnp.dtype(cfg.compute_dtype)
+        return KVCache(k=tuple(jnp.zeros((b, nkv, hd, slots), dt) for _ in range(cfg.num_layers)),
+                       v=tuple(jnp.zeros((b, nkv, slots, hd), dt) for _ in range(cfg.num_layers)),
                        valid_B_S=jnp.zeros((batch, slots), bool))
 
 
@@ -82,20 +83,38 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: str = "none", factor: fl
     raise ValueError(f"unsupported rope scaling {scaling!r} (supported: none, linear, llama3)")
 
 
-def rope(x_B_T_H_D: jax.Array, positions_B_T: jax.Array, inv_freq: np.ndarray | float) -> jax.Array:
-    """Rotate pairs (i, i + D/2) by angle pos * inv_freq[i], computed in float32. A float
-    `inv_freq` is read as theta (unscaled frequencies)."""
-    d = x_B_T_H_D.shape[-1]
-    if np.isscalar(inv_freq):
-        inv_freq = rope_inv_freq(d, float(inv_freq))
+def rope_tables(positions_B_T: jax.Array, inv_freq: np.ndarray) -> tuple[jax.Array, jax.Array]:
+    """(cos, sin) of the angles pos * inv_freq[i], each [B, T, D/2] float32, shared by every
+    layer of a forward."""
     inv_freq = jnp.asarray(np.asarray(inv_freq, np.float32))
     angles_B_T_D2 = positions_B_T.astype(jnp.float32)[..., None] * inv_freq[None, None, :]
-    cos = jnp.cos(angles_B_T_D2)[:, :, None, :]
-    sin = jnp.sin(angles_B_T_D2)[:, :, None, :]
+    return jnp.cos(angles_B_T_D2), jnp.sin(angles_B_T_D2)
+
+
+def rope_for(cfg: ModelConfig, positions_B_T: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The model's rotary (cos, sin) tables at these positions; see `rope_tables`."""
+    inv_freq = rope_inv_freq(cfg.resolved_head_dim, cfg.rope_theta, cfg.rope_scaling,
+                             cfg.rope_scaling_factor, cfg.rope_low_freq_factor,
+                             cfg.rope_high_freq_factor, cfg.rope_original_max_positions)
+    return rope_tables(positions_B_T, inv_freq)
+
+
+def apply_rope(x_B_T_H_D: jax.Array, cos_B_T_D2: jax.Array, sin_B_T_D2: jax.Array) -> jax.Array:
+    """Rotate pairs (i, i + D/2) by the tabulated angles, in float32."""
+    d = x_B_T_H_D.shape[-1]
+    cos, sin = cos_B_T_D2[:, :, None, :], sin_B_T_D2[:, :, None, :]
     x = x_B_T_H_D.astype(jnp.float32)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
     return out.astype(x_B_T_H_D.dtype)
+
+
+def rope(x_B_T_H_D: jax.Array, positions_B_T: jax.Array, inv_freq: np.ndarray | float) -> jax.Array:
+    """Rotary embedding of x at the given positions. A float `inv_freq` is read as theta
+    (unscaled frequencies)."""
+    if np.isscalar(inv_freq):
+        inv_freq = rope_inv_freq(x_B_T_H_D.shape[-1], float(inv_freq))
+    return apply_rope(x_B_T_H_D, *rope_tables(positions_B_T, inv_freq))
 
 
 class RMSNorm(nn.Module):
@@ -111,11 +130,51 @@ class RMSNorm(nn.Module):
         return x32.astype(self.dtype) * scale.astype(self.dtype).reshape((1,) * (x.ndim - 1) + (-1,))
 
 
-class Linear(nn.Module):
-    """`x @ kernel (+ bias)` with the leading dimensions flattened first.
+class Weights(nn.Module):
+    """The kernel [in, features] (and bias) of one projection, under its HF module name; the
+    product is taken by `project`, so that projections of the same input share one matmul."""
 
-    Why not nn.Dense: on XLA:CPU the kernel gradient of a [B, T, D] x [D, F] product (a
-    contraction over both B and T) ran about 2x slower than the same product on [B*T, D]."""
+    features: int
+    use_bias: bool
+    param_dtype: jnp.dtype
+    init_std: float
+
+    @nn.compact
+    def __call__(self, in_features: int):
+        return _declare(self, in_features)
+
+
+def _declare(m: nn.Module, in_features: int) -> tuple:
+    """Declare `m`'s kernel (and bias) params; `m` has features, use_bias, param_dtype, init_std."""
+    kernel = m.param("kernel", nn.initializers.normal(m.init_std), (in_features, m.features),
+                     m.param_dtype)
+    bias = m.param("bias", nn.initializers.zeros, (m.features,), m.param_dtype) if m.use_bias else None
+    return kernel, bias
+
+
+def project(x, weights: list, dtype) -> list:
+    """`x @ kernel (+ bias)` for each (kernel, bias) in `weights`, as one matmul over the
+    concatenated kernels, on x with its leading dimensions flattened.
+
+    Why one matmul: a decode step's q/k/v and gate/up products are small (M = batch); on
+    XLA:CPU the tiny benchmark model's sampler ran ~8% faster with them fused (no measurable
+    difference at the small one). The concatenation of the kernels is loop-invariant: XLA
+    hoists it out of the sampler's loop (checked in the optimised HLO). Why flattened: the kernel
+    gradient of a [B, T, D] x [D, F] product (a contraction over both B and T) ran about 2x
+    slower than the same product on [B*T, D]."""
+    sizes = [k.shape[1] for k, _ in weights]
+    kernel = jnp.concatenate([k for k, _ in weights], axis=1) if len(weights) > 1 else weights[0][0]
+    y = x.reshape(-1, x.shape[-1]).astype(dtype) @ kernel.astype(dtype)
+    if any(b is not None for _, b in weights):
+        bias = jnp.concatenate([jnp.zeros((f,), dtype) if b is None else b.astype(dtype)
+                                for f, (_, b) in zip(sizes, weights)])
+        y = y + bias[None, :]
+    outs = jnp.split(y, np.cumsum(sizes)[:-1], axis=1) if len(weights) > 1 else [y]
+    return [o.reshape(*x.shape[:-1], f) for o, f in zip(outs, sizes)]
+
+
+class Linear(nn.Module):
+    """One projection `x @ kernel (+ bias)`, params named as HF names them."""
 
     features: int
     use_bias: bool
@@ -125,50 +184,60 @@ class Linear(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        kernel = self.param("kernel", nn.initializers.normal(self.init_std),
-                            (x.shape[-1], self.features), self.param_dtype)
-        y = x.reshape(-1, x.shape[-1]).astype(self.dtype) @ kernel.astype(self.dtype)
-        if self.use_bias:
-            y = y + self.param("bias", nn.initializers.zeros, (self.features,),
-                               self.param_dtype).astype(self.dtype)[None, :]
-        return y.reshape(*x.shape[:-1], self.features)
+        return project(x, [_declare(self, x.shape[-1])], self.dtype)[0]
 
 
-def _dense(cfg: ModelConfig, features: int, name: str, bias: bool = False) -> Linear:
-    return Linear(features, bias, jnp.dtype(cfg.compute_dtype), jnp.dtype(cfg.param_dtype),
-                  cfg.init_std, name=name)
+def _weights(cfg: ModelConfig, features: int, name: str, bias: bool = False) -> Weights:
+    return Weights(features, bias, jnp.dtype(cfg.param_dtype), cfg.init_std, name=name)
+
+
+def _dense(cfg: ModelConfig, features: int, name: str, bias: bool = False):
+    w = _weights(cfg, features, name, bias)
+    return lambda x: project(x, [w(x.shape[-1])], jnp.dtype(cfg.compute_dtype))[0]
 
 
 class Attention(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, x_B_T_D, positions_B_T, mask_B_T_S, kv: Optional[tuple], cache_index):
+    def __call__(self, x_B_T_D, rope_B_T, mask_B_T_S, kv: Optional[tuple], cache_index):
         cfg = self.cfg
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
         b, t, _ = x_B_T_D.shape
-        q = _dense(cfg, nh * hd, "q_proj", cfg.qkv_bias)(x_B_T_D).reshape(b, t, nh, hd)
-        k = _dense(cfg, nkv * hd, "k_proj", cfg.qkv_bias)(x_B_T_D).reshape(b, t, nkv, hd)
-        v = _dense(cfg, nkv * hd, "v_proj", cfg.qkv_bias)(x_B_T_D).reshape(b, t, nkv, hd)
-        inv_freq = rope_inv_freq(hd, cfg.rope_theta, cfg.rope_scaling, cfg.rope_scaling_factor,
-                                 cfg.rope_low_freq_factor, cfg.rope_high_freq_factor,
-                                 cfg.rope_original_max_positions)
-        q, k = rope(q, positions_B_T, inv_freq), rope(k, positions_B_T, inv_freq)
-        # Keys/values as [B, K, S, H]: written into their cache slots when there is a cache.
-        k, v = jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2)
+        d = x_B_T_D.shape[-1]
+        q, k, v = project(x_B_T_D, [_weights(cfg, nh * hd, "q_proj", cfg.qkv_bias)(d),
+                                    _weights(cfg, nkv * hd, "k_proj", cfg.qkv_bias)(d),
+                                    _weights(cfg, nkv * hd, "v_proj", cfg.qkv_bias)(d)],
+                          jnp.dtype(cfg.compute_dtype))
+        q = q.reshape(b, t, nh, hd)
+        k, v = k.reshape(b, t, nkv, hd), v.reshape(b, t, nkv, hd)
+        q, k = apply_rope(q, *rope_B_T), apply_rope(k, *rope_B_T)
+        # Keys as [B, K, H, S], values as [B, K, S, H] (the cache layout, see KVCache).
+        k, v = jnp.transpose(k, (0, 2, 3, 1)), jnp.swapaxes(v, 1, 2)
         if kv is not None:  # write the new keys/values into their cache slots, attend to all slots
             k_cache, v_cache = kv
-            k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, 0, cache_index, 0))
+            k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, 0, 0, cache_index))
             v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, 0, cache_index, 0))
         groups = nh // nkv
         q_B_T_K_G_H = q.reshape(b, t, nkv, groups, hd)
-        scores = jnp.einsum("btkgh,bksh->bkgts", q_B_T_K_G_H, k,
-                            preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(hd))
+        if t == 1:  # decode: multiply-reduce over H, vectorised along the slots (see KVCache)
+            scores = jnp.sum(q_B_T_K_G_H[:, 0, :, :, :, None] * k[:, :, None], axis=-2,
+                             dtype=jnp.float32)[:, :, :, None, :]
+        else:
+            scores = jnp.einsum("btkgh,bkhs->bkgts", q_B_T_K_G_H, k,
+                                preferred_element_type=jnp.float32)
+        scores = scores / jnp.sqrt(jnp.float32(hd))
         # A finite minimum (not -inf): a fully masked row (a pad query) gives a uniform softmax
         # instead of NaN; its output is never used.
         scores = jnp.where(mask_B_T_S[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-        out = jnp.einsum("bkgts,bksh->btkgh", probs, v).reshape(b, t, nh * hd)
+        if t == 1:  # decode: a multiply-reduce over slots, fused; as a batched matmul with
+            # M = groups it ran ~4x slower on XLA:CPU
+            out = jnp.sum(probs[:, :, :, 0, :, None] * v[:, :, None], axis=-2,
+                          dtype=jnp.float32).astype(v.dtype)
+        else:
+            out = jnp.einsum("bkgts,bksh->btkgh", probs, v)
+        out = out.reshape(b, t, nh * hd)
         return _dense(cfg, cfg.hidden_size, "o_proj")(out), (k, v)
 
 
@@ -178,8 +247,9 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x):
         cfg = self.cfg
-        gate = _dense(cfg, cfg.intermediate_size, "gate_proj")(x)
-        up = _dense(cfg, cfg.intermediate_size, "up_proj")(x)
+        f, d = cfg.intermediate_size, x.shape[-1]
+        gate, up = project(x, [_weights(cfg, f, "gate_proj")(d), _weights(cfg, f, "up_proj")(d)],
+                           jnp.dtype(cfg.compute_dtype))
         return _dense(cfg, cfg.hidden_size, "down_proj")(nn.silu(gate) * up)
 
 
@@ -187,12 +257,12 @@ class Block(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, x, positions_B_T, mask_B_T_S, kv, cache_index):
+    def __call__(self, x, rope_B_T, mask_B_T_S, kv, cache_index):
         cfg = self.cfg
         dt, pdt = jnp.dtype(cfg.compute_dtype), jnp.dtype(cfg.param_dtype)
         h, kv = Attention(cfg, name="self_attn")(
             RMSNorm(cfg.rms_norm_eps, dt, pdt, name="input_layernorm")(x),
-            positions_B_T, mask_B_T_S, kv, cache_index)
+            rope_B_T, mask_B_T_S, kv, cache_index)
         x = x + h
         x = x + MLP(cfg, name="mlp")(RMSNorm(cfg.rms_norm_eps, dt, pdt,
                                              name="post_attention_layernorm")(x))
@@ -205,9 +275,12 @@ class Decoder(nn.Module):
 
     @nn.compact
     def __call__(self, tokens_B_T, input_mask_B_T, positions_B_T=None,
-                 cache: Optional[KVCache] = None, cache_index=0, output: str = "logits"):
+                 cache: Optional[KVCache] = None, cache_index=0, output: str = "logits",
+                 rope_B_T: Optional[tuple] = None):
         """`output`: "logits" (float32 [B, T, V]), "hidden" (the final-normed hidden states
-        [B, T, D] a value head reads, no vocabulary projection) or "both" (a tuple)."""
+        [B, T, D] a value head reads, no vocabulary projection) or "both" (a tuple).
+        `rope_B_T`: the (cos, sin) tables of `rope_for(cfg, positions_B_T)`, when the caller
+        has them already (the sampler computes a whole rollout's before its loop)."""
         cfg = self.cfg
         dt, pdt = jnp.dtype(cfg.compute_dtype), jnp.dtype(cfg.param_dtype)
         valid_B_T = input_mask_B_T.astype(bool)
@@ -226,10 +299,12 @@ class Decoder(nn.Module):
         embed = nn.Embed(self.vocab_size, cfg.hidden_size, dtype=dt, param_dtype=pdt,
                          embedding_init=nn.initializers.normal(cfg.init_std), name="embed_tokens")
         x = embed(tokens_B_T)
+        if rope_B_T is None:
+            rope_B_T = rope_for(cfg, positions_B_T)
         new_k, new_v = [], []
         for i in range(cfg.num_layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
-            x, (k, v) = Block(cfg, name=f"layers_{i}")(x, positions_B_T, mask_B_T_S, kv, cache_index)
+            x, (k, v) = Block(cfg, name=f"layers_{i}")(x, rope_B_T, mask_B_T_S, kv, cache_index)
             new_k.append(k)
             new_v.append(v)
         x = RMSNorm(cfg.rms_norm_eps, dt, pdt, name="norm")(x)
