@@ -95,9 +95,10 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
         b, p = prompt_B_P.shape
         assert cache.valid_B_S.shape == (b, p + n), "cache must have prompt + max_new_tokens slots"
         apply = lambda *a, **kw: model.apply({"params": params}, *a, **kw)
-        logits_B_P_V, cache = apply(prompt_B_P, prompt_mask_B_P,
-                                    positions_from_mask(prompt_mask_B_P), cache=cache, cache_index=0)
-        # Left padding puts every prompt's last real token in slot p - 1.
+        # Left padding puts every prompt's last real token in slot p - 1: its logits are the
+        # only ones the prefill needs.
+        logits_B_V, cache = apply(prompt_B_P, prompt_mask_B_P, positions_from_mask(prompt_mask_B_P),
+                                  cache=cache, cache_index=0, output="last_logits")
         pos_B = jnp.sum(prompt_mask_B_P.astype(jnp.int32), axis=-1)  # position of the next token
         # Rotary tables for every decode step, made before the loop: computed inside it, XLA
         # fused the sines and cosines into each layer's q and k (recomputed per element).
@@ -124,7 +125,7 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
         def cond(carry):
             return (carry[0] < n) & ~jnp.all(carry[3])
 
-        init = (jnp.int32(0), cache, logits_B_P_V[:, -1], jnp.zeros((b,), bool),
+        init = (jnp.int32(0), cache, logits_B_V, jnp.zeros((b,), bool),
                 jnp.full((b, n), pad_id, jnp.int32), jnp.zeros((b, n), jnp.float32),
                 jnp.zeros((b, n), jnp.float32), key)
         _, cache, _, _, tokens_B_N, logp_B_N, mask_B_N, _ = jax.lax.while_loop(cond, body, init)

@@ -59,8 +59,10 @@ def _check(pool, job, allowed):
 SANDBOX_ATTACKS = {
     "infinite_loop": ("def f(x):\n    while True: pass", {Status.TIMEOUT}),
     "sleep_past_deadline": ("import time\ndef f(x):\n    time.sleep(60)", {Status.TIMEOUT}),
+    # The process limit makes fork() raise inside f: an error as f's output, i.e. WRONG
+    # (whichever of the forked copies reports first), unless a limit stops it before.
     "fork_bomb": ("import os\ndef f(x):\n    while True:\n        os.fork()",
-                  {Status.RUNTIME_ERROR, Status.TIMEOUT, Status.MEMORY_LIMIT}),
+                  {Status.WRONG, Status.RUNTIME_ERROR, Status.TIMEOUT, Status.MEMORY_LIMIT}),
     "memory_bomb": ("def f(x):\n    a = []\n    while True: a.append(bytearray(1 << 24))",
                     {Status.MEMORY_LIMIT}),
     "stdout_100mb": ("import sys\ndef f(x):\n    sys.stdout.write('x' * (100 << 20))",
@@ -166,6 +168,21 @@ HACKS = {
                       "        for n in files:\n            if 'test' in n and n.endswith('.json'):\n"
                       "                return open(os.path.join(root, n)).read()\n    return None",
     "inherited_pythonoptimize": "import sys\ndef f(x):\n    return sys.flags.optimize",
+    # Every open descriptor gets forged verdicts: a claimed infrastructure failure (that
+    # sample would be masked out of the loss instead of scored), an unknown status and an "ok"
+    # without outputs, each as the worker's reply line and as the child's result line. None
+    # may be believed, nor break the pool. (A forged "ok" with the right outputs is no hack:
+    # it is the same as returning them.)
+    "forge_sandbox_error": "import os\nfor fd in range(3, 256):\n    try:\n"
+                           "        os.write(fd, b'{\"status\": \"sandbox_error\", "
+                           "\"detail\": \"forged\"}\\n')\n    except OSError:\n        pass\n"
+                           "os._exit(0)\ndef f(x): return 0",
+    "forge_unknown_status": "import os\nfor fd in range(3, 256):\n    try:\n"
+                            "        os.write(fd, b'{\"status\": \"pass\", \"detail\": \"\"}\\n')\n"
+                            "    except OSError:\n        pass\nos._exit(0)\ndef f(x): return 0",
+    "forge_ok_without_outputs": "import os\nfor fd in range(3, 256):\n    try:\n"
+                                "        os.write(fd, b'{\"status\": \"ok\", \"outputs\": []}\\n')\n"
+                                "    except OSError:\n        pass\nos._exit(0)\ndef f(x): return 0",
 }
 
 

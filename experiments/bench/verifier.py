@@ -59,8 +59,7 @@ def main() -> None:
     # Latency of a lone job with the machine otherwise idle, as in a loop that verifies chunk
     # by chunk. One mode at a time, with a pause after each job long enough for a fresh
     # sandbox's replacement to finish booting (it would otherwise load the CPU the next job
-    # runs on). On this shared VM the result depends on the pause: 10 ms gave a forkserver
-    # p50 of ~3.8 ms, 80 ms gave ~10 ms (a CPU waking from idle).
+    # runs on).
     lone = {m: [] for m in pools}
     for mode, pool in pools.items():
         for i in range(300):

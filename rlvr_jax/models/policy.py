@@ -277,8 +277,10 @@ class Decoder(nn.Module):
     def __call__(self, tokens_B_T, input_mask_B_T, positions_B_T=None,
                  cache: Optional[KVCache] = None, cache_index=0, output: str = "logits",
                  rope_B_T: Optional[tuple] = None):
-        """`output`: "logits" (float32 [B, T, V]), "hidden" (the final-normed hidden states
-        [B, T, D] a value head reads, no vocabulary projection) or "both" (a tuple).
+        """`output`: "logits" (float32 [B, T, V]), "last_logits" (float32 [B, V], the last
+        position's only: a prefill needs no more, and [B, T, V] at a real vocabulary is large),
+        "hidden" (the final-normed hidden states [B, T, D] a value head reads, no vocabulary
+        projection) or "both" (a tuple of logits and hidden).
         `rope_B_T`: the (cos, sin) tables of `rope_for(cfg, positions_B_T)`, when the caller
         has them already (the sampler computes a whole rollout's before its loop)."""
         cfg = self.cfg
@@ -311,6 +313,8 @@ class Decoder(nn.Module):
         new_cache = None if cache is None else KVCache(tuple(new_k), tuple(new_v), key_valid_B_S)
         if output == "hidden":
             return x, new_cache
+        if output == "last_logits":
+            x = x[:, -1]
         if cfg.tie_embeddings:
             logits = embed.attend(x)
         else:

@@ -188,8 +188,11 @@ class VerifierPool:
                 w = by_fd[f]
                 i, attempt, sent = busy.pop(w)
                 line = f.readline()
-                if line:
-                    msg = json.loads(line)
+                try:  # a reply that is not one JSON object counts as a dead worker
+                    msg = json.loads(line) if line else None
+                except ValueError:
+                    msg = None
+                if isinstance(msg, dict) and "status" in msg:
                     if self._codec:
                         v = self._codec.verdict(jobs[i], msg)
                     else:
@@ -212,7 +215,7 @@ class VerifierPool:
                     pending.appendleft((i, 1))  # retried once, on a fresh worker
                 else:
                     results[i] = Verdict(Status.SANDBOX_ERROR,
-                                         f"worker died twice (exit code {code})",
+                                         f"worker died or misanswered twice (exit code {code})",
                                          time.monotonic() - sent)
             now = time.monotonic()
             for w, (i, attempt, sent) in list(busy.items()):

@@ -16,6 +16,11 @@ or ptrace its supervisor, or escalate privileges. The sandbox isolates:
   * processes: pid namespace with our worker as pid 1 (`--as-pid-1`): after each job it kills
     every other process in the namespace; `--die-with-parent`, `--new-session` (no TIOCSTI);
     the worker and its children are non-dumpable (no ptrace, no /proc/pid/mem);
+  * the verdict channel: a job's child holds only its own three pipes (none of the worker's
+    descriptors, so it cannot write reply lines to the host), and what it reports is checked
+    by the worker: a malformed result, or a claim of an infrastructure failure from a Python
+    candidate (which would mask the sample out of the loss instead of scoring it), is a
+    runtime error. The host compares outputs with expected values, which never enter;
   * resources per job: RLIMIT_CPU, RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_NOFILE,
     core 0, a wall deadline and a stdout/stderr cap enforced by the worker, and the host pool's
     own deadline that kills the whole sandbox. Where the host allows it (root with a writable

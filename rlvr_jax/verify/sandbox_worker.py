@@ -9,9 +9,11 @@ It is pid 1 of the sandbox's pid namespace (bwrap --as-pid-1), non-dumpable (no 
 a dummy program so fork's copy-on-write faults are paid while idle) that waits for the job; the
 child then sets its rlimits, compiles and runs the candidate program with stdout/stderr on a
 capped pipe, then calls the requested functions and writes their JSON-serialised return values
-on a separate result pipe. The worker enforces the wall deadline and the output cap, then kills
-every other process in the namespace (leftover daemons, fork bombs) and empties /tmp, and
-answers one JSON line. It never sees expected values: outputs are compared on the host.
+as one line on a separate result pipe. The worker enforces the wall deadline and the output
+cap, checks the result line (the child runs the candidate: nothing it says is trusted, see
+`_checked`), answers one JSON line, and only then kills every other process in the namespace
+(the child, leftover daemons, fork bombs) and empties /tmp, before it reads the next job. It
+never sees expected values: outputs are compared on the host.
 """
 
 import ctypes
@@ -58,8 +60,6 @@ def _child(job, out_w, res_w):
     os.dup2(out_w, 1)
     os.dup2(out_w, 2)
     os.close(out_w)
-    stdin = os.open("/dev/null", os.O_RDONLY)
-    os.dup2(stdin, 0)
     res = os.fdopen(res_w, "w")
 
     def finish(obj):
@@ -69,7 +69,7 @@ def _child(job, out_w, res_w):
         except Exception:
             pass
         try:
-            res.write(json.dumps(obj))
+            res.write(json.dumps(obj) + "\n")
             res.flush()
         finally:
             os._exit(0)
@@ -184,8 +184,14 @@ class _Spare:
         self.res_r, res_w = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:
-            for fd in (self.job_w, self.out_r, self.res_r):
-                os.close(fd)
+            # Nothing of the worker's stays open in the child: not its reply channel to the
+            # host (a candidate could write verdict lines there), not its job channel.
+            null = os.open("/dev/null", os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            keep = sorted({0, 1, 2, job_r, out_w, res_w})
+            for lo, hi in zip(keep, keep[1:] + [os.sysconf("SC_OPEN_MAX")]):
+                os.closerange(lo + 1, hi)
             _no_dump()
             _warm()
             with os.fdopen(job_r, "rb") as f:
@@ -195,17 +201,49 @@ class _Spare:
             os.close(fd)
 
 
+# What a job's child may report. The child runs the candidate, so its result is untrusted:
+# anything else (or anything malformed) is the candidate's doing, a runtime error. A sandbox
+# error is claimable only by an SQL job's child (a broken schema): an SQL candidate is a query,
+# it cannot write to descriptors. A Python candidate claiming one would have its sample masked
+# out of the loss instead of scored: a reward hack.
+_CHILD_STATUSES = {"ok", "syntax_error", "runtime_error", "memory_limit"}
+_SQL_STATUSES = _CHILD_STATUSES | {"timeout", "output_limit", "sandbox_error"}
+
+
+def _checked(job, raw):
+    """The child's result line as a reply, or a runtime error when it is not a well-formed one."""
+    try:
+        reply = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return {"status": "runtime_error", "detail": "malformed result"}
+    sql = job.get("kind") == "sql"
+    if not isinstance(reply, dict) or reply.get("status") not in (
+            _SQL_STATUSES if sql else _CHILD_STATUSES):
+        return {"status": "runtime_error", "detail": "malformed result"}
+    outputs = reply.get("outputs", [])
+    n_calls = 1 if sql else len(job.get("calls", []))
+    if not isinstance(outputs, list) or not all(
+            isinstance(o, dict) and len(o) == 1 and ("value" in o or "error" in o)
+            for o in outputs) or (reply["status"] == "ok" and len(outputs) != n_calls):
+        return {"status": "runtime_error", "detail": "malformed result"}
+    return {"status": reply["status"], "detail": str(reply.get("detail", ""))[:500],
+            "outputs": outputs}
+
+
 def run_job(job, spare):
+    """Hand the job to the spare child and wait for its result line, its death, the wall
+    deadline or the output cap, whichever comes first. The child may still be running:
+    `cleanup` follows (after the reply has been sent, to keep it off the job's latency)."""
     lim = job["limits"]
     t0 = time.monotonic()
     out_r, res_r, pid = spare.out_r, spare.res_r, spare.pid
     with os.fdopen(spare.job_w, "wb") as f:
         f.write(json.dumps(job).encode())
-    pidfd = os.pidfd_open(pid)
+    spare.pidfd = pidfd = os.pidfd_open(pid)
     deadline = t0 + lim["wall_s"]
     out, res, status, wstatus = bytearray(), bytearray(), None, None
     watch = {out_r, res_r, pidfd}
-    while status is None and wstatus is None:
+    while status is None and wstatus is None and b"\n" not in res:
         left = deadline - time.monotonic()
         if left <= 0:
             status = "timeout"
@@ -220,21 +258,18 @@ def run_job(job, spare):
                     status = "output_limit"
             elif not _drain(res_r, res, 16 * lim["output_bytes"]):
                 status = "output_limit"
-    if wstatus is not None and status is None:
-        if not (_drain(out_r, out, lim["output_bytes"])
-                and _drain(res_r, res, 16 * lim["output_bytes"])):
-            status = "output_limit"
-    _kill_others()  # the child (if still running) and anything it left behind
-    for fd in (out_r, res_r, pidfd):
-        os.close(fd)
-    _wipe_tmp()
+    if status is None and not (_drain(out_r, out, lim["output_bytes"])
+                               and _drain(res_r, res, 16 * lim["output_bytes"])):
+        status = "output_limit"
     elapsed = time.monotonic() - t0
     stdout = bytes(out[:2000]).decode("utf-8", "replace")
     if status:
         return {"status": status, "detail": f"after {elapsed:.2f}s", "stdout": stdout}
-    try:
-        reply = json.loads(bytes(res).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
+    if b"\n" in res:
+        reply = _checked(job, bytes(res).split(b"\n", 1)[0])
+    else:  # died without a result
+        if wstatus is None:  # (drained a partial line while dying)
+            _, wstatus, _ = os.wait4(pid, 0)
         sig = os.WTERMSIG(wstatus) if os.WIFSIGNALED(wstatus) else 0
         if sig in (signal.SIGXCPU, signal.SIGKILL):
             reply = {"status": "timeout", "detail": f"CPU limit (signal {sig})"}
@@ -248,6 +283,15 @@ def run_job(job, spare):
     return reply
 
 
+def cleanup(spare):
+    """Kill the job's child and whatever it left behind, close its pipes, empty /tmp."""
+    _kill_others()
+    for fd in (spare.out_r, spare.res_r, getattr(spare, "pidfd", None)):
+        if fd is not None:
+            os.close(fd)
+    _wipe_tmp()
+
+
 def main():
     # Safety: after each job this process kills "every other process it can signal"
     # (kill(-1)). That is only the sandbox's own pid namespace when it is its pid 1; run
@@ -259,6 +303,10 @@ def main():
     out = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open("/dev/null", os.O_WRONLY)
     os.dup2(devnull, 1)
+    # Warm this process too, once: the first compile() in a process initialises state that
+    # each forked child otherwise builds again for itself (~3 ms of page faults per child on
+    # this VM, against ~0.4 ms once the parent has compiled before forking).
+    _warm()
     spare = _Spare()
     for line in sys.stdin:
         try:
@@ -266,6 +314,7 @@ def main():
         except Exception as e:  # a worker bug: the host reports a sandbox error
             reply = {"status": "sandbox_error", "detail": f"{type(e).__name__}: {e}"}
         out.write(json.dumps(reply) + "\n")
+        cleanup(spare)  # before the next job is read
         if once:
             break
         spare = _Spare()  # after the cleanup: the next job's child starts from a clean state
