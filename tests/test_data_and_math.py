@@ -100,6 +100,11 @@ def test_pool_kills_hung_workers_retries_dead_ones_and_keeps_answering():
         assert all(v.status == Status.PASS for v in again)
         fut = pool.submit([{"seconds": 0.01}])
         assert fut.result(timeout=10)[0].status == Status.PASS
+        # A reply that is not a verdict: the worker is replaced, the job retried, then masked.
+        garbled = pool.verify([{"garble": True}, {"seconds": 0.01, "i": 7}])
+        assert [v.status for v in garbled] == [Status.SANDBOX_ERROR, Status.PASS]
+        assert "malformed reply twice" in garbled[0].detail
+        assert pool.restarts == 5
     with VerifierPool("test_sleep", workers=1, timeout_s=5.0, batch_timeout_s=0.5) as pool:
         t0 = time.monotonic()
         got = pool.verify([{"seconds": 3}, {"seconds": 0.01}])

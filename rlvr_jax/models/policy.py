@@ -223,8 +223,9 @@ class Attention(nn.Module):
         if t == 1:  # decode: multiply-reduce over H, vectorised along the slots (see KVCache)
             scores = jnp.sum(q_B_T_K_G_H[:, 0, :, :, :, None] * k[:, :, None], axis=-2,
                              dtype=jnp.float32)[:, :, :, None, :]
-        else:
-            scores = jnp.einsum("btkgh,bkhs->bkgts", q_B_T_K_G_H, k,
+        else:  # keys back to [B, K, S, H] for the einsum: over [B, K, H, S], XLA:CPU emits a
+            # dot that cannot take bfloat16 operands with a float32 result
+            scores = jnp.einsum("btkgh,bksh->bkgts", q_B_T_K_G_H, jnp.swapaxes(k, 2, 3),
                                 preferred_element_type=jnp.float32)
         scores = scores / jnp.sqrt(jnp.float32(hd))
         # A finite minimum (not -inf): a fully masked row (a pad query) gives a uniform softmax

@@ -209,13 +209,14 @@ class VerifierPool:
                     idle.append(w)
                     continue
                 code = w.proc.poll()
+                why = "died" if not line else "sent a malformed reply"
                 fresh = self._replace(w)
                 idle.append(fresh)
                 if attempt == 0:
                     pending.appendleft((i, 1))  # retried once, on a fresh worker
                 else:
                     results[i] = Verdict(Status.SANDBOX_ERROR,
-                                         f"worker died or misanswered twice (exit code {code})",
+                                         f"worker {why} twice (exit code {code})",
                                          time.monotonic() - sent)
             now = time.monotonic()
             for w, (i, attempt, sent) in list(busy.items()):
