@@ -55,8 +55,8 @@ def draw_inverse_cdf(logits_B_V: jax.Array, key: jax.Array) -> jax.Array:
     With u ~ U[0, 1) and c_j the cumulative mass, the token is the first j with c_j > u * c_V
     and p_j > 0; a token of probability 0 (a logit of -inf) is never drawn. One uniform per row
     instead of `jax.random.categorical`'s Gumbel noise over the whole vocabulary: on XLA:CPU
-    that noise (V random words and two logarithms each) cost more than the rest of a tiny
-    model's decode step's sampling, ~1.4 of 1.7 ms at B=64, V=512.
+    that noise (V random words and two logarithms each) made a draw cost ~1.4 ms at B=64,
+    V=512, against ~0.3 ms for this one.
     """
     probs_B_V = jnp.exp(logits_B_V - jnp.max(logits_B_V, axis=-1, keepdims=True))
     cdf_B_V = jnp.cumsum(probs_B_V, axis=-1)

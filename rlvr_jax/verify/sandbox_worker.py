@@ -267,9 +267,7 @@ def run_job(job, spare):
         return {"status": status, "detail": f"after {elapsed:.2f}s", "stdout": stdout}
     if b"\n" in res:
         reply = _checked(job, bytes(res).split(b"\n", 1)[0])
-    else:  # died without a result
-        if wstatus is None:  # (drained a partial line while dying)
-            _, wstatus, _ = os.wait4(pid, 0)
+    else:  # the loop ended on the child's death (no status, no result line): no result
         sig = os.WTERMSIG(wstatus) if os.WIFSIGNALED(wstatus) else 0
         if sig in (signal.SIGXCPU, signal.SIGKILL):
             reply = {"status": "timeout", "detail": f"CPU limit (signal {sig})"}
