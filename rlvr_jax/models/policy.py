@@ -141,15 +141,11 @@ class Weights(nn.Module):
 
     @nn.compact
     def __call__(self, in_features: int):
-        return _declare(self, in_features)
-
-
-def _declare(m: nn.Module, in_features: int) -> tuple:
-    """Declare `m`'s kernel (and bias) params; `m` has features, use_bias, param_dtype, init_std."""
-    kernel = m.param("kernel", nn.initializers.normal(m.init_std), (in_features, m.features),
-                     m.param_dtype)
-    bias = m.param("bias", nn.initializers.zeros, (m.features,), m.param_dtype) if m.use_bias else None
-    return kernel, bias
+        kernel = self.param("kernel", nn.initializers.normal(self.init_std),
+                            (in_features, self.features), self.param_dtype)
+        bias = (self.param("bias", nn.initializers.zeros, (self.features,), self.param_dtype)
+                if self.use_bias else None)
+        return kernel, bias
 
 
 def project(x, weights: list, dtype) -> list:
@@ -163,28 +159,14 @@ def project(x, weights: list, dtype) -> list:
     gradient of a [B, T, D] x [D, F] product (a contraction over both B and T) ran about 2x
     slower than the same product on [B*T, D]."""
     sizes = [k.shape[1] for k, _ in weights]
-    kernel = jnp.concatenate([k for k, _ in weights], axis=1) if len(weights) > 1 else weights[0][0]
+    kernel = jnp.concatenate([k for k, _ in weights], axis=1)  # one kernel: itself
     y = x.reshape(-1, x.shape[-1]).astype(dtype) @ kernel.astype(dtype)
     if any(b is not None for _, b in weights):
         bias = jnp.concatenate([jnp.zeros((f,), dtype) if b is None else b.astype(dtype)
                                 for f, (_, b) in zip(sizes, weights)])
         y = y + bias[None, :]
-    outs = jnp.split(y, np.cumsum(sizes)[:-1], axis=1) if len(weights) > 1 else [y]
+    outs = jnp.split(y, np.cumsum(sizes)[:-1], axis=1)
     return [o.reshape(*x.shape[:-1], f) for o, f in zip(outs, sizes)]
-
-
-class Linear(nn.Module):
-    """One projection `x @ kernel (+ bias)`, params named as HF names them."""
-
-    features: int
-    use_bias: bool
-    dtype: jnp.dtype
-    param_dtype: jnp.dtype
-    init_std: float
-
-    @nn.compact
-    def __call__(self, x):
-        return project(x, [_declare(self, x.shape[-1])], self.dtype)[0]
 
 
 def _weights(cfg: ModelConfig, features: int, name: str, bias: bool = False) -> Weights:

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from rlvr_jax.config import ModelConfig
-from rlvr_jax.models.policy import Decoder, Linear
+from rlvr_jax.models.policy import Decoder, Weights, project
 
 
 class ValueHead(nn.Module):
@@ -29,9 +29,8 @@ class ValueHead(nn.Module):
 
     @nn.compact
     def __call__(self, hidden):
-        out = Linear(1, True, jnp.float32, jnp.dtype(self.cfg.param_dtype), 0.0,
-                     name="v_proj")(hidden.astype(jnp.float32))
-        return out[..., 0]
+        w = Weights(1, True, jnp.dtype(self.cfg.param_dtype), 0.0, name="v_proj")
+        return project(hidden, [w(hidden.shape[-1])], jnp.float32)[0][..., 0]
 
 
 def init_head(cfg: ModelConfig, key: jax.Array) -> dict:

@@ -56,11 +56,12 @@ def main(kind: str) -> None:
     sys.stdout = sys.stderr
     for line in sys.stdin:
         t0 = time.perf_counter()
-        if kind == "test_sleep" and json.loads(line).get("garble"):  # tests of the pool itself
-            out.write("not a verdict\n")
-            continue
         try:
-            v = check(json.loads(line))
+            job = json.loads(line)
+            if kind == "test_sleep" and job.get("garble"):  # tests of the pool itself
+                out.write("not a verdict\n")
+                continue
+            v = check(job)
         except Exception as e:  # a checker bug is the verifier's failure, not the answer's
             v = Verdict(Status.SANDBOX_ERROR, f"checker raised {type(e).__name__}: {e}")
         out.write(json.dumps({"status": int(v.status), "detail": v.detail,
