@@ -89,6 +89,7 @@ def test_param_tree_uses_hf_names():
     params = init_params(Decoder(cfg, VOCAB), jax.random.key(0))
     assert set(params) == {"embed_tokens", "layers_0", "layers_1", "norm", "lm_head"}
     attn = params["layers_0"]["self_attn"]
-    assert set(attn) == {"q_proj", "k_proj", "v_proj", "o_proj"}
-    assert attn["k_proj"]["kernel"].shape == (32, 2 * 8) and "bias" in attn["q_proj"]
+    assert set(attn) == {"qkv_proj", "o_proj"}  # q, k, v fused (policy.py's docstring)
+    assert attn["qkv_proj"]["kernel"].shape == (32, 32 + 2 * 2 * 8) and "bias" in attn["qkv_proj"]
+    assert set(params["layers_0"]["mlp"]) == {"gate_up_proj", "down_proj"}
     assert "bias" not in attn["o_proj"]

@@ -77,7 +77,7 @@ def test_fsdp_shards_params_and_data_replicates():
     cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64)
     params = init_params(Decoder(cfg, 20), jax.random.key(0))
     fsdp = sharding.state_shardings(params, sharding.make_mesh(data=1, fsdp=8))
-    kernel = fsdp["layers_0"]["mlp"]["up_proj"]["kernel"]  # [32, 64]: largest dim sharded
+    kernel = fsdp["layers_0"]["mlp"]["gate_up_proj"]["kernel"]  # [32, 128]: largest dim sharded
     assert kernel.spec == jax.sharding.PartitionSpec(None, sharding.FSDP)
     data = sharding.state_shardings(params, sharding.make_mesh(data=8, fsdp=1))
     assert all(s.spec == jax.sharding.PartitionSpec() for s in jax.tree.leaves(data))

@@ -3,8 +3,10 @@
 Reads `config.json` into a ModelConfig and `model.safetensors` (or the shards listed in
 `model.safetensors.index.json`) into the params pytree; writes both back in the same format,
 so transformers (or vLLM) loads an exported directory. Our parameter names are HF's module
-names, so the mapping is a rename plus a transpose: HF stores a linear layer's weight as
-[out, in], flax's kernel is [in, out].
+names, except that q/k/v and gate/up are stored fused (`qkv_proj`, `gate_up_proj`, as vLLM
+fuses them; see policy.py): the mapping is a rename, a transpose (HF stores a linear layer's
+weight as [out, in], flax's kernel is [in, out]) and, for the fused layers, a concatenation
+along the output axis on import and a split on export.
 """
 
 from __future__ import annotations
@@ -110,17 +112,34 @@ def _load_tensors(model_dir: str) -> dict[str, np.ndarray]:
     return out
 
 
-def _linear_names(cfg: ModelConfig) -> list[tuple[str, str]]:
-    """(HF module path, our module path) of every linear layer."""
+def _linear_names(cfg: ModelConfig) -> list[tuple[tuple[str, ...], str]]:
+    """(HF module paths, our module path) of every linear layer. Our q/k/v and gate/up are
+    fused: their kernel is the HF kernels side by side, in that order."""
     pairs = []
     for i in range(cfg.num_layers):
-        for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            pairs.append((f"model.layers.{i}.self_attn.{proj}", f"layers_{i}/self_attn/{proj}"))
-        for proj in ("gate_proj", "up_proj", "down_proj"):
-            pairs.append((f"model.layers.{i}.mlp.{proj}", f"layers_{i}/mlp/{proj}"))
+        attn, mlp = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
+        pairs += [((f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"),
+                   f"layers_{i}/self_attn/qkv_proj"),
+                  ((f"{attn}.o_proj",), f"layers_{i}/self_attn/o_proj"),
+                  ((f"{mlp}.gate_proj", f"{mlp}.up_proj"), f"layers_{i}/mlp/gate_up_proj"),
+                  ((f"{mlp}.down_proj",), f"layers_{i}/mlp/down_proj")]
     if not cfg.tie_embeddings:
-        pairs.append(("lm_head", "lm_head"))
+        pairs.append((("lm_head",), "lm_head"))
     return pairs
+
+
+def _fused_sizes(cfg: ModelConfig, ours: str, features: int) -> tuple[int, ...]:
+    """Output widths of the HF layers fused into our layer `ours`, in `_linear_names` order."""
+    hd = cfg.resolved_head_dim
+    if ours.endswith("qkv_proj"):
+        return (cfg.num_heads * hd, cfg.num_kv_heads * hd, cfg.num_kv_heads * hd)
+    if ours.endswith("gate_up_proj"):
+        return (cfg.intermediate_size, cfg.intermediate_size)
+    return (features,)
+
+
+def _has_bias(cfg: ModelConfig, ours: str) -> bool:
+    return cfg.qkv_bias and ours.endswith("qkv_proj")
 
 
 def _norm_names(cfg: ModelConfig) -> list[tuple[str, str]]:
@@ -160,10 +179,12 @@ def hf_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: str = 
 
     params: dict = {}
     _set(params, "embed_tokens/embedding", take("model.embed_tokens.weight").astype(dt))
-    for hf_name, ours in _linear_names(cfg):
-        _set(params, f"{ours}/kernel", take(f"{hf_name}.weight").T.astype(dt))
-        if cfg.qkv_bias and hf_name.split(".")[-1] in ("q_proj", "k_proj", "v_proj"):
-            _set(params, f"{ours}/bias", take(f"{hf_name}.bias").astype(dt))
+    for hf_names, ours in _linear_names(cfg):
+        kernel = np.concatenate([take(f"{n}.weight").T for n in hf_names], axis=1)
+        _set(params, f"{ours}/kernel", kernel.astype(dt))
+        if _has_bias(cfg, ours):
+            bias = np.concatenate([take(f"{n}.bias") for n in hf_names])
+            _set(params, f"{ours}/bias", bias.astype(dt))
     for hf_name, ours in _norm_names(cfg):
         _set(params, f"{ours}/weight", take(f"{hf_name}.weight").astype(dt))
     # A tied checkpoint may still store lm_head.weight (a copy of the embedding).
@@ -179,11 +200,14 @@ def params_to_hf(params: dict, cfg: ModelConfig) -> dict[str, np.ndarray]:
     """Our params -> HF state dict (float32 numpy, contiguous)."""
     f32 = lambda x: np.ascontiguousarray(np.asarray(x, dtype=np.float32))
     out = {"model.embed_tokens.weight": f32(_get(params, "embed_tokens/embedding"))}
-    for hf_name, ours in _linear_names(cfg):
-        out[f"{hf_name}.weight"] = f32(np.asarray(_get(params, f"{ours}/kernel"),
-                                                  np.float32).T)
-        if cfg.qkv_bias and hf_name.split(".")[-1] in ("q_proj", "k_proj", "v_proj"):
-            out[f"{hf_name}.bias"] = f32(_get(params, f"{ours}/bias"))
+    for hf_names, ours in _linear_names(cfg):
+        kernel = np.asarray(_get(params, f"{ours}/kernel"), np.float32)
+        bias = _get(params, f"{ours}/bias") if _has_bias(cfg, ours) else None
+        sizes = _fused_sizes(cfg, ours, kernel.shape[1])
+        for i, (n, lo) in enumerate(zip(hf_names, np.cumsum((0,) + sizes[:-1]))):
+            out[f"{n}.weight"] = f32(kernel[:, lo:lo + sizes[i]].T)
+            if bias is not None:
+                out[f"{n}.bias"] = f32(np.asarray(bias)[lo:lo + sizes[i]])
     for hf_name, ours in _norm_names(cfg):
         out[f"{hf_name}.weight"] = f32(_get(params, f"{ours}/weight"))
     return out

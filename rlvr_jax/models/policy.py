@@ -3,7 +3,12 @@
 RMSNorm (Zhang & Sennrich 2019), rotary position embeddings in the "rotate half" layout that
 HF Llama/Qwen2 use (Su et al. 2021, arXiv:2104.09864), grouped-query attention (Ainslie et al.
 2023, arXiv:2305.13245), SwiGLU MLP (Shazeer 2020), optional q/k/v bias (Qwen2) and tied
-embeddings. Parameter names follow the HF module names so weight import is a rename.
+embeddings. Parameter names follow the HF module names, except that q/k/v and gate/up are
+stored fused, as vLLM does: `qkv_proj` (kernel [D, (Nh + 2 Nkv) Hd]) and `gate_up_proj`
+([D, 2 F]), each one matmul. A decode step's products are small (M = batch) and fusing them
+is faster on XLA:CPU; fusing separate kernels inside the jitted step instead meant copying
+every layer's kernels into a concatenation on each call (measured below in `project`'s
+history: ~90 ms of a ~2.3 s small-model rollout). weight import splits and joins them.
 
 One call signature serves training, prefill and decode:
 
@@ -131,8 +136,7 @@ class RMSNorm(nn.Module):
 
 
 class Weights(nn.Module):
-    """The kernel [in, features] (and bias) of one projection, under its HF module name; the
-    product is taken by `project`, so that projections of the same input share one matmul."""
+    """The kernel [in, features] (and bias) of one projection; `project` takes the product."""
 
     features: int
     use_bias: bool
@@ -148,25 +152,19 @@ class Weights(nn.Module):
         return kernel, bias
 
 
-def project(x, weights: list, dtype) -> list:
-    """`x @ kernel (+ bias)` for each (kernel, bias) in `weights`, as one matmul over the
-    concatenated kernels, on x with its leading dimensions flattened.
+def project(x, kernel, bias, dtype, sizes: tuple[int, ...] | None = None):
+    """`x @ kernel (+ bias)` on x with its leading dimensions flattened; with `sizes`, the
+    output split into consecutive blocks of those widths (a fused projection, below).
 
-    Why one matmul: a decode step's q/k/v and gate/up products are small (M = batch); on
-    XLA:CPU the tiny benchmark model's sampler ran ~8% faster with them fused (no measurable
-    difference at the small one). The concatenation of the kernels is loop-invariant: XLA
-    hoists it out of the sampler's loop (checked in the optimised HLO). Why flattened: the kernel
-    gradient of a [B, T, D] x [D, F] product (a contraction over both B and T) ran about 2x
-    slower than the same product on [B*T, D]."""
-    sizes = [k.shape[1] for k, _ in weights]
-    kernel = jnp.concatenate([k for k, _ in weights], axis=1)  # one kernel: itself
+    Why flattened: the kernel gradient of a [B, T, D] x [D, F] product (a contraction over both
+    B and T) ran about 2x slower than the same product on [B*T, D]."""
     y = x.reshape(-1, x.shape[-1]).astype(dtype) @ kernel.astype(dtype)
-    if any(b is not None for _, b in weights):
-        bias = jnp.concatenate([jnp.zeros((f,), dtype) if b is None else b.astype(dtype)
-                                for f, (_, b) in zip(sizes, weights)])
-        y = y + bias[None, :]
-    outs = jnp.split(y, np.cumsum(sizes)[:-1], axis=1)
-    return [o.reshape(*x.shape[:-1], f) for o, f in zip(outs, sizes)]
+    if bias is not None:
+        y = y + bias.astype(dtype)[None, :]
+    y = y.reshape(*x.shape[:-1], y.shape[-1])
+    if sizes is None:
+        return y
+    return jnp.split(y, np.cumsum(sizes)[:-1], axis=-1)
 
 
 def _weights(cfg: ModelConfig, features: int, name: str, bias: bool = False) -> Weights:
@@ -175,7 +173,7 @@ def _weights(cfg: ModelConfig, features: int, name: str, bias: bool = False) -> 
 
 def _dense(cfg: ModelConfig, features: int, name: str, bias: bool = False):
     w = _weights(cfg, features, name, bias)
-    return lambda x: project(x, [w(x.shape[-1])], jnp.dtype(cfg.compute_dtype))[0]
+    return lambda x: project(x, *w(x.shape[-1]), jnp.dtype(cfg.compute_dtype))
 
 
 class Attention(nn.Module):
@@ -187,10 +185,9 @@ class Attention(nn.Module):
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
         b, t, _ = x_B_T_D.shape
         d = x_B_T_D.shape[-1]
-        q, k, v = project(x_B_T_D, [_weights(cfg, nh * hd, "q_proj", cfg.qkv_bias)(d),
-                                    _weights(cfg, nkv * hd, "k_proj", cfg.qkv_bias)(d),
-                                    _weights(cfg, nkv * hd, "v_proj", cfg.qkv_bias)(d)],
-                          jnp.dtype(cfg.compute_dtype))
+        sizes = (nh * hd, nkv * hd, nkv * hd)
+        q, k, v = project(x_B_T_D, *_weights(cfg, sum(sizes), "qkv_proj", cfg.qkv_bias)(d),
+                          jnp.dtype(cfg.compute_dtype), sizes)
         q = q.reshape(b, t, nh, hd)
         k, v = k.reshape(b, t, nkv, hd), v.reshape(b, t, nkv, hd)
         q, k = apply_rope(q, *rope_B_T), apply_rope(k, *rope_B_T)
@@ -231,8 +228,8 @@ class MLP(nn.Module):
     def __call__(self, x):
         cfg = self.cfg
         f, d = cfg.intermediate_size, x.shape[-1]
-        gate, up = project(x, [_weights(cfg, f, "gate_proj")(d), _weights(cfg, f, "up_proj")(d)],
-                           jnp.dtype(cfg.compute_dtype))
+        gate, up = project(x, *_weights(cfg, 2 * f, "gate_up_proj")(d),
+                           jnp.dtype(cfg.compute_dtype), (f, f))
         return _dense(cfg, cfg.hidden_size, "down_proj")(nn.silu(gate) * up)
 
 

@@ -30,7 +30,7 @@ class ValueHead(nn.Module):
     @nn.compact
     def __call__(self, hidden):
         w = Weights(1, True, jnp.dtype(self.cfg.param_dtype), 0.0, name="v_proj")
-        return project(hidden, [w(hidden.shape[-1])], jnp.float32)[0][..., 0]
+        return project(hidden, *w(hidden.shape[-1]), jnp.float32)[..., 0]
 
 
 def init_head(cfg: ModelConfig, key: jax.Array) -> dict:
