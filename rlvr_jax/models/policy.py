@@ -180,7 +180,10 @@ class Attention(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, x_B_T_D, rope_B_T, mask_B_T_S, kv: Optional[tuple], cache_index):
+    def __call__(self, x_B_T_D, rope_B_T, mask_B_T_S, kv: Optional[tuple], cache_index,
+                 fresh_only: bool):
+        """`fresh_only`: attend to this call's own keys only (a prefill into an empty cache,
+        see Decoder); `mask_B_T_S` then spans those T keys instead of the cache's slots."""
         cfg = self.cfg
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
         b, t, _ = x_B_T_D.shape
@@ -193,10 +196,14 @@ class Attention(nn.Module):
         q, k = apply_rope(q, *rope_B_T), apply_rope(k, *rope_B_T)
         # Keys as [B, K, H, S], values as [B, K, S, H] (the cache layout, see KVCache).
         k, v = jnp.transpose(k, (0, 2, 3, 1)), jnp.swapaxes(v, 1, 2)
-        if kv is not None:  # write the new keys/values into their cache slots, attend to all slots
+        new_kv = (k, v)
+        if kv is not None:  # write the new keys/values into their cache slots
             k_cache, v_cache = kv
-            k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, 0, 0, cache_index))
-            v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, 0, cache_index, 0))
+            new_kv = (
+                jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, 0, 0, cache_index)),
+                jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, 0, cache_index, 0)))
+            if not fresh_only:  # attend to all slots
+                k, v = new_kv
         groups = nh // nkv
         q_B_T_K_G_H = q.reshape(b, t, nkv, groups, hd)
         if t == 1:  # decode: multiply-reduce over H, vectorised along the slots (see KVCache)
@@ -218,7 +225,7 @@ class Attention(nn.Module):
         else:
             out = jnp.einsum("bkgts,bksh->btkgh", probs, v)
         out = out.reshape(b, t, nh * hd)
-        return _dense(cfg, cfg.hidden_size, "o_proj")(out), (k, v)
+        return _dense(cfg, cfg.hidden_size, "o_proj")(out), new_kv
 
 
 class MLP(nn.Module):
@@ -237,12 +244,12 @@ class Block(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, x, rope_B_T, mask_B_T_S, kv, cache_index):
+    def __call__(self, x, rope_B_T, mask_B_T_S, kv, cache_index, fresh_only):
         cfg = self.cfg
         dt, pdt = jnp.dtype(cfg.compute_dtype), jnp.dtype(cfg.param_dtype)
         h, kv = Attention(cfg, name="self_attn")(
             RMSNorm(cfg.rms_norm_eps, dt, pdt, name="input_layernorm")(x),
-            rope_B_T, mask_B_T_S, kv, cache_index)
+            rope_B_T, mask_B_T_S, kv, cache_index, fresh_only)
         x = x + h
         x = x + MLP(cfg, name="mlp")(RMSNorm(cfg.rms_norm_eps, dt, pdt,
                                              name="post_attention_layernorm")(x))
@@ -269,13 +276,19 @@ class Decoder(nn.Module):
         if positions_B_T is None:
             positions_B_T = positions_from_mask(valid_B_T)
         t = tokens_B_T.shape[1]
-        if cache is None:
+        # Writing into slot 0 (a static 0: a prefill), queries can only see this call's own
+        # keys, the slots after them being in their future: attention runs over those T keys
+        # rather than all the cache's slots (less to read; the cache is still written).
+        fresh_only = cache is None or (isinstance(cache_index, int) and cache_index == 0)
+        if cache is not None:
+            cache_valid_B_S = jax.lax.dynamic_update_slice(cache.valid_B_S, valid_B_T,
+                                                           (0, cache_index))
+        if fresh_only:
             q_slot, k_slot = jnp.arange(t), jnp.arange(t)
             key_valid_B_S = valid_B_T
         else:
-            valid_B_S = jax.lax.dynamic_update_slice(cache.valid_B_S, valid_B_T, (0, cache_index))
-            q_slot, k_slot = cache_index + jnp.arange(t), jnp.arange(valid_B_S.shape[1])
-            key_valid_B_S = valid_B_S
+            q_slot, k_slot = cache_index + jnp.arange(t), jnp.arange(cache_valid_B_S.shape[1])
+            key_valid_B_S = cache_valid_B_S
         mask_B_T_S = (k_slot[None, :] <= q_slot[:, None])[None, :, :] & key_valid_B_S[:, None, :]
 
         embed = nn.Embed(self.vocab_size, cfg.hidden_size, dtype=dt, param_dtype=pdt,
@@ -286,11 +299,12 @@ class Decoder(nn.Module):
         new_k, new_v = [], []
         for i in range(cfg.num_layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
-            x, (k, v) = Block(cfg, name=f"layers_{i}")(x, rope_B_T, mask_B_T_S, kv, cache_index)
+            x, (k, v) = Block(cfg, name=f"layers_{i}")(x, rope_B_T, mask_B_T_S, kv, cache_index,
+                                                        fresh_only)
             new_k.append(k)
             new_v.append(v)
         x = RMSNorm(cfg.rms_norm_eps, dt, pdt, name="norm")(x)
-        new_cache = None if cache is None else KVCache(tuple(new_k), tuple(new_v), key_valid_B_S)
+        new_cache = None if cache is None else KVCache(tuple(new_k), tuple(new_v), cache_valid_B_S)
         if output == "hidden":
             return x, new_cache
         if output == "last_logits":
