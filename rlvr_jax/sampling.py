@@ -49,34 +49,34 @@ def filter_logits(logits_B_V: jax.Array, top_k: int, top_p: float) -> jax.Array:
     return logits_B_V
 
 
-def draw_inverse_cdf(logits_B_V: jax.Array, key: jax.Array) -> jax.Array:
-    """One draw per row from softmax(logits), by inverting the CDF with one uniform per row.
+def draw_inverse_cdf(logits_B_V: jax.Array, u_B: jax.Array) -> jax.Array:
+    """One draw per row from softmax(logits), by inverting the CDF at a uniform u_B in [0, 1).
 
-    With u ~ U[0, 1) and c_j the cumulative mass, the token is the first j with c_j > u * c_V
-    and p_j > 0; a token of probability 0 (a logit of -inf) is never drawn. One uniform per row
-    instead of `jax.random.categorical`'s Gumbel noise over the whole vocabulary: on XLA:CPU
-    that noise (V random words and two logarithms each) made a draw cost ~1.4 ms at B=64,
-    V=512, against ~0.3 ms for this one.
+    With c_j the cumulative mass, the token is the first j with c_j > u * c_V and p_j > 0; a
+    token of probability 0 (a logit of -inf) is never drawn. One uniform per row instead of
+    `jax.random.categorical`'s Gumbel noise over the whole vocabulary: on XLA:CPU that noise
+    (V random words and two logarithms each) made a draw cost ~1.4 ms at B=64, V=512, against
+    ~0.3 ms for this one.
     """
     probs_B_V = jnp.exp(logits_B_V - jnp.max(logits_B_V, axis=-1, keepdims=True))
     cdf_B_V = jnp.cumsum(probs_B_V, axis=-1)
-    u_B_1 = jax.random.uniform(key, (logits_B_V.shape[0], 1), jnp.float32)
-    hit_B_V = (cdf_B_V > u_B_1 * cdf_B_V[:, -1:]) & (probs_B_V > 0)
+    hit_B_V = (cdf_B_V > u_B[:, None] * cdf_B_V[:, -1:]) & (probs_B_V > 0)
     # Rounding could in principle leave no hit; the most likely token is then drawn.
     return jnp.where(jnp.any(hit_B_V, axis=-1), jnp.argmax(hit_B_V, axis=-1),
                      jnp.argmax(logits_B_V, axis=-1))
 
 
-def choose_tokens(logits_B_V: jax.Array, key: jax.Array, temperature: float, top_k: int,
+def choose_tokens(logits_B_V: jax.Array, u_B: jax.Array, temperature: float, top_k: int,
                   top_p: float) -> tuple[jax.Array, jax.Array]:
-    """Draw one token per row; returns (tokens_B, logp_B) with logp as the module doc says."""
+    """Draw one token per row at uniforms u_B (unused when greedy); returns (tokens_B, logp_B)
+    with logp as the module doc says."""
     if temperature == 0.0:
         tokens_B = jnp.argmax(logits_B_V, axis=-1)
         logp_B_V = jax.nn.log_softmax(logits_B_V, axis=-1)
     else:
         scaled_B_V = logits_B_V / temperature
         logp_B_V = jax.nn.log_softmax(scaled_B_V, axis=-1)
-        tokens_B = draw_inverse_cdf(filter_logits(scaled_B_V, top_k, top_p), key)
+        tokens_B = draw_inverse_cdf(filter_logits(scaled_B_V, top_k, top_p), u_B)
     logp_B = jnp.take_along_axis(logp_B_V, tokens_B[:, None], axis=-1)[:, 0]
     return tokens_B.astype(jnp.int32), logp_B
 
@@ -103,13 +103,16 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
         # Rotary tables for every decode step, made before the loop: computed inside it, XLA
         # fused the sines and cosines into each layer's q and k (recomputed per element).
         cos_B_N_D2, sin_B_N_D2 = rope_for(model.cfg, pos_B[:, None] + jnp.arange(n)[None, :])
+        # Every step's uniforms too: the random bits inside the loop were a small nested loop
+        # of their own on each step.
+        u_N_B = jax.random.uniform(key, (n, b), jnp.float32)
 
         # Loop carry. Shapes: i [], cache KVCache(B, P+N), logits [B, V], done [B],
-        # tokens/logp/mask [B, N], key [].
+        # tokens/logp/mask [B, N].
         def body(carry):
-            i, cache, logits_B_V, done_B, tokens_B_N, logp_B_N, mask_B_N, key = carry
-            key, sub = jax.random.split(key)
-            tok_B, logp_B = choose_tokens(logits_B_V, sub, temperature, top_k, top_p)
+            i, cache, logits_B_V, done_B, tokens_B_N, logp_B_N, mask_B_N = carry
+            u_B = jax.lax.dynamic_index_in_dim(u_N_B, i, axis=0, keepdims=False)
+            tok_B, logp_B = choose_tokens(logits_B_V, u_B, temperature, top_k, top_p)
             live_B = ~done_B
             tok_B = jnp.where(live_B, tok_B, pad_id)
             tokens_B_N = tokens_B_N.at[:, i].set(tok_B)
@@ -120,15 +123,15 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
                         jax.lax.dynamic_slice_in_dim(sin_B_N_D2, i, 1, axis=1))
             logits_B_1_V, cache = apply(tok_B[:, None], live_B[:, None], (pos_B + i)[:, None],
                                         cache=cache, cache_index=p + i, rope_B_T=rope_B_1)
-            return i + 1, cache, logits_B_1_V[:, 0], done_B, tokens_B_N, logp_B_N, mask_B_N, key
+            return i + 1, cache, logits_B_1_V[:, 0], done_B, tokens_B_N, logp_B_N, mask_B_N
 
         def cond(carry):
             return (carry[0] < n) & ~jnp.all(carry[3])
 
         init = (jnp.int32(0), cache, logits_B_V, jnp.zeros((b,), bool),
                 jnp.full((b, n), pad_id, jnp.int32), jnp.zeros((b, n), jnp.float32),
-                jnp.zeros((b, n), jnp.float32), key)
-        _, cache, _, _, tokens_B_N, logp_B_N, mask_B_N, _ = jax.lax.while_loop(cond, body, init)
+                jnp.zeros((b, n), jnp.float32))
+        _, cache, _, _, tokens_B_N, logp_B_N, mask_B_N = jax.lax.while_loop(cond, body, init)
         return cache, Rollout(tokens_B_N, logp_B_N, mask_B_N)
 
     # Donate the cache (argument 1): the returned cache reuses its buffer.

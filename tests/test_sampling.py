@@ -70,7 +70,7 @@ def test_inverse_cdf_draws_match_probabilities_and_never_masked_tokens():
                        [neg, neg, neg, neg, neg, -40.0]], np.float32)  # only the last survives
     n = 1 << 16
     draw = jax.jit(jax.vmap(draw_inverse_cdf, in_axes=(None, 0)))
-    tokens = np.asarray(draw(jnp.asarray(logits), jax.random.split(jax.random.key(0), n)))
+    tokens = np.asarray(draw(jnp.asarray(logits), jax.random.uniform(jax.random.key(0), (n, 4))))
     assert tokens.shape == (n, 4)
     p = np.exp(logits.astype(np.float64) - logits.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)

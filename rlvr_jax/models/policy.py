@@ -5,10 +5,11 @@ HF Llama/Qwen2 use (Su et al. 2021, arXiv:2104.09864), grouped-query attention (
 2023, arXiv:2305.13245), SwiGLU MLP (Shazeer 2020), optional q/k/v bias (Qwen2) and tied
 embeddings. Parameter names follow the HF module names, except that q/k/v and gate/up are
 stored fused, as vLLM does: `qkv_proj` (kernel [D, (Nh + 2 Nkv) Hd]) and `gate_up_proj`
-([D, 2 F]), each one matmul. A decode step's products are small (M = batch) and fusing them
-is faster on XLA:CPU; fusing separate kernels inside the jitted step instead meant copying
-every layer's kernels into a concatenation on each call (measured below in `project`'s
-history: ~90 ms of a ~2.3 s small-model rollout). weight import splits and joins them.
+([D, 2 F]), each one matmul. Why: a decode step's products are small (M = batch), and one
+product instead of three (two) made the tiny benchmark model's sampler ~8% faster on XLA:CPU.
+Concatenating separate kernels inside the jitted sampler instead copied every layer's kernels
+on each call (~85 ms of a ~2.3 s rollout of the small benchmark model,
+experiments/bench/sampler.py). HF import joins the kernels and export splits them (hf.py).
 
 One call signature serves training, prefill and decode:
 
