@@ -20,6 +20,7 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from rlvr_jax.config import ModelConfig
+from rlvr_jax.models.policy import qkv_sizes
 
 FAMILIES = ("qwen2", "llama")
 
@@ -130,9 +131,8 @@ def _linear_names(cfg: ModelConfig) -> list[tuple[tuple[str, ...], str]]:
 
 def _fused_sizes(cfg: ModelConfig, ours: str, features: int) -> tuple[int, ...]:
     """Output widths of the HF layers fused into our layer `ours`, in `_linear_names` order."""
-    hd = cfg.resolved_head_dim
     if ours.endswith("qkv_proj"):
-        return (cfg.num_heads * hd, cfg.num_kv_heads * hd, cfg.num_kv_heads * hd)
+        return qkv_sizes(cfg)
     if ours.endswith("gate_up_proj"):
         return (cfg.intermediate_size, cfg.intermediate_size)
     return (features,)
@@ -203,11 +203,11 @@ def params_to_hf(params: dict, cfg: ModelConfig) -> dict[str, np.ndarray]:
     for hf_names, ours in _linear_names(cfg):
         kernel = np.asarray(_get(params, f"{ours}/kernel"), np.float32)
         bias = _get(params, f"{ours}/bias") if _has_bias(cfg, ours) else None
-        sizes = _fused_sizes(cfg, ours, kernel.shape[1])
-        for i, (n, lo) in enumerate(zip(hf_names, np.cumsum((0,) + sizes[:-1]))):
-            out[f"{n}.weight"] = f32(kernel[:, lo:lo + sizes[i]].T)
+        bounds = np.cumsum((0,) + _fused_sizes(cfg, ours, kernel.shape[1]))
+        for n, lo, hi in zip(hf_names, bounds[:-1], bounds[1:]):
+            out[f"{n}.weight"] = f32(kernel[:, lo:hi].T)
             if bias is not None:
-                out[f"{n}.bias"] = f32(np.asarray(bias)[lo:lo + sizes[i]])
+                out[f"{n}.bias"] = f32(np.asarray(bias)[lo:hi])
     for hf_name, ours in _norm_names(cfg):
         out[f"{hf_name}.weight"] = f32(_get(params, f"{ours}/weight"))
     return out

@@ -168,6 +168,12 @@ def project(x, kernel, bias, dtype, sizes: tuple[int, ...] | None = None):
     return jnp.split(y, np.cumsum(sizes)[:-1], axis=-1)
 
 
+def qkv_sizes(cfg: ModelConfig) -> tuple[int, int, int]:
+    """Widths of the q, k and v blocks of the fused `qkv_proj` output, in that order."""
+    hd = cfg.resolved_head_dim
+    return cfg.num_heads * hd, cfg.num_kv_heads * hd, cfg.num_kv_heads * hd
+
+
 def _weights(cfg: ModelConfig, features: int, name: str, bias: bool = False) -> Weights:
     return Weights(features, bias, jnp.dtype(cfg.param_dtype), cfg.init_std, name=name)
 
@@ -189,7 +195,7 @@ class Attention(nn.Module):
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
         b, t, _ = x_B_T_D.shape
         d = x_B_T_D.shape[-1]
-        sizes = (nh * hd, nkv * hd, nkv * hd)
+        sizes = qkv_sizes(cfg)
         q, k, v = project(x_B_T_D, *_weights(cfg, sum(sizes), "qkv_proj", cfg.qkv_bias)(d),
                           jnp.dtype(cfg.compute_dtype), sizes)
         q = q.reshape(b, t, nh, hd)
