@@ -189,12 +189,11 @@ class Attention(nn.Module):
     @nn.compact
     def __call__(self, x_B_T_D, rope_B_T, mask_B_T_S, kv: Optional[tuple], cache_index,
                  fresh_only: bool):
-        """`fresh_only`: attend to this call's own keys only (a prefill into an empty cache,
-        see Decoder); `mask_B_T_S` then spans those T keys instead of the cache's slots."""
+        """`fresh_only`: attend to this call's own keys only (a prefill into slot 0, see
+        Decoder); `mask_B_T_S` then spans those T keys instead of the cache's slots."""
         cfg = self.cfg
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
-        b, t, _ = x_B_T_D.shape
-        d = x_B_T_D.shape[-1]
+        b, t, d = x_B_T_D.shape
         sizes = qkv_sizes(cfg)
         q, k, v = project(x_B_T_D, *_weights(cfg, sum(sizes), "qkv_proj", cfg.qkv_bias)(d),
                           jnp.dtype(cfg.compute_dtype), sizes)
