@@ -107,10 +107,8 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
         # of their own on each step.
         u_N_B = jax.random.uniform(key, (n, b), jnp.float32)
 
-        # Loop carry. Shapes: i [], cache KVCache(B, P+N), logits [B, V], done [B],
-        # tokens/logp/mask [B, N].
-        def body(carry):
-            i, cache, logits_B_V, done_B, tokens_B_N, logp_B_N, mask_B_N = carry
+        def record(i, logits_B_V, done_B, tokens_B_N, logp_B_N, mask_B_N):
+            """Draw token i from logits_B_V and write it (pad on finished rows) into column i."""
             u_B = jax.lax.dynamic_index_in_dim(u_N_B, i, axis=0, keepdims=False)
             tok_B, logp_B = choose_tokens(logits_B_V, u_B, temperature, top_k, top_p)
             live_B = ~done_B
@@ -118,20 +116,34 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
             tokens_B_N = tokens_B_N.at[:, i].set(tok_B)
             logp_B_N = logp_B_N.at[:, i].set(jnp.where(live_B, logp_B, 0.0))
             mask_B_N = mask_B_N.at[:, i].set(live_B.astype(jnp.float32))
-            done_B = done_B | (tok_B == eos_id)
+            return tok_B, live_B, done_B | (tok_B == eos_id), tokens_B_N, logp_B_N, mask_B_N
+
+        # Loop carry. Shapes: i [], cache KVCache(B, P+N), logits [B, V], done [B],
+        # tokens/logp/mask [B, N].
+        def body(carry):
+            i, cache, logits_B_V, done_B, tokens_B_N, logp_B_N, mask_B_N = carry
+            tok_B, live_B, done_B, tokens_B_N, logp_B_N, mask_B_N = record(
+                i, logits_B_V, done_B, tokens_B_N, logp_B_N, mask_B_N)
             rope_B_1 = (jax.lax.dynamic_slice_in_dim(cos_B_N_D2, i, 1, axis=1),
                         jax.lax.dynamic_slice_in_dim(sin_B_N_D2, i, 1, axis=1))
             logits_B_1_V, cache = apply(tok_B[:, None], live_B[:, None], (pos_B + i)[:, None],
                                         cache=cache, cache_index=p + i, rope_B_T=rope_B_1)
             return i + 1, cache, logits_B_1_V[:, 0], done_B, tokens_B_N, logp_B_N, mask_B_N
 
+        # The loop draws tokens 0 .. N-2, each followed by its forward; the last token is drawn
+        # after the loop with no forward, whose logits nothing would read (one step of N saved).
+        # A loop that stops early (every row finished) leaves pad in that column, and so does
+        # the last draw, all its rows being finished.
         def cond(carry):
-            return (carry[0] < n) & ~jnp.all(carry[3])
+            return (carry[0] < n - 1) & ~jnp.all(carry[3])
 
         init = (jnp.int32(0), cache, logits_B_V, jnp.zeros((b,), bool),
                 jnp.full((b, n), pad_id, jnp.int32), jnp.zeros((b, n), jnp.float32),
                 jnp.zeros((b, n), jnp.float32))
-        _, cache, _, _, tokens_B_N, logp_B_N, mask_B_N = jax.lax.while_loop(cond, body, init)
+        i, cache, logits_B_V, done_B, tokens_B_N, logp_B_N, mask_B_N = jax.lax.while_loop(
+            cond, body, init)
+        _, _, _, tokens_B_N, logp_B_N, mask_B_N = record(i, logits_B_V, done_B, tokens_B_N,
+                                                         logp_B_N, mask_B_N)
         return cache, Rollout(tokens_B_N, logp_B_N, mask_B_N)
 
     # Donate the cache (argument 1): the returned cache reuses its buffer.

@@ -54,6 +54,29 @@ def test_kv_cache_decode_matches_full_forward(variant):
     assert float(jnp.std(full)) > 0.5
 
 
+def test_last_logits_prefill_matches_full_forward_and_writes_the_same_cache():
+    """output="last_logits" (the sampler's prefill, whose last layer runs o_proj and the MLP
+    on the last position only) gives the full forward's last-position logits, with left
+    padding, and leaves every layer's cache as the full prefill does."""
+    cfg = ModelConfig(hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2,
+                      intermediate_size=64, qkv_bias=True, tie_embeddings=False)
+    model = Decoder(cfg, VOCAB)
+    params = jax.tree.map(lambda x: x * 5.0 if x.ndim == 2 else x,
+                          init_params(model, jax.random.key(0)))
+    tokens = jax.random.randint(jax.random.key(4), (3, 6), 3, VOCAB)
+    mask = jnp.asarray(np.array([[1] * 6, [0, 0, 1, 1, 1, 1], [0] * 5 + [1]], np.int32))
+    run = jax.jit(lambda p, output: model.apply({"params": p}, tokens, mask,
+                                                cache=KVCache.zeros(cfg, 3, 9), cache_index=0,
+                                                output=output), static_argnums=1)
+    full, full_cache = run(params, "logits")
+    last, last_cache = run(params, "last_logits")
+    assert last.shape == (3, VOCAB)
+    np.testing.assert_allclose(np.asarray(last), np.asarray(full[:, -1]), rtol=1e-5, atol=1e-5)
+    for a, b in zip(jax.tree.leaves(full_cache), jax.tree.leaves(last_cache)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert float(jnp.std(full[:, -1])) > 0.5
+
+
 def test_left_padding_does_not_change_logits():
     """The same sequence with and without left padding gives the same logits (positions restart
     at the first real token, pad keys are masked)."""

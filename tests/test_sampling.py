@@ -137,6 +137,42 @@ def test_greedy_is_deterministic_and_argmax():
                                   np.asarray(jnp.argmax(logits[:, -1], -1)))
 
 
+def test_greedy_every_token_is_the_full_forward_argmax():
+    """Each greedy token, the last one included (drawn after the decode loop, with no forward
+    after it), is the argmax of a full forward over prompt ++ the tokens before it."""
+    cfg, model, params = _tiny()
+    n = 6
+    sample = make_sampler(model, max_new_tokens=n, eos_id=-1, pad_id=0, temperature=0.0)
+    prompt = jax.random.randint(jax.random.key(5), (8, 4), 2, 20)
+    pmask = jnp.ones((8, 4), jnp.int32).at[:3, :2].set(0)
+    _, ro = sample(params, KVCache.zeros(cfg, 8, 4 + n), prompt, pmask, jax.random.key(0))
+    tokens = np.asarray(ro.tokens_B_N)
+    assert np.all(np.asarray(ro.mask_B_N) == 1)
+    full_tokens = jnp.concatenate([prompt, jnp.asarray(tokens)], 1)
+    full_mask = jnp.concatenate([pmask, jnp.ones((8, n), jnp.int32)], 1)
+    logits, _ = model.apply({"params": params}, full_tokens, full_mask)
+    np.testing.assert_array_equal(tokens, np.asarray(jnp.argmax(logits[:, 3:-1], -1)))
+    assert len(np.unique(tokens)) > 2
+
+
+def test_loop_stops_when_every_row_is_done():
+    """With every row's first token EOS, the decode loop stops at once: the first column is
+    EOS (mask 1), every later column pad (mask 0, log-prob 0), the last one included."""
+    cfg, model, _ = _tiny()
+    params = jax.tree.map(jnp.zeros_like, init_params(model, jax.random.key(0)))
+    # All-zero weights: every logit is 0, and greedy argmax picks token 0, here the EOS.
+    n, eos, pad = 5, 0, 3
+    sample = make_sampler(model, max_new_tokens=n, eos_id=eos, pad_id=pad, temperature=0.0)
+    prompt = jax.random.randint(jax.random.key(6), (4, 3), 2, 20)
+    _, ro = sample(params, KVCache.zeros(cfg, 4, 3 + n), prompt, jnp.ones_like(prompt),
+                   jax.random.key(0))
+    tokens, logp, mask = map(np.asarray, ro)
+    np.testing.assert_array_equal(tokens, np.tile([eos] + [pad] * (n - 1), (4, 1)))
+    np.testing.assert_array_equal(mask, np.tile([1.0] + [0.0] * (n - 1), (4, 1)))
+    np.testing.assert_allclose(logp[:, 0], -np.log(20.0), rtol=1e-5)
+    assert np.all(logp[:, 1:] == 0)
+
+
 def test_temperature_sampling_matches_distribution():
     """Empirical first-token frequencies over many rows match softmax(logits / T)."""
     cfg, model, params = _tiny()

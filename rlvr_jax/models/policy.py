@@ -188,9 +188,11 @@ class Attention(nn.Module):
 
     @nn.compact
     def __call__(self, x_B_T_D, rope_B_T, mask_B_T_S, kv: Optional[tuple], cache_index,
-                 fresh_only: bool):
+                 fresh_only: bool, last_only: bool):
         """`fresh_only`: attend to this call's own keys only (a prefill into slot 0, see
-        Decoder); `mask_B_T_S` then spans those T keys instead of the cache's slots."""
+        Decoder); `mask_B_T_S` then spans those T keys instead of the cache's slots.
+        `last_only`: the output of the last query only ([B, 1, D]); keys/values are still
+        those of all T positions."""
         cfg = self.cfg
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
         b, t, d = x_B_T_D.shape
@@ -231,6 +233,8 @@ class Attention(nn.Module):
         else:
             out = jnp.einsum("bkgts,bksh->btkgh", probs, v)
         out = out.reshape(b, t, nh * hd)
+        if last_only:
+            out = out[:, -1:]
         return _dense(cfg, cfg.hidden_size, "o_proj")(out), new_kv
 
 
@@ -250,13 +254,14 @@ class Block(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, x, rope_B_T, mask_B_T_S, kv, cache_index, fresh_only):
+    def __call__(self, x, rope_B_T, mask_B_T_S, kv, cache_index, fresh_only, last_only):
+        """`last_only`: return the last position's hidden state only ([B, 1, D])."""
         cfg = self.cfg
         dt, pdt = jnp.dtype(cfg.compute_dtype), jnp.dtype(cfg.param_dtype)
         h, kv = Attention(cfg, name="self_attn")(
             RMSNorm(cfg.rms_norm_eps, dt, pdt, name="input_layernorm")(x),
-            rope_B_T, mask_B_T_S, kv, cache_index, fresh_only)
-        x = x + h
+            rope_B_T, mask_B_T_S, kv, cache_index, fresh_only, last_only)
+        x = (x[:, -1:] if last_only else x) + h
         x = x + MLP(cfg, name="mlp")(RMSNorm(cfg.rms_norm_eps, dt, pdt,
                                              name="post_attention_layernorm")(x))
         return x, kv
@@ -271,7 +276,9 @@ class Decoder(nn.Module):
                  cache: Optional[KVCache] = None, cache_index=0, output: str = "logits",
                  rope_B_T: Optional[tuple] = None):
         """`output`: "logits" (float32 [B, T, V]), "last_logits" (float32 [B, V], the last
-        position's only: a prefill needs no more, and [B, T, V] at a real vocabulary is large),
+        position's only: a prefill needs no more, and [B, T, V] at a real vocabulary is large;
+        the last layer then runs its o_proj and MLP on that position alone: no later layer
+        reads the others, and its keys/values come before them),
         "hidden" (the final-normed hidden states [B, T, D] a value head reads, no vocabulary
         projection) or "both" (a tuple of logits and hidden).
         `rope_B_T`: the (cos, sin) tables of `rope_for(cfg, positions_B_T)`, when the caller
@@ -305,8 +312,9 @@ class Decoder(nn.Module):
         new_k, new_v = [], []
         for i in range(cfg.num_layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
+            last_only = output == "last_logits" and i == cfg.num_layers - 1
             x, (k, v) = Block(cfg, name=f"layers_{i}")(x, rope_B_T, mask_B_T_S, kv, cache_index,
-                                                        fresh_only)
+                                                        fresh_only, last_only)
             new_k.append(k)
             new_v.append(v)
         x = RMSNorm(cfg.rms_norm_eps, dt, pdt, name="norm")(x)
