@@ -89,6 +89,8 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
     `on_trace` runs each time JAX traces (and so compiles) the sampler: the loop counts these.
     """
     n = max_new_tokens
+    if n < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {n}")
 
     def sample(params, cache: KVCache, prompt_B_P, prompt_mask_B_P, key):
         on_trace()
