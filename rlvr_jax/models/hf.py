@@ -20,7 +20,7 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from rlvr_jax.config import ModelConfig
-from rlvr_jax.models.policy import qkv_sizes
+from rlvr_jax.models.policy import gate_up_sizes, qkv_sizes
 
 FAMILIES = ("qwen2", "llama")
 
@@ -134,7 +134,7 @@ def _fused_sizes(cfg: ModelConfig, ours: str, features: int) -> tuple[int, ...]:
     if ours.endswith("qkv_proj"):
         return qkv_sizes(cfg)
     if ours.endswith("gate_up_proj"):
-        return (cfg.intermediate_size, cfg.intermediate_size)
+        return gate_up_sizes(cfg)
     return (features,)
 
 

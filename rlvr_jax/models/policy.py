@@ -174,6 +174,11 @@ def qkv_sizes(cfg: ModelConfig) -> tuple[int, int, int]:
     return cfg.num_heads * hd, cfg.num_kv_heads * hd, cfg.num_kv_heads * hd
 
 
+def gate_up_sizes(cfg: ModelConfig) -> tuple[int, int]:
+    """Widths of the gate and up blocks of the fused `gate_up_proj` output, in that order."""
+    return cfg.intermediate_size, cfg.intermediate_size
+
+
 def _weights(cfg: ModelConfig, features: int, name: str, bias: bool = False) -> Weights:
     return Weights(features, bias, jnp.dtype(cfg.param_dtype), cfg.init_std, name=name)
 
@@ -244,9 +249,9 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x):
         cfg = self.cfg
-        f, d = cfg.intermediate_size, x.shape[-1]
-        gate, up = project(x, *_weights(cfg, 2 * f, "gate_up_proj")(d),
-                           jnp.dtype(cfg.compute_dtype), (f, f))
+        sizes = gate_up_sizes(cfg)
+        gate, up = project(x, *_weights(cfg, sum(sizes), "gate_up_proj")(x.shape[-1]),
+                           jnp.dtype(cfg.compute_dtype), sizes)
         return _dense(cfg, cfg.hidden_size, "down_proj")(nn.silu(gate) * up)
 
 
