@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from rlvr_jax.config import ModelConfig
+from rlvr_jax.models import policy
 from rlvr_jax.models.policy import Decoder, KVCache, init_params, positions_from_mask, rope
 
 VOCAB = 37
@@ -28,12 +29,20 @@ def _incremental_logits(model, params, cfg, tokens, mask, prompt_len):
     return jnp.concatenate(out, axis=1)
 
 
+# The decode attention's two ways to sum (policy._unrolled): a reduce, and one term per
+# element written out (on CPU, for a short cache).
+BOTH_SUMS = pytest.mark.parametrize("max_slots", [0, policy.UNROLL_MAX_SLOTS],
+                                    ids=["reduce", "unrolled"])
+
+
+@BOTH_SUMS
 @pytest.mark.parametrize("variant", [
     dict(),  # GQA 4 heads / 2 kv heads, tied embeddings
     dict(num_kv_heads=1, qkv_bias=True, tie_embeddings=False),  # MQA, Qwen2-style bias
     dict(num_kv_heads=4, head_dim=16),  # MHA with explicit head_dim != hidden / heads
 ])
-def test_kv_cache_decode_matches_full_forward(variant):
+def test_kv_cache_decode_matches_full_forward(variant, max_slots, monkeypatch):
+    monkeypatch.setattr(policy, "UNROLL_MAX_SLOTS", max_slots)
     cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, **variant)
     model = Decoder(cfg, VOCAB)
     params = init_params(model, jax.random.key(0))
@@ -89,6 +98,29 @@ def test_left_padding_does_not_change_logits():
     a, _ = model.apply({"params": params}, seq, jnp.ones_like(seq))
     b, _ = model.apply({"params": params}, padded, pmask)
     np.testing.assert_allclose(np.asarray(b[:, 3:]), np.asarray(a), rtol=1e-5, atol=1e-6)
+
+
+@BOTH_SUMS
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_decode_attention_sums_against_numpy_float64(max_slots, dtype, monkeypatch):
+    """decode_scores / decode_mix against float64 einsums of the same (dtype-rounded) inputs,
+    at odd lengths (5 head dims, 7 slots: the pairwise sum carries a lone term)."""
+    monkeypatch.setattr(policy, "UNROLL_MAX_SLOTS", max_slots)
+    rng = np.random.default_rng(0)
+    b, k, g, h, s = 3, 2, 2, 5, 7
+    q, key, v = (jnp.asarray(rng.normal(size=shape), dtype)
+                 for shape in [(b, k, g, h), (b, k, h, s), (b, k, s, h)])
+    probs = jnp.asarray(rng.dirichlet(np.ones(s), size=(b, k, g)), dtype)
+    f64 = lambda x: np.asarray(x, np.float64)
+    assert policy._unrolled(h, s) == (max_slots > 0)
+    # Fresh lambdas: jit's cache would otherwise hand back the other parametrisation's trace.
+    scores = jax.jit(lambda *a: policy.decode_scores(*a))(q, key)
+    mixed = jax.jit(lambda *a: policy.decode_mix(*a))(probs, v)
+    assert scores.dtype == mixed.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(scores), np.einsum("bkgh,bkhs->bkgs", f64(q), f64(key)),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(mixed), np.einsum("bkgs,bksh->bkgh", f64(probs), f64(v)),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_rope_against_numpy_float64():

@@ -38,9 +38,9 @@ from rlvr_jax.config import ModelConfig
 
 class KVCache(NamedTuple):
     # Layouts chosen for the decode step on XLA:CPU (experiments/bench/sampler.py): heads before
-    # slots, keys transposed so that q . k contracts over a non-minor axis with the slots
-    # contiguous (2x faster than [S, H] there), values [S, H] so that probs . v is a reduction
-    # over slots vectorised along H.
+    # slots, keys transposed so that q . k sums over a non-minor axis with the slots contiguous
+    # (2x faster than [S, H] there), values [S, H] so that probs . v sums over slots vectorised
+    # along H (see decode_scores, decode_mix).
     k: tuple  # per layer: [B, num_kv_heads, head_dim, S]
     v: tuple  # per layer: [B, num_kv_heads, S, head_dim]
     valid_B_S: jax.Array  # bool: slot holds a real (non-pad) token
@@ -188,6 +188,52 @@ def _dense(cfg: ModelConfig, features: int, name: str, bias: bool = False):
     return lambda x: project(x, *w(x.shape[-1]), jnp.dtype(cfg.compute_dtype))
 
 
+# Decode attention writes its sums out term by term (`_unrolled`) on CPU up to these sizes.
+# Measured on the small benchmark model (experiments/bench/sampler.py, batch 64): the whole
+# sampler ran ~5% faster at 48, 64 and 96 cache slots, but ~5% slower at 128, and the unrolled
+# HLO's compile time grows with the length.
+UNROLL_MAX_SLOTS, UNROLL_MAX_HEAD_DIM = 64, 128
+
+
+def _unrolled(head_dim: int, slots: int) -> bool:
+    """Whether the decode attention's sums over H and over the slots are written out as one
+    broadcast product per term, added pairwise, instead of a reduce.
+
+    On XLA:CPU a reduce runs on one core, and the decode step's reduces were slow there
+    (~4 GB/s over the small benchmark model's cache). The written-out sum is a single
+    elementwise loop fusion, which XLA:CPU splits across cores and vectorises along the minor
+    axis: the decode attention ran about 2x faster at 48 slots. Other backends keep the reduce.
+    """
+    return (jax.default_backend() == "cpu" and slots <= UNROLL_MAX_SLOTS
+            and head_dim <= UNROLL_MAX_HEAD_DIM)
+
+
+def _pairwise_sum(terms: list) -> jax.Array:
+    while len(terms) > 1:  # rounding error grows with log n, not n
+        pairs = [terms[i] + terms[i + 1] for i in range(0, len(terms) - 1, 2)]
+        terms = pairs + terms[2 * len(pairs):]
+    return terms[0]
+
+
+def decode_scores(q_B_K_G_H: jax.Array, k_B_K_H_S: jax.Array) -> jax.Array:
+    """scores[b, k, g, s] = sum_h q[b, k, g, h] key[b, k, h, s], in float32: one query per
+    row (a decode step) against every cache slot, G query heads sharing each kv head."""
+    q, k = q_B_K_G_H.astype(jnp.float32), k_B_K_H_S.astype(jnp.float32)
+    if _unrolled(*k.shape[2:]):
+        return _pairwise_sum([q[:, :, :, h, None] * k[:, :, None, h, :]
+                              for h in range(q.shape[-1])])
+    return jnp.sum(q[..., None] * k[:, :, None], axis=-2)
+
+
+def decode_mix(probs_B_K_G_S: jax.Array, v_B_K_S_H: jax.Array) -> jax.Array:
+    """out[b, k, g, h] = sum_s probs[b, k, g, s] value[b, k, s, h], in float32."""
+    p, v = probs_B_K_G_S.astype(jnp.float32), v_B_K_S_H.astype(jnp.float32)
+    slots, head_dim = v.shape[2:]
+    if _unrolled(head_dim, slots):
+        return _pairwise_sum([p[:, :, :, s, None] * v[:, :, None, s, :] for s in range(slots)])
+    return jnp.sum(p[..., None] * v[:, :, None], axis=-2)
+
+
 class Attention(nn.Module):
     cfg: ModelConfig
 
@@ -219,9 +265,8 @@ class Attention(nn.Module):
                 k, v = new_kv
         groups = nh // nkv
         q_B_T_K_G_H = q.reshape(b, t, nkv, groups, hd)
-        if t == 1:  # decode: multiply-reduce over H, vectorised along the slots (see KVCache)
-            scores = jnp.sum(q_B_T_K_G_H[:, 0, :, :, :, None] * k[:, :, None], axis=-2,
-                             dtype=jnp.float32)[:, :, :, None, :]
+        if t == 1:  # decode: q . k over H, vectorised along the slots (see KVCache)
+            scores = decode_scores(q_B_T_K_G_H[:, 0], k)[:, :, :, None, :]
         else:  # keys back to [B, K, S, H] for the einsum: over [B, K, H, S], XLA:CPU emits a
             # dot that cannot take bfloat16 operands with a float32 result
             scores = jnp.einsum("btkgh,bksh->bkgts", q_B_T_K_G_H, jnp.swapaxes(k, 2, 3),
@@ -231,10 +276,8 @@ class Attention(nn.Module):
         # instead of NaN; its output is never used.
         scores = jnp.where(mask_B_T_S[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-        if t == 1:  # decode: a multiply-reduce over slots, fused; as a batched matmul with
-            # M = groups it ran ~4x slower on XLA:CPU
-            out = jnp.sum(probs[:, :, :, 0, :, None] * v[:, :, None], axis=-2,
-                          dtype=jnp.float32).astype(v.dtype)
+        if t == 1:  # decode: probs . v over the slots, vectorised along H
+            out = decode_mix(probs[:, :, :, 0], v).astype(v.dtype)
         else:
             out = jnp.einsum("bkgts,bksh->btkgh", probs, v)
         out = out.reshape(b, t, nh * hd)
