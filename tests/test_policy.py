@@ -43,6 +43,7 @@ BOTH_SUMS = pytest.mark.parametrize("max_slots", [0, policy.UNROLL_MAX_SLOTS],
 ])
 def test_kv_cache_decode_matches_full_forward(variant, max_slots, monkeypatch):
     monkeypatch.setattr(policy, "UNROLL_MAX_SLOTS", max_slots)
+    monkeypatch.setattr(policy, "UNROLL_MIN_CACHE", 0)
     cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, **variant)
     model = Decoder(cfg, VOCAB)
     params = init_params(model, jax.random.key(0))
@@ -106,13 +107,14 @@ def test_decode_attention_sums_against_numpy_float64(max_slots, dtype, monkeypat
     """decode_scores / decode_mix against float64 einsums of the same (dtype-rounded) inputs,
     at odd lengths (5 head dims, 7 slots: the pairwise sum carries a lone term)."""
     monkeypatch.setattr(policy, "UNROLL_MAX_SLOTS", max_slots)
+    monkeypatch.setattr(policy, "UNROLL_MIN_CACHE", 0)
     rng = np.random.default_rng(0)
     b, k, g, h, s = 3, 2, 2, 5, 7
     q, key, v = (jnp.asarray(rng.normal(size=shape), dtype)
                  for shape in [(b, k, g, h), (b, k, h, s), (b, k, s, h)])
     probs = jnp.asarray(rng.dirichlet(np.ones(s), size=(b, k, g)), dtype)
     f64 = lambda x: np.asarray(x, np.float64)
-    assert policy._unrolled(h, s) == (max_slots > 0)
+    assert policy._unrolled(b, k, h, s) == (max_slots > 0)
     # Fresh lambdas: jit's cache would otherwise hand back the other parametrisation's trace.
     scores = jax.jit(lambda *a: policy.decode_scores(*a))(q, key)
     mixed = jax.jit(lambda *a: policy.decode_mix(*a))(probs, v)

@@ -188,24 +188,28 @@ def _dense(cfg: ModelConfig, features: int, name: str, bias: bool = False):
     return lambda x: project(x, *w(x.shape[-1]), jnp.dtype(cfg.compute_dtype))
 
 
-# Decode attention writes its sums out term by term (`_unrolled`) on CPU up to these sizes.
+# Decode attention writes its sums out term by term (`_unrolled`) on CPU within these sizes.
 # Measured on the small benchmark model (experiments/bench/sampler.py, batch 64): the whole
 # sampler ran ~5% faster at 48, 64 and 96 cache slots, but ~5% slower at 128, and the unrolled
-# HLO's compile time grows with the length.
-UNROLL_MAX_SLOTS, UNROLL_MAX_HEAD_DIM = 64, 128
+# HLO's compile time grows with the length. Below the minimum cache size (elements of one
+# layer's key cache, all devices together) the tiny benchmark model's sampler, on two devices
+# with one core each, ran ~3% slower unrolled: it is the splitting across cores that pays.
+UNROLL_MAX_SLOTS, UNROLL_MAX_HEAD_DIM, UNROLL_MIN_CACHE = 64, 128, 2**19
 
 
-def _unrolled(head_dim: int, slots: int) -> bool:
+def _unrolled(batch: int, kv_heads: int, head_dim: int, slots: int) -> bool:
     """Whether the decode attention's sums over H and over the slots are written out as one
     broadcast product per term, added pairwise, instead of a reduce.
 
     On XLA:CPU a reduce runs on one core, and the decode step's reduces were slow there
     (~4 GB/s over the small benchmark model's cache). The written-out sum is a single
-    elementwise loop fusion, which XLA:CPU splits across cores and vectorises along the minor
-    axis: the decode attention ran about 2x faster at 48 slots. Other backends keep the reduce.
+    elementwise loop fusion, which XLA:CPU splits across cores when it is big enough and
+    vectorises along the minor axis: the small model's decode attention ran about 2x faster
+    (48 slots). Other backends keep the reduce.
     """
     return (jax.default_backend() == "cpu" and slots <= UNROLL_MAX_SLOTS
-            and head_dim <= UNROLL_MAX_HEAD_DIM)
+            and head_dim <= UNROLL_MAX_HEAD_DIM
+            and batch * kv_heads * head_dim * slots >= UNROLL_MIN_CACHE)
 
 
 def _pairwise_sum(terms: list) -> jax.Array:
@@ -219,7 +223,8 @@ def decode_scores(q_B_K_G_H: jax.Array, k_B_K_H_S: jax.Array) -> jax.Array:
     """scores[b, k, g, s] = sum_h q[b, k, g, h] key[b, k, h, s], in float32: one query per
     row (a decode step) against every cache slot, G query heads sharing each kv head."""
     q, k = q_B_K_G_H.astype(jnp.float32), k_B_K_H_S.astype(jnp.float32)
-    if _unrolled(*k.shape[2:]):
+    b, kv_heads, head_dim, slots = k.shape
+    if _unrolled(b, kv_heads, head_dim, slots):
         return _pairwise_sum([q[:, :, :, h, None] * k[:, :, None, h, :]
                               for h in range(q.shape[-1])])
     return jnp.sum(q[..., None] * k[:, :, None], axis=-2)
@@ -228,8 +233,8 @@ def decode_scores(q_B_K_G_H: jax.Array, k_B_K_H_S: jax.Array) -> jax.Array:
 def decode_mix(probs_B_K_G_S: jax.Array, v_B_K_S_H: jax.Array) -> jax.Array:
     """out[b, k, g, h] = sum_s probs[b, k, g, s] value[b, k, s, h], in float32."""
     p, v = probs_B_K_G_S.astype(jnp.float32), v_B_K_S_H.astype(jnp.float32)
-    slots, head_dim = v.shape[2:]
-    if _unrolled(head_dim, slots):
+    b, kv_heads, slots, head_dim = v.shape
+    if _unrolled(b, kv_heads, head_dim, slots):
         return _pairwise_sum([p[:, :, :, s, None] * v[:, :, None, s, :] for s in range(slots)])
     return jnp.sum(p[..., None] * v[:, :, None], axis=-2)
 
