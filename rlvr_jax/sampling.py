@@ -1,5 +1,6 @@
 """Jitted sampler: one prefill over the left-padded prompts, then a `lax.while_loop` that decodes
-one token per iteration into a static KV cache of P + N slots.
+one token per iteration into a static KV cache of P + N slots (on XLA:CPU's unrolled decode
+attention, a few such loops in turn, each reading only the cache slots written so far).
 
     sample = make_sampler(model, max_new_tokens=N, eos_id=..., pad_id=..., temperature=1.0)
     cache, rollout = sample(params, cache, prompt_B_P, prompt_mask_B_P, key)
@@ -16,12 +17,13 @@ compare like with like. With temperature 0 (greedy) they are under softmax(logit
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 
-from rlvr_jax.models.policy import Decoder, KVCache, positions_from_mask, rope_for
+from rlvr_jax.models.policy import Decoder, KVCache, decode_phases, positions_from_mask, rope_for
 from rlvr_jax.types import Rollout
 
 
@@ -121,29 +123,37 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
             return tok_B, live_B, done_B | (tok_B == eos_id), tokens_B_N, logp_B_N, mask_B_N
 
         # Loop carry. Shapes: i [], cache KVCache(B, P+N), logits [B, V], done [B],
-        # tokens/logp/mask [B, N].
-        def body(carry):
+        # tokens/logp/mask [B, N]. `attend_slots`: the cache prefix this phase's steps read.
+        def body(carry, attend_slots):
             i, cache, logits_B_V, done_B, tokens_B_N, logp_B_N, mask_B_N = carry
             tok_B, live_B, done_B, tokens_B_N, logp_B_N, mask_B_N = record(
                 i, logits_B_V, done_B, tokens_B_N, logp_B_N, mask_B_N)
             rope_B_1 = (jax.lax.dynamic_slice_in_dim(cos_B_N_D2, i, 1, axis=1),
                         jax.lax.dynamic_slice_in_dim(sin_B_N_D2, i, 1, axis=1))
             logits_B_1_V, cache = apply(tok_B[:, None], live_B[:, None], (pos_B + i)[:, None],
-                                        cache=cache, cache_index=p + i, rope_B_T=rope_B_1)
+                                        cache=cache, cache_index=p + i, rope_B_T=rope_B_1,
+                                        attend_slots=attend_slots)
             return i + 1, cache, logits_B_1_V[:, 0], done_B, tokens_B_N, logp_B_N, mask_B_N
 
         # The loop draws tokens 0 .. N-2, each followed by its forward; the last token is drawn
         # after the loop with no forward, whose logits nothing would read (one step of N saved).
         # A loop that stops early (every row finished) leaves pad in that column, and so does
         # the last draw, all its rows being finished.
-        def cond(carry):
-            return (carry[0] < n - 1) & ~jnp.all(carry[3])
+        def cond(carry, steps_end):
+            return (carry[0] < steps_end) & ~jnp.all(carry[3])
 
-        init = (jnp.int32(0), cache, logits_B_V, jnp.zeros((b,), bool),
-                jnp.full((b, n), pad_id, jnp.int32), jnp.zeros((b, n), jnp.float32),
-                jnp.zeros((b, n), jnp.float32))
-        i, cache, logits_B_V, done_B, tokens_B_N, logp_B_N, mask_B_N = jax.lax.while_loop(
-            cond, body, init)
+        carry = (jnp.int32(0), cache, logits_B_V, jnp.zeros((b,), bool),
+                 jnp.full((b, n), pad_id, jnp.int32), jnp.zeros((b, n), jnp.float32),
+                 jnp.zeros((b, n), jnp.float32))
+        # Step i writes slot p + i and reads slots 0 .. p + i. Where the model offers phases,
+        # the steps whose slots end at or below a phase's bound read just that many slots (a
+        # loop each, run one after the other); the last loop reads the whole cache.
+        bounds = [s for s in decode_phases(model.cfg, b, p + n) if p < s < p + n - 1]
+        for attend_slots in bounds + [None]:
+            steps_end = n - 1 if attend_slots is None else attend_slots - p
+            carry = jax.lax.while_loop(partial(cond, steps_end=steps_end),
+                                       partial(body, attend_slots=attend_slots), carry)
+        i, cache, logits_B_V, done_B, tokens_B_N, logp_B_N, mask_B_N = carry
         _, _, _, tokens_B_N, logp_B_N, mask_B_N = record(i, logits_B_V, done_B, tokens_B_N,
                                                          logp_B_N, mask_B_N)
         return cache, Rollout(tokens_B_N, logp_B_N, mask_B_N)

@@ -123,6 +123,15 @@ def test_decode_attention_sums_against_numpy_float64(max_slots, dtype, monkeypat
                                rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(mixed), np.einsum("bkgs,bksh->bkgh", f64(probs), f64(v)),
                                rtol=1e-5, atol=1e-6)
+    # A decode phase's prefix of the cache: the first 4 slots only.
+    scores4 = jax.jit(lambda *a: policy.decode_scores(*a, 4))(q, key)
+    mixed4 = jax.jit(lambda *a: policy.decode_mix(*a))(probs[..., :4], v)
+    np.testing.assert_allclose(np.asarray(scores4),
+                               np.einsum("bkgh,bkhs->bkgs", f64(q), f64(key)[..., :4]),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(mixed4),
+                               np.einsum("bkgs,bksh->bkgh", f64(probs)[..., :4], f64(v)[:, :, :4]),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_rope_against_numpy_float64():

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from rlvr_jax.config import ModelConfig
+from rlvr_jax.models import policy
 from rlvr_jax.models.policy import Decoder, KVCache, init_params
 from rlvr_jax.sampling import draw_inverse_cdf, filter_logits, make_sampler
 
@@ -186,3 +187,27 @@ def test_temperature_sampling_matches_distribution():
     freq = np.bincount(np.asarray(ro.tokens_B_N)[:, 0], minlength=20) / b
     # 4096 draws: a binomial std is at most 0.008; a wrong temperature shifts mass by >> 0.03.
     np.testing.assert_allclose(freq, probs, atol=0.03)
+
+
+def test_decode_phases_give_the_same_rollout(monkeypatch):
+    """The decode loop in phases that read only the cache slots written so far (the unrolled
+    attention's, forced here at a tiny size) samples what one loop over all slots samples:
+    same tokens and masks (rows stopping at EOS mid-phase included), same log-probs."""
+    cfg, model, params = _tiny()
+    monkeypatch.setattr(policy, "UNROLL_MIN_CACHE", 0)
+    b, p, n = 64, 4, 8
+    prompt = jax.random.randint(jax.random.key(3), (b, p), 2, 20)
+    pmask = jnp.ones((b, p), jnp.int32).at[:5, :2].set(0)
+    rollouts, loops = {}, {}
+    for phase_slots in [1000, 3]:  # one loop; phases at 6 and 9 of 12 slots, then all 12
+        monkeypatch.setattr(policy, "PHASE_SLOTS", phase_slots)
+        sample = make_sampler(model, max_new_tokens=n, eos_id=1, pad_id=0, temperature=1.0)
+        args = (params, KVCache.zeros(cfg, b, p + n), prompt, pmask, jax.random.key(0))
+        loops[phase_slots] = str(jax.make_jaxpr(sample)(*args)).count("while[")
+        rollouts[phase_slots] = [np.asarray(x) for x in sample(*args)[1]]
+    assert loops == {1000: 1, 3: 3}
+    (tok_a, logp_a, mask_a), (tok_b, logp_b, mask_b) = rollouts[1000], rollouts[3]
+    np.testing.assert_array_equal(tok_b, tok_a)
+    np.testing.assert_array_equal(mask_b, mask_a)
+    np.testing.assert_allclose(logp_b, logp_a, rtol=1e-5, atol=1e-6)
+    assert 0 < (mask_a.sum(1) < n).sum() < b, "some rows, not all, should stop at EOS"
