@@ -1,6 +1,8 @@
 """Jitted sampler: one prefill over the left-padded prompts, then a `lax.while_loop` that decodes
 one token per iteration into a static KV cache of P + N slots (on XLA:CPU's unrolled decode
-attention, a few such loops in turn, each reading only the cache slots written so far).
+attention, a few such loops in turn, each reading only the cache slots written so far). On
+x86-64 CPUs the decode steps' products run in a custom kernel over weights packed once per
+rollout (`rlvr_jax/ops/panel_matmul.py`); the prefill's stay XLA's.
 
     sample = make_sampler(model, max_new_tokens=N, eos_id=..., pad_id=..., temperature=1.0)
     cache, rollout = sample(params, cache, prompt_B_P, prompt_mask_B_P, key)
@@ -23,7 +25,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from rlvr_jax.models.policy import Decoder, KVCache, decode_phases, positions_from_mask, rope_for
+from rlvr_jax.models.policy import (Decoder, KVCache, decode_panels, decode_phases,
+                                    pack_decode_params, positions_from_mask, rope_for)
 from rlvr_jax.types import Rollout
 
 
@@ -99,6 +102,10 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
         b, p = prompt_B_P.shape
         assert cache.valid_B_S.shape == (b, p + n), "cache must have prompt + max_new_tokens slots"
         apply = lambda *a, **kw: model.apply({"params": params}, *a, **kw)
+        # Decode products at M = batch: on CPU, from weights packed once here (a copy of them,
+        # alive for the rollout) by a kernel that reads them once per step (`decode_panels`).
+        step_params = pack_decode_params(params) if decode_panels(model.cfg) else params
+        apply_step = lambda *a, **kw: model.apply({"params": step_params}, *a, **kw)
         # Left padding puts every prompt's last real token in slot p - 1: its logits are the
         # only ones the prefill needs.
         logits_B_V, cache = apply(prompt_B_P, prompt_mask_B_P, positions_from_mask(prompt_mask_B_P),
@@ -130,9 +137,10 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
                 i, logits_B_V, done_B, tokens_B_N, logp_B_N, mask_B_N)
             rope_B_1 = (jax.lax.dynamic_slice_in_dim(cos_B_N_D2, i, 1, axis=1),
                         jax.lax.dynamic_slice_in_dim(sin_B_N_D2, i, 1, axis=1))
-            logits_B_1_V, cache = apply(tok_B[:, None], live_B[:, None], (pos_B + i)[:, None],
-                                        cache=cache, cache_index=p + i, rope_B_T=rope_B_1,
-                                        attend_slots=attend_slots)
+            logits_B_1_V, cache = apply_step(tok_B[:, None], live_B[:, None],
+                                             (pos_B + i)[:, None], cache=cache,
+                                             cache_index=p + i, rope_B_T=rope_B_1,
+                                             attend_slots=attend_slots)
             return i + 1, cache, logits_B_1_V[:, 0], done_B, tokens_B_N, logp_B_N, mask_B_N
 
         # The loop draws tokens 0 .. N-2, each followed by its forward; the last token is drawn

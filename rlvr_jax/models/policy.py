@@ -26,6 +26,7 @@ threads it through `lax.while_loop`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NamedTuple, Optional
 
 import flax.linen as nn
@@ -34,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlvr_jax.config import ModelConfig
+from rlvr_jax.ops import panel_matmul
 
 
 class KVCache(NamedTuple):
@@ -146,8 +148,11 @@ class Weights(nn.Module):
 
     @nn.compact
     def __call__(self, in_features: int):
-        kernel = self.param("kernel", nn.initializers.normal(self.init_std),
-                            (in_features, self.features), self.param_dtype)
+        if self.has_variable("params", "panels"):  # packed by `pack_decode_params`
+            kernel = self.get_variable("params", "panels")
+        else:
+            kernel = self.param("kernel", nn.initializers.normal(self.init_std),
+                                (in_features, self.features), self.param_dtype)
         bias = (self.param("bias", nn.initializers.zeros, (self.features,), self.param_dtype)
                 if self.use_bias else None)
         return kernel, bias
@@ -158,14 +163,47 @@ def project(x, kernel, bias, dtype, sizes: tuple[int, ...] | None = None):
     output split into consecutive blocks of those widths (a fused projection, below).
 
     Why flattened: the kernel gradient of a [B, T, D] x [D, F] product (a contraction over both
-    B and T) ran about 2x slower than the same product on [B*T, D]."""
-    y = x.reshape(-1, x.shape[-1]).astype(dtype) @ kernel.astype(dtype)
+    B and T) ran about 2x slower than the same product on [B*T, D].
+
+    A kernel [F/16, D, 16] is one packed into panels by `pack_decode_params` (the sampler's
+    decode steps on CPU): its product is `panel_matmul`'s."""
+    if kernel.ndim == 3:
+        y = panel_matmul.panel_matmul(x.reshape(-1, x.shape[-1]).astype(dtype), kernel)
+    else:
+        y = x.reshape(-1, x.shape[-1]).astype(dtype) @ kernel.astype(dtype)
     if bias is not None:
         y = y + bias.astype(dtype)[None, :]
     y = y.reshape(*x.shape[:-1], y.shape[-1])
     if sizes is None:
         return y
     return jnp.split(y, np.cumsum(sizes)[:-1], axis=-1)
+
+
+def decode_panels(cfg: ModelConfig) -> bool:
+    """Whether the sampler's decode steps take their products from `panel_matmul` (weights
+    packed once per rollout by `pack_decode_params`): on the CPU backend, float32 weights and
+    compute, where the kernel builds (see rlvr_jax/ops/panel_matmul.py). Measured on the small
+    benchmark model: see README, sampler speed."""
+    return (jax.default_backend() == "cpu" and jnp.dtype(cfg.param_dtype) == jnp.float32
+            and jnp.dtype(cfg.compute_dtype) == jnp.float32 and panel_matmul.available())
+
+
+def pack_decode_params(params: dict) -> dict:
+    """`params` with every projection's `kernel` [D, F] (F a multiple of 16) replaced by
+    `panels` [F/16, D, 16] for `panel_matmul` (`Weights` reads either); everything else
+    (embedding, norms, biases, kernels of other widths) as is."""
+    def pack(tree):
+        out = {}
+        for name, value in tree.items():
+            if isinstance(value, Mapping):
+                out[name] = pack(value)
+            elif (name == "kernel" and value.ndim == 2
+                  and value.shape[1] % panel_matmul.PANEL == 0):
+                out["panels"] = panel_matmul.pack_panels(value)
+            else:
+                out[name] = value
+        return out
+    return pack(params)
 
 
 def qkv_sizes(cfg: ModelConfig) -> tuple[int, int, int]:
