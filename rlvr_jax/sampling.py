@@ -104,7 +104,7 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
         apply = lambda *a, **kw: model.apply({"params": params}, *a, **kw)
         # Decode products at M = batch: on CPU, from weights packed once here (a copy of them,
         # alive for the rollout) by a kernel that reads them once per step (`decode_panels`).
-        step_params = pack_decode_params(params) if decode_panels(model.cfg) else params
+        step_params = pack_decode_params(params) if decode_panels(model.cfg, b) else params
         apply_step = lambda *a, **kw: model.apply({"params": step_params}, *a, **kw)
         # Left padding puts every prompt's last real token in slot p - 1: its logits are the
         # only ones the prefill needs.

@@ -128,13 +128,13 @@ def test_sampler_with_kernel_samples_what_xla_samples(monkeypatch):
     """Same prompts and key: the decode steps through the kernel give the same tokens and
     masks (rows stopping at EOS included) and log-probs as XLA's products."""
     cfg, model, params = _model()
-    assert policy.decode_panels(cfg)
+    assert policy.decode_panels(cfg, 7) and not policy.decode_panels(cfg, 257)
     b, p, n = 7, 4, 6
     prompt = jax.random.randint(jax.random.key(3), (b, p), 2, 20)
     pmask = jnp.ones((b, p), jnp.int32).at[:2, :2].set(0)
     out = {}
     for use in (True, False):
-        monkeypatch.setattr(sampling, "decode_panels", lambda cfg, use=use: use)
+        monkeypatch.setattr(sampling, "decode_panels", lambda cfg, batch, use=use: use)
         sample = sampling.make_sampler(model, max_new_tokens=n, eos_id=1, pad_id=0,
                                        temperature=1.0)
         args = (params, KVCache.zeros(cfg, b, p + n), prompt, pmask, jax.random.key(0))
