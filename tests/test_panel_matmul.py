@@ -20,12 +20,12 @@ from rlvr_jax import sampling
 # CI sets RLVR_REQUIRE_CPU_KERNELS=1 (.ci/run): there the kernel must build, never skip.
 needs_kernel = pytest.mark.skipif(
     not pm.available() and os.environ.get("RLVR_REQUIRE_CPU_KERNELS") != "1",
-    reason=f"panel_matmul unavailable here: {pm._status.get('why')}")
+    reason=f"panel_matmul unavailable here: {pm.why_unavailable()}")
 
 
 def test_kernel_is_available_where_required():
     if os.environ.get("RLVR_REQUIRE_CPU_KERNELS") == "1":
-        assert pm.available(), pm._status.get("why")
+        assert pm.available(), pm.why_unavailable()
 
 
 def test_pack_panels_layout():
@@ -84,7 +84,7 @@ def test_unsupported_host_is_reported_not_raised():
     """No compiler (or RLVR_JAX_CPU_KERNELS=0): available() is False with the reason, and the
     sampler keeps XLA's products."""
     code = ("from rlvr_jax.ops import panel_matmul as pm; "
-            "print(pm.available(), pm._status['why'])")
+            "print(pm.available(), pm.why_unavailable())")
     for env in ({"CXX": "/nonexistent/c++"}, {"RLVR_JAX_CPU_KERNELS": "0"}):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              env={**os.environ, **env}, timeout=120)

@@ -114,6 +114,11 @@ def available() -> bool:
         return bool(_status["ok"])
 
 
+def why_unavailable() -> str | None:
+    """Why `available()` is False (None when it is True or was not asked yet)."""
+    return _status.get("why")  # type: ignore[return-value]
+
+
 def pack_panels(kernel_K_N: jax.Array) -> jax.Array:
     """[K, N] -> [N/16, K, 16]: panel p holds columns 16p .. 16p+15, row by row.
 
