@@ -25,8 +25,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from rlvr_jax.models.policy import (Decoder, KVCache, decode_panels, decode_phases,
-                                    pack_decode_params, positions_from_mask, rope_for)
+from rlvr_jax.models.panels import decode_panels, pack_decode_params
+from rlvr_jax.models.policy import Decoder, KVCache, decode_phases, positions_from_mask, rope_for
 from rlvr_jax.types import Rollout
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from rlvr_jax import sharding
 from rlvr_jax.config import ModelConfig
-from rlvr_jax.models import policy
+from rlvr_jax.models import panels
 from rlvr_jax.models.policy import Decoder, KVCache, init_params
 from rlvr_jax.ops import panel_matmul as pm
 from rlvr_jax import sampling
@@ -105,7 +105,7 @@ def _model():
 @needs_kernel
 def test_decode_step_with_packed_params_matches():
     cfg, model, params = _model()
-    packed = policy.pack_decode_params(params)
+    packed = panels.pack_decode_params(params)
     layer = packed["layers_0"]
     assert "panels" in layer["mlp"]["gate_up_proj"] and "kernel" not in layer["mlp"]["gate_up_proj"]
     assert layer["self_attn"]["qkv_proj"]["panels"].shape == (4, 32, 16)
@@ -128,7 +128,7 @@ def test_sampler_with_kernel_samples_what_xla_samples(monkeypatch):
     """Same prompts and key: the decode steps through the kernel give the same tokens and
     masks (rows stopping at EOS included) and log-probs as XLA's products."""
     cfg, model, params = _model()
-    assert policy.decode_panels(cfg, 7) and not policy.decode_panels(cfg, 257)
+    assert panels.decode_panels(cfg, 7) and not panels.decode_panels(cfg, 257)
     b, p, n = 7, 4, 6
     prompt = jax.random.randint(jax.random.key(3), (b, p), 2, 20)
     pmask = jnp.ones((b, p), jnp.int32).at[:2, :2].set(0)

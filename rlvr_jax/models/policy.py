@@ -26,7 +26,6 @@ threads it through `lax.while_loop`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import NamedTuple, Optional
 
 import flax.linen as nn
@@ -148,7 +147,7 @@ class Weights(nn.Module):
 
     @nn.compact
     def __call__(self, in_features: int):
-        if self.has_variable("params", "panels"):  # packed by `pack_decode_params`
+        if self.has_variable("params", "panels"):  # packed by `panels.pack_decode_params`
             kernel = self.get_variable("params", "panels")
         else:
             kernel = self.param("kernel", nn.initializers.normal(self.init_std),
@@ -165,8 +164,8 @@ def project(x, kernel, bias, dtype, sizes: tuple[int, ...] | None = None):
     Why flattened: the kernel gradient of a [B, T, D] x [D, F] product (a contraction over both
     B and T) ran about 2x slower than the same product on [B*T, D].
 
-    A kernel [F/16, D, 16] is one packed into panels by `pack_decode_params` (the sampler's
-    decode steps on CPU): its product is `panel_matmul`'s."""
+    A kernel [F/16, D, 16] is one packed into panels by `panels.pack_decode_params` (the
+    sampler's decode steps on CPU): its product is `panel_matmul`'s."""
     if kernel.ndim == 3:
         y = panel_matmul.panel_matmul(x.reshape(-1, x.shape[-1]).astype(dtype), kernel)
     else:
@@ -177,40 +176,6 @@ def project(x, kernel, bias, dtype, sizes: tuple[int, ...] | None = None):
     if sizes is None:
         return y
     return jnp.split(y, np.cumsum(sizes)[:-1], axis=-1)
-
-
-# Decode batches up to this many rows take their products from `panel_matmul`. Measured per
-# product shape on this 2-core CPU, against XLA's (YNNPACK's) products: 1.06-2.4x as fast at
-# 16-256 rows (K 128-896, N 768-4864), 0.93-0.98x at 512 rows and 0.8x at 1024.
-PANEL_MAX_ROWS = 256
-
-
-def decode_panels(cfg: ModelConfig, batch: int) -> bool:
-    """Whether the sampler's decode steps take their products from `panel_matmul` (weights
-    packed once per rollout by `pack_decode_params`): on the CPU backend, float32 weights and
-    compute, a batch of at most PANEL_MAX_ROWS rows, where the kernel builds (see
-    rlvr_jax/ops/panel_matmul.py). Measured on the small benchmark model: README, sampler."""
-    return (jax.default_backend() == "cpu" and jnp.dtype(cfg.param_dtype) == jnp.float32
-            and jnp.dtype(cfg.compute_dtype) == jnp.float32 and batch <= PANEL_MAX_ROWS
-            and panel_matmul.available())
-
-
-def pack_decode_params(params: dict) -> dict:
-    """`params` with every projection's `kernel` [D, F] (F a multiple of 16) replaced by
-    `panels` [F/16, D, 16] for `panel_matmul` (`Weights` reads either); everything else
-    (embedding, norms, biases, kernels of other widths) as is."""
-    def pack(tree):
-        out = {}
-        for name, value in tree.items():
-            if isinstance(value, Mapping):
-                out[name] = pack(value)
-            elif (name == "kernel" and value.ndim == 2
-                  and value.shape[1] % panel_matmul.PANEL == 0):
-                out["panels"] = panel_matmul.pack_panels(value)
-            else:
-                out[name] = value
-        return out
-    return pack(params)
 
 
 def qkv_sizes(cfg: ModelConfig) -> tuple[int, int, int]:
