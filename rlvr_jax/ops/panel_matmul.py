@@ -45,6 +45,10 @@ _lock = threading.Lock()
 _status: dict[str, object] = {}  # "ok": bool, "why": str (why not), "lib": the loaded library
 
 
+def _compiler() -> str:
+    return os.environ.get("CXX", "c++")
+
+
 def unsupported_reason() -> str | None:
     """Why this host cannot run the kernel, or None if it can (the build is not tried here)."""
     if os.environ.get("RLVR_JAX_CPU_KERNELS", "1") == "0":
@@ -60,14 +64,14 @@ def unsupported_reason() -> str | None:
     missing = [f for f in ("avx2", "fma") if f not in flags]
     if missing:
         return f"CPU lacks {', '.join(missing)}"
-    if shutil.which(os.environ.get("CXX", "c++")) is None:
-        return f"no C++ compiler ({os.environ.get('CXX', 'c++')} not on PATH)"
+    if shutil.which(_compiler()) is None:
+        return f"no C++ compiler ({_compiler()} not on PATH)"
     return None
 
 
 def _build() -> Path:
     """Compile the kernel into the cache (once per source, flags and jaxlib version)."""
-    cxx = os.environ.get("CXX", "c++")
+    cxx = _compiler()
     key = hashlib.sha256(_SOURCE.read_bytes() + " ".join([cxx] + _FLAGS).encode()
                          + jaxlib.__version__.encode()).hexdigest()[:16]
     cache = Path(os.environ.get("RLVR_JAX_CACHE", Path.home() / ".cache" / "rlvr_jax"))
