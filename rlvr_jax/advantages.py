@@ -10,20 +10,31 @@ import jax
 import jax.numpy as jnp
 
 
+def group_centred(rewards_P_G: jax.Array) -> jax.Array:
+    """r[p, g] - mean_g r[p, :] in float32, exactly 0 on a group whose rewards are all equal.
+
+    Why the explicit case: the float32 mean of G equal values that are not exactly
+    representable (8/9, 3.7) can differ from them by an ulp, and dividing that residue by a
+    std of ~1e-8 (+ eps) gave whole constant groups advantages of -0.23 or +0.54."""
+    r = rewards_P_G.astype(jnp.float32)
+    constant_P_1 = jnp.max(r, axis=1, keepdims=True) == jnp.min(r, axis=1, keepdims=True)
+    return jnp.where(constant_P_1, 0.0, r - jnp.mean(r, axis=1, keepdims=True))
+
+
 def grpo(rewards_P_G: jax.Array, eps: float = 1e-6, scale_by_std: bool = True) -> jax.Array:
     """Group-relative advantages (GRPO, Shao et al. 2024, arXiv:2402.03300, eq. 3 / sec 4.1.2):
 
         A[p, g] = (r[p, g] - mean_g r[p, :]) / (std_g r[p, :] + eps)
 
     `std` is the unbiased sample std (ddof=1), as TRL and verl compute it with `torch.std`.
-    A group whose rewards are all equal carries no signal and gets exactly 0 (not NaN: the
-    numerator is exactly 0 and the denominator is eps > 0). With `scale_by_std=False` this is
+    A group whose rewards are all equal carries no signal and gets exactly 0, whatever the
+    reward value and group size (`group_centred`; not NaN: the denominator is >= eps > 0). With `scale_by_std=False` this is
     Dr. GRPO's unscaled variant (Liu et al. 2025, arXiv:2503.20783).
     """
     assert rewards_P_G.ndim == 2, f"expected [P, G], got {rewards_P_G.shape}"
     assert rewards_P_G.shape[1] >= 2, "a group needs at least 2 samples"
     r = rewards_P_G.astype(jnp.float32)
-    centred_P_G = r - jnp.mean(r, axis=1, keepdims=True)
+    centred_P_G = group_centred(r)
     if not scale_by_std:
         return centred_P_G
     std_P_1 = jnp.std(r, axis=1, keepdims=True, ddof=1)
@@ -57,7 +68,7 @@ def batch_std(rewards_P_G: jax.Array, eps: float = 1e-6) -> jax.Array:
     (the "scale by batch std" choice of Liu et al. 2025 / REINFORCE++-baseline)."""
     assert rewards_P_G.ndim == 2, rewards_P_G.shape
     r = rewards_P_G.astype(jnp.float32)
-    return (r - jnp.mean(r, axis=1, keepdims=True)) / (jnp.std(r) + eps)
+    return group_centred(r) / (jnp.std(r) + eps)
 
 
 def reinforce_pp(rewards_P_G: jax.Array, eps: float = 1e-6) -> jax.Array:
@@ -70,11 +81,15 @@ def reinforce_pp(rewards_P_G: jax.Array, eps: float = 1e-6) -> jax.Array:
 
 def reinforce_pp_baseline(rewards_P_G: jax.Array, eps: float = 1e-6) -> jax.Array:
     """REINFORCE++-baseline (Hu 2025, arXiv:2501.03262 v2): subtract the group mean, then
-    whiten the centred values over the whole batch."""
+    whiten the centred values over the whole batch:
+
+        c[p, g] = r[p, g] - mean_g r[p, :],   A = (c - mean_{p,g} c) / (std_{p,g} c + eps)
+
+    Every group's c sums to 0, so mean_{p,g} c is exactly 0 and is not subtracted: computed, its
+    rounding residue would move constant groups off 0 (they must carry no signal)."""
     assert rewards_P_G.ndim == 2, rewards_P_G.shape
-    centred = rewards_P_G.astype(jnp.float32)
-    centred = centred - jnp.mean(centred, axis=1, keepdims=True)
-    return (centred - jnp.mean(centred)) / (jnp.std(centred) + eps)
+    centred = group_centred(rewards_P_G)
+    return centred / (jnp.std(centred) + eps)
 
 
 def gae(rewards_B_N: jax.Array, values_B_N: jax.Array, mask_B_N: jax.Array, gamma: float,

@@ -4,7 +4,6 @@ functions (samplers, update steps), each built from the plain values it needs.""
 from __future__ import annotations
 
 import collections
-import functools
 import os
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ import jax
 from rlvr_jax import sharding, train_step
 from rlvr_jax.config import RunConfig
 from rlvr_jax.models import value as value_model
-from rlvr_jax.models.policy import Decoder, KVCache, init_params
+from rlvr_jax.models.policy import Decoder, init_params
 from rlvr_jax.sampling import make_sampler
 from rlvr_jax.data import loaders
 from rlvr_jax.models import hf
@@ -37,10 +36,9 @@ class Components:
     max_new_tokens: int  # N: response slots
     put: Callable  # host array (pytree) -> device, batch-sharded
     init_params: Callable  # key -> params, created already sharded
-    sample_train: Callable  # jitted (params, cache, prompt, mask, key) -> (cache, Rollout)
+    sample_train: Callable  # jitted (params, prompt, mask, key) -> Rollout
     sample_greedy: Callable
     sample_eval: Callable  # temperature 1, no truncation
-    new_cache: Callable  # batch -> KVCache placed on the mesh
     rl_tx: Any
     rl_step: Callable  # jitted (state, ref_params, TrainBatch, key, actor_on) -> (state, metrics)
     init_rl_params: Callable  # (warm policy params, key) -> {"policy": ..., ["value": ...]}
@@ -156,12 +154,6 @@ def build(cfg: RunConfig) -> Components:
                            on_trace=counter("sampler"))
     sample_greedy = sampler(temperature=0.0, on_trace=counter("sampler_eval_greedy"))
     sample_eval = sampler(temperature=1.0, on_trace=counter("sampler_eval_sampled"))
-    @functools.lru_cache(maxsize=None)  # one compiled initialiser per batch size
-    def _zeros(b):
-        return jax.jit(partial(KVCache.zeros, cfg.model, b, prompt_len + n), out_shardings=batch_sh)
-
-    new_cache = lambda b: _zeros(b)()
-
     def state_sharding(abstract_state):
         return sharding.state_shardings(abstract_state, mesh)
 
@@ -187,7 +179,7 @@ def build(cfg: RunConfig) -> Components:
                                                 abstract_rl))
     sharding.check_batch(rl_batch // (a.minibatches_per_epoch * a.microbatches), mesh,
                          "algo.microbatches")
-    temperature = max(s.temperature, 1e-6)
+    temperature = s.temperature  # > 0 (validated): the sampler's distribution, recomputed
     rl_step = train_step.make_rl_step(
         model, rl_tx, rl_lr, prompt_len=prompt_len, temperature=temperature,
         eps_low=a.clip_eps_low, eps_high=a.clip_eps_high,
@@ -216,7 +208,7 @@ def build(cfg: RunConfig) -> Components:
         tokenizer=tokenizer, task=task, model=model, mesh=mesh, prompt_len=prompt_len,
         max_new_tokens=n, put=lambda x: jax.device_put(x, batch_sh), init_params=init,
         sample_train=sample_train, sample_greedy=sample_greedy, sample_eval=sample_eval,
-        new_cache=new_cache, rl_tx=rl_tx, rl_step=rl_step, init_rl_params=init_rl_params,
+        rl_tx=rl_tx, rl_step=rl_step, init_rl_params=init_rl_params,
         ppo_prepare=ppo_prepare, sampled_prompts=a.sampled_prompts_per_step or a.prompts_per_step,
         sft_tx=sft_tx, sft_step=sft_step,
         state_sharding=state_sharding, traces=traces, verify=verify, submit=submit,

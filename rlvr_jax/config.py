@@ -82,7 +82,7 @@ class TaskConfig:
 class SamplingConfig:
     """How rollouts are drawn during training. Evaluation uses its own greedy/T=1 settings."""
 
-    temperature: float = 1.0  # 0 means greedy
+    temperature: float = 1.0  # > 0: rollouts are drawn from softmax(logits / temperature)
     top_k: int = 0  # 0 disables top-k
     top_p: float = 1.0  # 1.0 disables nucleus filtering
     max_new_tokens: int = 5  # response budget, EOS included
@@ -309,7 +309,10 @@ def validate(cfg: RunConfig) -> RunConfig:
            "must be >= 2 and <= task.max_operands")
     _check(0.0 < t.heldout_fraction < 1.0, "task.heldout_fraction", "must be in (0, 1)")
     _check("{question}" in t.prompt_template, "task.prompt_template", "must contain '{question}'")
-    _check(s.temperature >= 0.0, "sampling.temperature", "must be >= 0 (0 is greedy)")
+    _check(s.temperature > 0.0, "sampling.temperature",
+           "must be > 0: training recomputes the sampler's log-probs under softmax(logits / "
+           "temperature), which greedy decoding does not have (evaluation reports greedy "
+           "accuracy by itself)")
     _check(s.top_k >= 0, "sampling.top_k", "must be >= 0 (0 disables)")
     _check(0.0 < s.top_p <= 1.0, "sampling.top_p", "must be in (0, 1]")
     _check(s.max_new_tokens >= 1, "sampling.max_new_tokens", "must be >= 1")

@@ -71,19 +71,17 @@ def evaluate(model: str, data: str | None, *, n: int, ks: list[int], temperature
             sampler = lambda t: make_sampler(c.model, max_new_tokens=c.max_new_tokens,
                                              eos_id=c.tokenizer.eos_token_id,
                                              pad_id=c.tokenizer.pad_token_id, temperature=t)
-            cache = c.new_cache(batch)
             out = {"model": model, "data": data, "step": step, "problems": len(problems)}
             key = jax.random.key(seed)
             answer_of = getattr(c.task, "answer_of", lambda s: s.strip() or None)
             common = dict(prompt_len=c.prompt_len, batch_size=batch, put=c.put, key=key,
                           verify=c.verify)
-            cache, v, texts = evaluation.sample_and_verify(sampler(0.0), cache, params, c.task,
-                                                           c.tokenizer, problems,
-                                                           samples_per_problem=1, **common)
+            v, texts = evaluation.sample_and_verify(sampler(0.0), params, c.task, c.tokenizer,
+                                                    problems, samples_per_problem=1, **common)
             out["greedy"] = evaluation.report(problems, v, texts, 1, answer_of, [1])
             if n > 0:
-                cache, v, texts = evaluation.sample_and_verify(
-                    sampler(temperature), cache, params, c.task, c.tokenizer, problems,
+                v, texts = evaluation.sample_and_verify(
+                    sampler(temperature), params, c.task, c.tokenizer, problems,
                     samples_per_problem=n, **common)
                 out[f"sampled_T{temperature:g}_n{n}"] = evaluation.report(problems, v, texts, n,
                                                                           answer_of, ks)

@@ -18,10 +18,10 @@ from rlvr_jax import batching, pass_at_k, rewards
 from rlvr_jax.types import Status
 
 
-def sample_and_verify(sample: Callable, cache, params, task, tokenizer, problems: Sequence,
+def sample_and_verify(sample: Callable, params, task, tokenizer, problems: Sequence,
                       verify: Callable, *, samples_per_problem: int, prompt_len: int,
                       batch_size: int, key: jax.Array, put: Callable):
-    """(cache, verdicts, completions), both in problem-major order (n per problem)."""
+    """(verdicts, completions), both in problem-major order (n per problem)."""
     jobs = [p for p in problems for _ in range(samples_per_problem)]
     verdicts, texts = [], []
     for start in range(0, len(jobs), batch_size):
@@ -29,14 +29,13 @@ def sample_and_verify(sample: Callable, cache, params, task, tokenizer, problems
         padded = chunk + [chunk[0]] * (batch_size - len(chunk))
         prompt, mask = batching.encode_prompts(tokenizer, [task.prompt(p) for p in padded],
                                                prompt_len)
-        cache, rollout = sample(params, cache, put(prompt), put(mask),
-                                jax.random.fold_in(key, start))
+        rollout = sample(params, put(prompt), put(mask), jax.random.fold_in(key, start))
         tokens, resp_mask = jax.device_get((rollout.tokens_B_N, rollout.mask_B_N))
         chunk_texts = batching.decode_responses(tokenizer, tokens[: len(chunk)],
                                                 resp_mask[: len(chunk)])
         verdicts += verify(chunk, chunk_texts)
         texts += chunk_texts
-    return cache, verdicts, texts
+    return verdicts, texts
 
 
 def report(problems: Sequence, verdicts: Sequence, texts: Sequence[str], n: int,

@@ -38,13 +38,11 @@ def evaluate(c: components.Components, cfg: RunConfig, params, key) -> dict:
     answer_of = getattr(c.task, "answer_of", lambda s: s.strip() or None)
     n = cfg.eval.sampled_per_problem
     ks = sorted({1, n} | {k for k in (2, 4, 8, 16) if k < n})
-    cache = c.new_cache(cfg.eval.sequences_per_batch)
-    cache, v, texts = evaluation.sample_and_verify(c.sample_greedy, cache, params, c.task,
-                                                   c.tokenizer, problems, samples_per_problem=1,
-                                                   **common)
+    v, texts = evaluation.sample_and_verify(c.sample_greedy, params, c.task, c.tokenizer,
+                                            problems, samples_per_problem=1, **common)
     greedy = evaluation.report(problems, v, texts, 1, answer_of)
-    _, v, texts = evaluation.sample_and_verify(c.sample_eval, cache, params, c.task, c.tokenizer,
-                                               problems, samples_per_problem=n, **common)
+    v, texts = evaluation.sample_and_verify(c.sample_eval, params, c.task, c.tokenizer,
+                                            problems, samples_per_problem=n, **common)
     sampled = evaluation.report(problems, v, texts, n, answer_of, ks)
     return {"greedy_accuracy": greedy["accuracy"], "sampled_accuracy": sampled["accuracy"],
             **{f"sampled_{k}": val for k, val in sampled.items() if k != "by_source"}}
@@ -147,7 +145,6 @@ def _run(cfg: RunConfig, c: components.Components, t_start: float) -> dict:
     base_key = jax.random.wrap_key_data(loop.rng_key)
     rl_key, eval_key = jax.random.fold_in(base_key, 3), jax.random.fold_in(base_key, 2)
     update_key = jax.random.fold_in(base_key, 5)
-    cache = c.new_cache(c.sampled_prompts * G // cfg.verifier.overlap_chunks)
 
     last = cfg.num_steps if not cfg.stop_after_steps else min(cfg.num_steps,
                                                                 loop.step + cfg.stop_after_steps)
@@ -155,8 +152,8 @@ def _run(cfg: RunConfig, c: components.Components, t_start: float) -> dict:
         t0 = time.perf_counter()
         key = jax.random.fold_in(rl_key, step)
         problems, prompt_B_P, pmask_B_P = stages.prompts(c, cfg, step)                  # host
-        cache, rollout, verdicts, t_sample, t_verify = stages.sample_and_verify(
-            c, cfg, state.params["policy"], cache, problems, prompt_B_P, pmask_B_P, key)  # jit|host
+        rollout, verdicts, t_sample, t_verify = stages.sample_and_verify(
+            c, cfg, state.params["policy"], problems, prompt_B_P, pmask_B_P, key)  # jit | host
         t2 = time.perf_counter()
         fresh = stages.score(c, cfg, verdicts, prompt_B_P, pmask_B_P, rollout)  # rewards, DAPO
         groups, carry, n_real, ds_row = stages.select(cfg, loop.carry, fresh)   # dynamic sampling

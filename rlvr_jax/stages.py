@@ -81,10 +81,10 @@ def next_kl_coef(cfg: RunConfig, kl_coef: float, adv_row: dict) -> float:
                                        a.kl_horizon)
 
 
-def sample_and_verify(c, cfg: RunConfig, params, cache, problems, prompt_B_P, pmask_B_P, key):
+def sample_and_verify(c, cfg: RunConfig, params, problems, prompt_B_P, pmask_B_P, key):
     """Sample the step's batch in `verifier.overlap_chunks` chunks with the same params
     (on-policy) and hand each chunk to the verifier as soon as it is decoded, so chunk k is
-    verified (worker processes) while chunk k+1 is sampled (jit). Returns (cache, rollout,
+    verified (worker processes) while chunk k+1 is sampled (jit). Returns (rollout,
     verdicts, seconds blocked on sampling, seconds waiting for verdicts after the last chunk)."""
     k_chunks, g = cfg.verifier.overlap_chunks, cfg.algo.samples_per_prompt
     b = prompt_B_P.shape[0] // k_chunks
@@ -93,9 +93,8 @@ def sample_and_verify(c, cfg: RunConfig, params, cache, problems, prompt_B_P, pm
     for k in range(k_chunks):
         t0 = time.perf_counter()
         rows = slice(k * b, (k + 1) * b)
-        cache, part = c.sample_train(params, cache, c.put(prompt_B_P[rows]),
-                                     c.put(pmask_B_P[rows]),
-                                     key if k_chunks == 1 else jax.random.fold_in(key, k))
+        part = c.sample_train(params, c.put(prompt_B_P[rows]), c.put(pmask_B_P[rows]),
+                              key if k_chunks == 1 else jax.random.fold_in(key, k))
         part = jax.device_get(part)
         t_sample += time.perf_counter() - t0
         texts = batching.decode_responses(c.tokenizer, part.tokens_B_N, part.mask_B_N)
@@ -104,7 +103,7 @@ def sample_and_verify(c, cfg: RunConfig, params, cache, problems, prompt_B_P, pm
     t0 = time.perf_counter()
     verdicts = [v for f in futures for v in f.result()]
     rollout = Rollout(*(np.concatenate(x) for x in zip(*parts)))
-    return cache, rollout, verdicts, t_sample, time.perf_counter() - t0
+    return rollout, verdicts, t_sample, time.perf_counter() - t0
 
 
 def timing(sample_s: float, verify_s: float, update_s: float, step_s: float,

@@ -55,14 +55,14 @@ def make_rl_optimizer(actor: dict, critic: dict | None):
 def response_logp(model: Decoder, params, tokens_B_T, input_mask_B_T, prompt_len: int,
                   temperature: float, with_hidden: bool = False):
     """(logp_B_N, entropy_B_N) of the response tokens under softmax(logits / temperature); with
-    `with_hidden`, also the trunk's hidden states [B, T, D] (for a value head)."""
-    out, _ = model.apply({"params": params}, tokens_B_T, input_mask_B_T,
-                         output="both" if with_hidden else "logits")
-    logits_B_T_V, hidden = out if with_hidden else (out, None)
-    logits_B_N_V = logits_B_T_V[:, prompt_len - 1: -1]
+    `with_hidden`, also the trunk's hidden states [B, T, D] (for a value head). The head runs on
+    the N positions that predict the response only (slots P-1 .. T-2), never the prompt's."""
+    apply = lambda method, *a: model.apply({"params": params}, *a, method=method)
+    hidden_B_T_D = apply("forward", tokens_B_T, input_mask_B_T)
+    logits_B_N_V = apply("head", hidden_B_T_D[:, prompt_len - 1: -1])
     logp_B_N, entropy_B_N = losses.token_logp_and_entropy(logits_B_N_V, tokens_B_T[:, prompt_len:],
                                                           temperature)
-    return (logp_B_N, entropy_B_N, hidden) if with_hidden else (logp_B_N, entropy_B_N)
+    return (logp_B_N, entropy_B_N, hidden_B_T_D) if with_hidden else (logp_B_N, entropy_B_N)
 
 
 def _jit_update(loss_fn: Callable, tx, lr_schedule, state_sharding, metrics_sharding,

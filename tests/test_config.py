@@ -78,6 +78,8 @@ def test_wrong_type_is_rejected_with_its_name():
     ("algo.samples_per_prompt=1", "algo.samples_per_prompt"),
     ("model.num_kv_heads=3", "model.num_kv_heads"),
     ("sampling.top_p=0", "sampling.top_p"),
+    # Greedy rollouts have no sampling distribution for the update's importance ratio.
+    ("sampling.temperature=0", "sampling.temperature"),
     ("task.operators=[/]", "task.operators"),
     ("verifier.reward_scheme=nope", "verifier.reward_scheme"),
     ("warmup.wrong_fraction=1.5", "warmup.wrong_fraction"),

@@ -69,7 +69,8 @@ def test_gsm8k_grpo_trains_exports_and_evaluates(tiny, tmp_path):
     tokens = np.array([[5, 9, 14, 3, 7, 22]])
     with torch.no_grad():
         want = model(torch.tensor(tokens)).logits.numpy()
-    got = Decoder(cfg2, cfg2.vocab_size).apply({"params": params2}, tokens, np.ones_like(tokens))[0]
+    got = Decoder(cfg2, cfg2.vocab_size).apply({"params": params2}, tokens, np.ones_like(tokens),
+                                                   method="logits")
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
 
     # The CLI on the exported HF directory; the same function in-process on the run directory.
@@ -115,8 +116,9 @@ def test_bfloat16_compute_keeps_float32_logits_close(tiny):
     cfg, params = hf.load(str(tiny / "model"))
     tokens = np.arange(3, 19).reshape(2, 8)
     mask = np.ones_like(tokens)
-    f32 = Decoder(cfg, cfg.vocab_size).apply({"params": params}, tokens, mask)[0]
+    f32 = Decoder(cfg, cfg.vocab_size).apply({"params": params}, tokens, mask, method="logits")
     bf16_cfg = dataclasses.replace(cfg, compute_dtype="bfloat16")
-    bf16 = Decoder(bf16_cfg, cfg.vocab_size).apply({"params": params}, tokens, mask)[0]
+    bf16 = Decoder(bf16_cfg, cfg.vocab_size).apply({"params": params}, tokens, mask,
+                                                   method="logits")
     assert bf16.dtype == np.float32  # logits stay float32 whatever the compute dtype
     np.testing.assert_allclose(np.asarray(bf16), np.asarray(f32), atol=0.05)

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")  # a test extra: pip install -e '.[test]'
 transformers = pytest.importorskip("transformers")
 
 from rlvr_jax.models import hf  # noqa: E402
-from rlvr_jax.models.policy import Decoder, KVCache, positions_from_mask  # noqa: E402
+from rlvr_jax.models.policy import Decoder, positions_from_mask  # noqa: E402
 from rlvr_jax.sampling import make_sampler  # noqa: E402
 
 VOCAB = 97
@@ -70,7 +70,8 @@ def _hf_logits(model, tokens, mask):
 
 
 def _our_logits(cfg, params, tokens, mask):
-    logits, _ = jax.jit(lambda p, t, m: Decoder(cfg, cfg.vocab_size).apply({"params": p}, t, m))(
+    logits = jax.jit(lambda p, t, m: Decoder(cfg, cfg.vocab_size).apply(
+        {"params": p}, t, m, method="logits"))(
         params, tokens, mask)
     return np.asarray(logits)
 
@@ -99,8 +100,7 @@ def test_greedy_kv_cache_decode_matches_generate(tmp_path, name):
     want = out[:, tokens.shape[1]:].numpy()
     model_ = Decoder(cfg, cfg.vocab_size)
     sample = make_sampler(model_, max_new_tokens=n, eos_id=-1, pad_id=0, temperature=0.0)
-    cache = KVCache.zeros(cfg, 3, tokens.shape[1] + n)
-    _, rollout = sample(params, cache, tokens, mask, jax.random.key(0))
+    rollout = sample(params, tokens, mask, jax.random.key(0))
     np.testing.assert_array_equal(np.asarray(rollout.tokens_B_N), want)
 
 

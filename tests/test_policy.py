@@ -1,4 +1,5 @@
-"""Policy model: KV-cache decode equals the full forward; GQA/bias/untied variants; RoPE."""
+"""Policy model: prefill + decode_step equal the full forward; GQA/bias/untied variants;
+attention and RoPE against numpy float64."""
 
 import jax
 import jax.numpy as jnp
@@ -7,43 +8,34 @@ import pytest
 
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models import policy
-from rlvr_jax.models.policy import Decoder, KVCache, init_params, positions_from_mask, rope
+from rlvr_jax.models.policy import Decoder, init_params, positions_from_mask, rope, rope_for
 
 VOCAB = 37
 
 
 def _incremental_logits(model, params, cfg, tokens, mask, prompt_len):
-    """Prefill `prompt_len` slots, then decode the rest one token at a time through the cache."""
+    """Prefill `prompt_len` slots, then decode the rest one token at a time through the cache;
+    returns the logits at positions prompt_len-1 .. T-1."""
     b, t = tokens.shape
-    cache = KVCache.zeros(cfg, b, t)
-    apply = jax.jit(lambda p, *a, **kw: model.apply({"params": p}, *a, **kw),
-                    static_argnames=("cache_index",))
-    logits, cache = apply(params, tokens[:, :prompt_len], mask[:, :prompt_len], cache=cache,
-                          cache_index=0)
+    apply = lambda method, *a: model.apply({"params": params}, *a, method=method)
+    logits, cache = jax.jit(lambda tok, m: apply("prefill", tok, m, t))(
+        tokens[:, :prompt_len], mask[:, :prompt_len])
     out = [logits]
-    pos = positions_from_mask(mask)
+    rope_B_T = rope_for(cfg, positions_from_mask(mask))
+    step = jax.jit(lambda *a: apply("decode_step", *a))
     for i in range(prompt_len, t):
-        logits, cache = apply(params, tokens[:, i:i + 1], mask[:, i:i + 1], pos[:, i:i + 1],
-                              cache=cache, cache_index=i)
+        logits, cache = step(tokens[:, i], mask[:, i].astype(bool),
+                             (rope_B_T[0][:, i], rope_B_T[1][:, i]), cache, jnp.int32(i))
         out.append(logits)
-    return jnp.concatenate(out, axis=1)
+    return jnp.stack(out, axis=1)
 
 
-# The decode attention's two ways to sum (policy._unrolled): a reduce, and one term per
-# element written out (on CPU, for a short cache).
-BOTH_SUMS = pytest.mark.parametrize("max_slots", [0, policy.UNROLL_MAX_SLOTS],
-                                    ids=["reduce", "unrolled"])
-
-
-@BOTH_SUMS
 @pytest.mark.parametrize("variant", [
     dict(),  # GQA 4 heads / 2 kv heads, tied embeddings
     dict(num_kv_heads=1, qkv_bias=True, tie_embeddings=False),  # MQA, Qwen2-style bias
     dict(num_kv_heads=4, head_dim=16),  # MHA with explicit head_dim != hidden / heads
 ])
-def test_kv_cache_decode_matches_full_forward(variant, max_slots, monkeypatch):
-    monkeypatch.setattr(policy, "UNROLL_MAX_SLOTS", max_slots)
-    monkeypatch.setattr(policy, "UNROLL_MIN_CACHE", 0)
+def test_prefill_and_decode_match_full_forward(variant):
     cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, **variant)
     model = Decoder(cfg, VOCAB)
     params = init_params(model, jax.random.key(0))
@@ -54,20 +46,20 @@ def test_kv_cache_decode_matches_full_forward(variant, max_slots, monkeypatch):
     mask = np.ones((b, t), np.int32)
     mask[0, :2] = 0  # left padding of different lengths
     mask[1, :4] = 0
+    mask[2, 8] = 0  # a pad token mid-response (a finished row): later queries must skip it
     mask = jnp.asarray(mask)
-    full, _ = jax.jit(lambda p: model.apply({"params": p}, tokens, mask))(params)
+    full = jax.jit(lambda p: model.apply({"params": p}, tokens, mask, method="logits"))(params)
     inc = _incremental_logits(model, params, cfg, tokens, mask, prompt_len)
-    valid = np.asarray(mask).astype(bool)
+    valid = np.asarray(mask).astype(bool)[:, prompt_len - 1:]
     # A wrong cache slot, position or mask would differ by O(1) here.
-    np.testing.assert_allclose(np.asarray(inc)[valid], np.asarray(full)[valid], rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(np.asarray(inc)[valid], np.asarray(full[:, prompt_len - 1:])[valid],
+                               rtol=1e-5, atol=1e-5)
     assert float(jnp.std(full)) > 0.5
 
 
-def test_last_logits_prefill_matches_full_forward_and_writes_the_same_cache():
-    """output="last_logits" (the sampler's prefill, whose last layer runs o_proj and the MLP
-    on the last position only) gives the full forward's last-position logits, with left
-    padding, and leaves every layer's cache as the full prefill does."""
+def test_prefill_cache_holds_the_forward_keys_and_the_last_logits():
+    """prefill's last logits are the full forward's at the last position (left padding
+    included); slots past the prompt are empty and marked invalid."""
     cfg = ModelConfig(hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2,
                       intermediate_size=64, qkv_bias=True, tie_embeddings=False)
     model = Decoder(cfg, VOCAB)
@@ -75,16 +67,39 @@ def test_last_logits_prefill_matches_full_forward_and_writes_the_same_cache():
                           init_params(model, jax.random.key(0)))
     tokens = jax.random.randint(jax.random.key(4), (3, 6), 3, VOCAB)
     mask = jnp.asarray(np.array([[1] * 6, [0, 0, 1, 1, 1, 1], [0] * 5 + [1]], np.int32))
-    run = jax.jit(lambda p, output: model.apply({"params": p}, tokens, mask,
-                                                cache=KVCache.zeros(cfg, 3, 9), cache_index=0,
-                                                output=output), static_argnums=1)
-    full, full_cache = run(params, "logits")
-    last, last_cache = run(params, "last_logits")
+    full = model.apply({"params": params}, tokens, mask, method="logits")
+    last, cache = model.apply({"params": params}, tokens, mask, 9, method="prefill")
     assert last.shape == (3, VOCAB)
     np.testing.assert_allclose(np.asarray(last), np.asarray(full[:, -1]), rtol=1e-5, atol=1e-5)
-    for a, b in zip(jax.tree.leaves(full_cache), jax.tree.leaves(last_cache)):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(np.asarray(cache.valid_B_S),
+                                  np.pad(np.asarray(mask, bool), ((0, 0), (0, 3))))
+    assert len(cache.k) == 3 and cache.k[0].shape == (3, 9, 2, 8)
+    assert not np.any(np.asarray(cache.k[0][:, 6:])) and np.any(np.asarray(cache.k[0][:, :6]))
     assert float(jnp.std(full[:, -1])) > 0.5
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_attend_against_numpy_float64(dtype):
+    """GQA attention against a float64 softmax over the unmasked slots (2 kv heads shared by
+    4 query heads; one row with a masked slot), at odd lengths."""
+    rng = np.random.default_rng(0)
+    b, t, s, nh, nkv, h = 2, 3, 7, 4, 2, 5
+    q, k, v = (jnp.asarray(rng.normal(size=shape), dtype)
+               for shape in [(b, t, nh, h), (b, s, nkv, h), (b, s, nkv, h)])
+    mask = np.ones((b, t, s), bool)
+    mask[0, :, 2] = False
+    mask[1, 0, 4:] = False
+    got = jax.jit(policy.attend)(q, k, v, jnp.asarray(mask))
+    assert got.shape == (b, t, nh * h) and got.dtype == dtype
+    q64, k64, v64 = (np.asarray(x, np.float64) for x in (q, k, v))
+    kv_of = np.arange(nh) // (nh // nkv)
+    scores = np.einsum("btnh,bsnh->bnts", q64, k64[:, :, kv_of]) / np.sqrt(h)
+    scores = np.where(mask[:, None], scores, -np.inf)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    want = np.einsum("bnts,bsnh->btnh", probs, v64[:, :, kv_of]).reshape(b, t, nh * h)
+    tol = 1e-5 if dtype == jnp.float32 else 3e-2  # bfloat16 keeps 8 bits of mantissa
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol)
 
 
 def test_left_padding_does_not_change_logits():
@@ -96,42 +111,9 @@ def test_left_padding_does_not_change_logits():
     seq = jax.random.randint(jax.random.key(2), (1, 6), 3, VOCAB)
     padded = jnp.concatenate([jnp.zeros((1, 3), jnp.int32), seq], axis=1)
     pmask = jnp.array([[0, 0, 0, 1, 1, 1, 1, 1, 1]])
-    a, _ = model.apply({"params": params}, seq, jnp.ones_like(seq))
-    b, _ = model.apply({"params": params}, padded, pmask)
+    a = model.apply({"params": params}, seq, jnp.ones_like(seq), method="logits")
+    b = model.apply({"params": params}, padded, pmask, method="logits")
     np.testing.assert_allclose(np.asarray(b[:, 3:]), np.asarray(a), rtol=1e-5, atol=1e-6)
-
-
-@BOTH_SUMS
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_decode_attention_sums_against_numpy_float64(max_slots, dtype, monkeypatch):
-    """decode_scores / decode_mix against float64 einsums of the same (dtype-rounded) inputs,
-    at odd lengths (5 head dims, 7 slots: the pairwise sum carries a lone term)."""
-    monkeypatch.setattr(policy, "UNROLL_MAX_SLOTS", max_slots)
-    monkeypatch.setattr(policy, "UNROLL_MIN_CACHE", 0)
-    rng = np.random.default_rng(0)
-    b, k, g, h, s = 3, 2, 2, 5, 7
-    q, key, v = (jnp.asarray(rng.normal(size=shape), dtype)
-                 for shape in [(b, k, g, h), (b, k, h, s), (b, k, s, h)])
-    probs = jnp.asarray(rng.dirichlet(np.ones(s), size=(b, k, g)), dtype)
-    f64 = lambda x: np.asarray(x, np.float64)
-    assert policy._unrolled(b, k, h, s) == (max_slots > 0)
-    # Fresh lambdas: jit's cache would otherwise hand back the other parametrisation's trace.
-    scores = jax.jit(lambda *a: policy.decode_scores(*a))(q, key)
-    mixed = jax.jit(lambda *a: policy.decode_mix(*a))(probs, v)
-    assert scores.dtype == mixed.dtype == jnp.float32
-    np.testing.assert_allclose(np.asarray(scores), np.einsum("bkgh,bkhs->bkgs", f64(q), f64(key)),
-                               rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(np.asarray(mixed), np.einsum("bkgs,bksh->bkgh", f64(probs), f64(v)),
-                               rtol=1e-5, atol=1e-6)
-    # A decode phase's prefix of the cache: the first 4 slots only.
-    scores4 = jax.jit(lambda *a: policy.decode_scores(*a, 4))(q, key)
-    mixed4 = jax.jit(lambda *a: policy.decode_mix(*a))(probs[..., :4], v)
-    np.testing.assert_allclose(np.asarray(scores4),
-                               np.einsum("bkgh,bkhs->bkgs", f64(q), f64(key)[..., :4]),
-                               rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(np.asarray(mixed4),
-                               np.einsum("bkgs,bksh->bkgh", f64(probs)[..., :4], f64(v)[:, :, :4]),
-                               rtol=1e-5, atol=1e-6)
 
 
 def test_rope_against_numpy_float64():

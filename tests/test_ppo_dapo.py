@@ -143,7 +143,7 @@ def test_ppo_prepare_matches_a_float64_pipeline(critic):
 
     hidden = None
     if critic == "head":
-        hidden = model.apply({"params": policy}, tokens, input_mask, output="hidden")[0]
+        hidden = model.apply({"params": policy}, tokens, input_mask, method="forward")
     v = np.asarray(value_model.response_values(model, critic_params, tokens, input_mask, p,
                                                hidden), np.float64) * resp
     ref_logp, _ = train_step.response_logp(model, ref, tokens, input_mask, p, 1.0)

@@ -32,7 +32,7 @@ import transformers
 from rlvr_jax import sharding
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models import hf
-from rlvr_jax.models.policy import Decoder, KVCache, init_params
+from rlvr_jax.models.policy import Decoder, init_params
 from rlvr_jax.sampling import make_sampler
 
 SIZES = {
@@ -61,12 +61,10 @@ def bench(name: str, batch: int, new: int, repeats: int, device_counts: list[int
         p = jax.device_put(params, sharding.replicated(mesh))
         x, m = jax.device_put(prompt, rows), jax.device_put(mask, rows)
         sample = make_sampler(model, max_new_tokens=new, eos_id=-1, pad_id=0, temperature=1.0)
-        cache = jax.device_put(KVCache.zeros(cfg, batch, PROMPT + new), rows)
 
         def run(i):
-            nonlocal cache
             t0 = time.perf_counter()
-            cache, out = sample(p, cache, x, m, jax.random.key(i))
+            out = sample(p, x, m, jax.random.key(i))
             out.tokens_B_N.block_until_ready()
             assert out.mask_B_N.shape == (batch, new)
             return time.perf_counter() - t0

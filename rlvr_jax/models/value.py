@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from rlvr_jax.config import ModelConfig
-from rlvr_jax.models.policy import Decoder, Weights, project
+from rlvr_jax.models.policy import Decoder, Linear
 
 
 class ValueHead(nn.Module):
@@ -29,8 +29,8 @@ class ValueHead(nn.Module):
 
     @nn.compact
     def __call__(self, hidden):
-        w = Weights(1, True, jnp.dtype(self.cfg.param_dtype), 0.0, name="v_proj")
-        return project(hidden, *w(hidden.shape[-1]), jnp.float32)[..., 0]
+        v_proj = Linear(1, True, jnp.dtype(self.cfg.param_dtype), jnp.float32, 0.0, name="v_proj")
+        return v_proj(hidden)[..., 0]
 
 
 def init_head(cfg: ModelConfig, key: jax.Array) -> dict:
@@ -52,7 +52,7 @@ def response_values(model: Decoder, critic: dict, tokens_B_T, input_mask_B_T, pr
     """values_B_N of the response tokens. `hidden_B_T_D`: the policy trunk's hidden states
     (layout "head"); for a separate critic its own trunk is run here."""
     if hidden_B_T_D is None:
-        hidden_B_T_D, _ = model.apply({"params": critic["trunk"]}, tokens_B_T, input_mask_B_T,
-                                      output="hidden")
+        hidden_B_T_D = model.apply({"params": critic["trunk"]}, tokens_B_T, input_mask_B_T,
+                                   method="forward")
     values_B_T = ValueHead(model.cfg).apply({"params": critic["head"]}, hidden_B_T_D)
     return values_B_T[:, prompt_len - 1: -1]

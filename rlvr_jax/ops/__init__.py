@@ -1,1 +1,0 @@
-"""Custom XLA calls for the few places where XLA's own code is measurably slow."""
