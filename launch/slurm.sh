@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Submit one training run to Slurm: launch/slurm.sh EXPERIMENT [hydra overrides...]
-#   e.g. launch/slurm.sh math_grpo algo.learning_rate=1e-4
+#   e.g. launch/slurm.sh math_grpo algo.optim.learning_rate=1e-4
 # Single host only for now: the loop places each batch from one process (jax.device_put of a
 # host array); multi-host needs per-process batch slices, not written yet. All GPUs of the node
 # form the mesh (mesh=auto: data parallel; mesh=fsdp to shard params). Set PARTITION, GPUS, TIME.

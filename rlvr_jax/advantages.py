@@ -92,7 +92,7 @@ def reinforce_pp_baseline(rewards_P_G: jax.Array, eps: float = 1e-6) -> jax.Arra
     return centred / (jnp.std(centred) + eps)
 
 
-def gae(rewards_B_N: jax.Array, values_B_N: jax.Array, mask_B_N: jax.Array, gamma: float,
+def gae(rewards_B_R: jax.Array, values_B_R: jax.Array, mask_B_R: jax.Array, gamma: float,
         lam: float) -> tuple[jax.Array, jax.Array]:
     """Generalised advantage estimation over response tokens (Schulman et al. 2016,
     arXiv:1506.02438, eq. 16):
@@ -101,48 +101,48 @@ def gae(rewards_B_N: jax.Array, values_B_N: jax.Array, mask_B_N: jax.Array, gamm
         A_t     = delta_t + gamma * lam * A_{t+1}
         R_t     = A_t + V_t                          (the value target)
 
-    `rewards_B_N` is per token (the verifiable reward sits on the last valid token, a per-token
+    `rewards_B_R` is per token (the verifiable reward sits on the last valid token, a per-token
     KL penalty may sit on every token). Masked positions get A = R = 0. Returns (A, R)."""
-    assert rewards_B_N.shape == values_B_N.shape == mask_B_N.shape and rewards_B_N.ndim == 2
-    m = mask_B_N.astype(jnp.float32)
-    r, v = rewards_B_N.astype(jnp.float32) * m, values_B_N.astype(jnp.float32) * m
-    next_v_B_N = jnp.concatenate([v[:, 1:], jnp.zeros_like(v[:, :1])], axis=1)
-    delta_B_N = (r + gamma * next_v_B_N - v) * m
+    assert rewards_B_R.shape == values_B_R.shape == mask_B_R.shape and rewards_B_R.ndim == 2
+    m = mask_B_R.astype(jnp.float32)
+    r, v = rewards_B_R.astype(jnp.float32) * m, values_B_R.astype(jnp.float32) * m
+    next_v_B_R = jnp.concatenate([v[:, 1:], jnp.zeros_like(v[:, :1])], axis=1)
+    delta_B_R = (r + gamma * next_v_B_R - v) * m
 
     def back(carry_B, x):
         delta_B, m_B = x
         adv_B = delta_B + gamma * lam * carry_B * m_B
         return adv_B, adv_B
 
-    _, adv_N_B = jax.lax.scan(back, jnp.zeros_like(r[:, 0]), (delta_B_N.T, m.T), reverse=True)
-    adv_B_N = adv_N_B.T * m
-    return adv_B_N, (adv_B_N + v) * m
+    _, adv_R_B = jax.lax.scan(back, jnp.zeros_like(r[:, 0]), (delta_B_R.T, m.T), reverse=True)
+    adv_B_R = adv_R_B.T * m
+    return adv_B_R, (adv_B_R + v) * m
 
 
-def whiten(x_B_N: jax.Array, mask_B_N: jax.Array, shift_mean: bool = True,
+def whiten(x_B_R: jax.Array, mask_B_R: jax.Array, shift_mean: bool = True,
            eps: float = 1e-8) -> jax.Array:
     """(x - mean) / std over the valid tokens of the batch (PPO's advantage normalisation);
     masked positions come out 0. `shift_mean=False` only rescales."""
-    m = mask_B_N.astype(jnp.float32)
+    m = mask_B_R.astype(jnp.float32)
     n = jnp.maximum(jnp.sum(m), 1.0)
-    mean = jnp.sum(x_B_N * m) / n
-    var = jnp.sum(jnp.square(x_B_N - mean) * m) / n
-    out = (x_B_N - mean) if shift_mean else x_B_N
+    mean = jnp.sum(x_B_R * m) / n
+    var = jnp.sum(jnp.square(x_B_R - mean) * m) / n
+    out = (x_B_R - mean) if shift_mean else x_B_R
     return out * jax.lax.rsqrt(var + eps) * m
 
 
-def token_rewards(outcome_B: jax.Array, mask_B_N: jax.Array, kl_B_N: jax.Array | None = None,
+def token_rewards(outcome_B: jax.Array, mask_B_R: jax.Array, kl_B_R: jax.Array | None = None,
                   kl_coef: jax.Array | float = 0.0) -> jax.Array:
     """Per-token rewards for GAE: the verifiable outcome on the last valid token, minus a
     per-token KL penalty to the reference policy (Ziegler et al. 2019, arXiv:1909.08593,
     eq. 2; Ouyang et al. 2022):  r_t = 1[t = last] * R - beta * KL_t."""
-    m = mask_B_N.astype(jnp.float32)
+    m = mask_B_R.astype(jnp.float32)
     n_B = jnp.sum(m, axis=1).astype(jnp.int32)
-    last_B_N = (jnp.arange(m.shape[1])[None, :] == (n_B - 1)[:, None]) & (n_B[:, None] > 0)
-    r_B_N = jnp.where(last_B_N, outcome_B[:, None].astype(jnp.float32), 0.0)
-    if kl_B_N is not None:
-        r_B_N = r_B_N - kl_coef * kl_B_N
-    return r_B_N * m
+    last_B_R = (jnp.arange(m.shape[1])[None, :] == (n_B - 1)[:, None]) & (n_B[:, None] > 0)
+    r_B_R = jnp.where(last_B_R, outcome_B[:, None].astype(jnp.float32), 0.0)
+    if kl_B_R is not None:
+        r_B_R = r_B_R - kl_coef * kl_B_R
+    return r_B_R * m
 
 
 def adaptive_kl_coef(coef: float, observed_kl: float, target_kl: float, horizon: int,

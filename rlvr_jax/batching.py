@@ -1,5 +1,5 @@
-"""Host-side text <-> array conversion with fixed shapes: prompts left-padded to P slots,
-responses right-padded to N slots, so jitted code sees one shape per run."""
+"""Host-side text <-> array conversion with fixed shapes: prompts left-padded to L slots,
+responses right-padded to R slots, so jitted code sees one shape per run."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from typing import Sequence
 
 import numpy as np
 
-from rlvr_jax.dynamic_sampling import Groups
+from rlvr_jax.types import Groups
 from rlvr_jax.types import SFTBatch, TrainBatch
 
 
 def encode_prompts(tokenizer, texts: Sequence[str], prompt_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """Left-padded int32 tokens_B_P and int32 mask_B_P. A prompt longer than P is an error."""
+    """Left-padded int32 tokens_B_L and int32 mask_B_L. A prompt longer than L is an error."""
     tokens = np.full((len(texts), prompt_len), tokenizer.pad_token_id, np.int32)
     mask = np.zeros((len(texts), prompt_len), np.int32)
     for i, text in enumerate(texts):
@@ -41,36 +41,36 @@ def encode_responses(tokenizer, texts: Sequence[str], max_new_tokens: int,
     return tokens, mask
 
 
-def decode_responses(tokenizer, tokens_B_N: np.ndarray, mask_B_N: np.ndarray) -> list[str]:
-    """Text of each response without EOS/pad (a response cut at N has no EOS)."""
+def decode_responses(tokenizer, tokens_B_R: np.ndarray, mask_B_R: np.ndarray) -> list[str]:
+    """Text of each response without EOS/pad (a response cut at R has no EOS)."""
     out = []
-    for toks, m in zip(np.asarray(tokens_B_N), np.asarray(mask_B_N)):
+    for toks, m in zip(np.asarray(tokens_B_R), np.asarray(mask_B_R)):
         ids = [t for t, keep in zip(toks.tolist(), m.tolist()) if keep and t != tokenizer.eos_token_id]
         out.append(tokenizer.decode(ids, skip_special_tokens=True))
     return out
 
 
-def sft_batch(prompt_B_P: np.ndarray, prompt_mask_B_P: np.ndarray, response_B_N: np.ndarray,
-              response_mask_B_N: np.ndarray) -> SFTBatch:
-    tokens = np.concatenate([prompt_B_P, response_B_N], axis=1)
-    input_mask = np.concatenate([prompt_mask_B_P, response_mask_B_N.astype(np.int32)], axis=1)
-    return SFTBatch(tokens, input_mask, response_mask_B_N)
+def sft_batch(prompt_B_L: np.ndarray, prompt_mask_B_L: np.ndarray, response_B_R: np.ndarray,
+              response_mask_B_R: np.ndarray) -> SFTBatch:
+    tokens = np.concatenate([prompt_B_L, response_B_R], axis=1)
+    input_mask = np.concatenate([prompt_mask_B_L, response_mask_B_R.astype(np.int32)], axis=1)
+    return SFTBatch(tokens, input_mask, response_mask_B_R)
 
 
-def truncated(tokens_B_N: np.ndarray, mask_B_N: np.ndarray, eos_id: int) -> np.ndarray:
+def truncated(tokens_B_R: np.ndarray, mask_B_R: np.ndarray, eos_id: int) -> np.ndarray:
     """bool [B]: the response used its whole budget without emitting EOS (cut off)."""
-    n_B = mask_B_N.sum(axis=1).astype(np.int64)
-    last_B = tokens_B_N[np.arange(len(n_B)), np.maximum(n_B - 1, 0)]
-    return (n_B == mask_B_N.shape[1]) & (last_B != eos_id)
+    n_B = mask_B_R.sum(axis=1).astype(np.int64)
+    last_B = tokens_B_R[np.arange(len(n_B)), np.maximum(n_B - 1, 0)]
+    return (n_B == mask_B_R.shape[1]) & (last_B != eos_id)
 
 
-def groups_from_rollout(prompt_B_P, prompt_mask_B_P, tokens_B_N, logp_B_N, mask_B_N,
-                        loss_mask_B_N, rewards_B, group_size: int) -> Groups:
+def groups_from_rollout(prompt_B_L, prompt_mask_B_L, tokens_B_R, logp_B_R, mask_B_R,
+                        loss_mask_B_R, rewards_B, group_size: int) -> Groups:
     """Host arrays in P_G order -> Groups [B / G, G, ...]."""
     g = lambda x: np.asarray(x).reshape(-1, group_size, *np.shape(x)[1:])
-    return Groups(g(prompt_B_P).astype(np.int32), g(prompt_mask_B_P).astype(np.int32),
-                  g(tokens_B_N).astype(np.int32), g(logp_B_N).astype(np.float32),
-                  g(mask_B_N).astype(np.float32), g(loss_mask_B_N).astype(np.float32),
+    return Groups(g(prompt_B_L).astype(np.int32), g(prompt_mask_B_L).astype(np.int32),
+                  g(tokens_B_R).astype(np.int32), g(logp_B_R).astype(np.float32),
+                  g(mask_B_R).astype(np.float32), g(loss_mask_B_R).astype(np.float32),
                   g(rewards_B).astype(np.float32))
 
 
@@ -78,8 +78,8 @@ def train_batch(groups: Groups, advantages_B=None) -> TrainBatch:
     """Host TrainBatch from groups: prompt ++ response, the outcome advantage of each sequence
     broadcast over its loss-masked tokens (zeros when `advantages_B` is None: PPO fills them)."""
     f = groups.flat()
-    tokens = np.concatenate([f.prompt_K_G_P, f.tokens_K_G_N], axis=1)
-    input_mask = np.concatenate([f.prompt_mask_K_G_P, f.mask_K_G_N.astype(np.int32)], axis=1)
+    tokens = np.concatenate([f.prompt_P_G_L, f.tokens_P_G_R], axis=1)
+    input_mask = np.concatenate([f.prompt_mask_P_G_L, f.mask_P_G_R.astype(np.int32)], axis=1)
     adv_B = np.zeros(len(tokens), np.float32) if advantages_B is None else advantages_B
-    adv_B_N = np.asarray(adv_B, np.float32)[:, None] * f.loss_mask_K_G_N
-    return TrainBatch(tokens, input_mask, f.loss_mask_K_G_N, f.logp_K_G_N, adv_B_N)
+    adv_B_R = np.asarray(adv_B, np.float32)[:, None] * f.loss_mask_P_G_R
+    return TrainBatch(tokens, input_mask, f.loss_mask_P_G_R, f.logp_P_G_R, adv_B_R)

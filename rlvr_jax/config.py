@@ -1,15 +1,19 @@
-"""Typed run configuration: dataclass schemas registered in Hydra's ConfigStore, plus validation.
+"""Typed run configuration: dataclass schemas registered in Hydra's ConfigStore, split by
+concern, each with its checks beside its fields.
 
-Hydra composes `conf/` on top of these schemas in struct mode, so an unknown key (`algo.lr=1`)
-or a wrongly typed value stops at compose time with an error naming the key. `validate` then
-checks the ranges and cross-field constraints that types cannot express, again naming the key.
-Everything below `RunConfig` is unpacked into plain arguments in `loop.py`: the maths never see
-a config object.
+Hydra composes `conf/` on top of these schemas in struct mode, so an unknown key (`algo.lr=1`),
+a wrongly typed value or a name outside an enum (`algo.loss.agg=sum`) stops at composition with
+an error naming the key. `validate` then runs each part's `check` (ranges, naming the key) and
+the cross-part constraints. Everything below `RunConfig` is unpacked into plain arguments in one
+place (`build.py`, `loop.py`): the maths never see a config object.
+
+In Python, compose exactly what the command line composes with `rlvr_jax.compose_config`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -19,6 +23,54 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 
+class ConfigError(ValueError):
+    """A config value is out of range or inconsistent; the message names the key."""
+
+
+def _check(ok: bool, key: str, msg: str) -> None:
+    if not ok:
+        raise ConfigError(f"config key '{key}': {msg}")
+
+
+class Choice(str, enum.Enum):
+    """A config value from a fixed set of names. A str (compares, hashes and formats as its
+    name), so the maths take it as the plain string; Hydra rejects any other name at
+    composition, naming the key and the allowed names. Built with `choice` because some names
+    ("token-mean") are not Python identifiers."""
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(self, spec)
+
+
+def choice(name: str, *values: str) -> type[Choice]:
+    return Choice(name, [(v, v) for v in values])  # type: ignore[return-value]
+
+
+# Each set below is also defined where it is implemented; tests/test_config.py checks they agree.
+Dtype = choice("Dtype", "float32", "bfloat16", "float16")
+RopeScaling = choice("RopeScaling", "none", "linear", "llama3")
+Algorithm = choice("Algorithm", "grpo", "ppo")  # group baselines | critic + GAE
+AdvEstimator = choice("AdvEstimator", "grpo", "drgrpo", "rloo", "batch_std", "reinforce_pp",
+                      "reinforce_pp_baseline", "gae")  # advantages.ESTIMATORS + gae
+LossAgg = choice("LossAgg", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                 "seq-mean-token-sum-norm")  # losses.AGGREGATIONS
+PolicyLoss = choice("PolicyLoss", "clip", "gspo")  # token ratios | one ratio per sequence
+KLEstimator = choice("KLEstimator", "k1", "k2", "k3")  # losses.kl_estimate
+LRSchedule = choice("LRSchedule", "constant", "cosine")
+CriticLayout = choice("CriticLayout", "separate", "head")
+VerifierKind = choice("VerifierKind", "inprocess", "math", "code")
+SandboxMode = choice("SandboxMode", "forkserver", "fresh")
+RewardScheme = choice("RewardScheme", "binary", "signed", "format_penalty", "code_penalty",
+                      "graded")  # rewards.REWARD_TABLES
+DataFormat = choice("DataFormat", "auto", "gsm8k", "math", "verl")
+OnBadRow = choice("OnBadRow", "raise", "skip")
+LoggerMode = choice("LoggerMode", "offline", "online", "disabled")
+
+
+# ------------------------------------------------------------------------------------ model
 @dataclass
 class ModelConfig:
     """A decoder-only LM of the Llama/Qwen2 family (RMSNorm, RoPE, GQA, SwiGLU)."""
@@ -36,7 +88,7 @@ class ModelConfig:
     head_dim: Optional[int] = None  # None: hidden_size // num_heads
     intermediate_size: int = 384  # SwiGLU inner width
     rope_theta: float = 10000.0
-    rope_scaling: str = "none"  # none | linear | llama3 (as HF config.json's rope_scaling)
+    rope_scaling: RopeScaling = RopeScaling["none"]  # as HF config.json's rope_scaling
     rope_scaling_factor: float = 1.0
     rope_low_freq_factor: float = 1.0  # llama3 only
     rope_high_freq_factor: float = 4.0  # llama3 only
@@ -45,29 +97,35 @@ class ModelConfig:
     qkv_bias: bool = False  # Qwen2 uses a bias on q/k/v projections; Llama does not
     tie_embeddings: bool = True  # lm_head reuses the token embedding matrix
     init_std: float = 0.02  # normal init of every weight matrix
-    param_dtype: str = "float32"
-    compute_dtype: str = "float32"  # activations; logits and losses are always float32
+    param_dtype: Dtype = Dtype["float32"]
+    compute_dtype: Dtype = Dtype["float32"]  # activations; logits and losses are always float32
 
     @property
     def resolved_head_dim(self) -> int:
         return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_heads
 
+    def check(self, key: str = "model") -> None:
+        _check(self.hidden_size > 0, f"{key}.hidden_size", "must be positive")
+        _check(self.num_kv_heads > 0 and self.num_heads % self.num_kv_heads == 0,
+               f"{key}.num_kv_heads", f"must divide {key}.num_heads={self.num_heads}")
+        _check(self.head_dim is not None or self.hidden_size % self.num_heads == 0,
+               f"{key}.head_dim", f"is unset and {key}.hidden_size is not a multiple of "
+               f"{key}.num_heads")
+        _check(self.resolved_head_dim % 2 == 0, f"{key}.head_dim",
+               "must be even for rotary embeddings")
+        _check(self.vocab_size == 0 or bool(self.path), f"{key}.path",
+               f"model '{self.name}' is a pretrained architecture (vocab_size "
+               f"{self.vocab_size}): set {key}.path to a local Hugging Face directory with its "
+               "weights and tokenizer")
 
+
+# ------------------------------------------------------------------------------------ tasks
 @dataclass
-class TaskConfig:
-    """`arithmetic`: procedural `a op b op c ...`, evaluated with the usual precedence.
-    `dataset`: prompts from local JSONL/Parquet files (GSM8K, MATH or verl rows; see
-    rlvr_jax/data/loaders.py), math answers checked by the `math` verifier."""
+class ArithmeticTaskConfig:
+    """Procedural `a op b op c ...`, evaluated with the usual precedence (tasks/arithmetic.py);
+    checked in process by the exact-integer verifier (`verifier=inprocess`)."""
 
     name: str = "arithmetic"
-    # dataset only
-    train_path: str = ""
-    test_path: str = ""
-    format: str = "auto"  # auto | gsm8k | math | verl
-    on_bad_row: str = "raise"  # raise (error naming file:line) | skip (counted and reported)
-    instruction: str = 'Let\'s think step by step and output the final answer after "####".'
-    max_prompt_tokens: int = 512  # longer prompts are bad rows
-    # arithmetic only
     operators: List[str] = field(default_factory=lambda: ["+"])
     operand_digits: int = 2  # operands are uniform in [0, 10**operand_digits)
     min_operands: int = 2
@@ -77,7 +135,58 @@ class TaskConfig:
     prompt_template: str = "{question}="
     zero_pad_operands: bool = True  # "07+88": digits at fixed positions, learned much faster
 
+    def check(self, key: str = "task") -> None:
+        _check(len(self.operators) > 0 and set(self.operators) <= {"+", "-", "*"},
+               f"{key}.operators",
+               f"must be a non-empty subset of ['+', '-', '*'], got {list(self.operators)}")
+        _check(1 <= self.operand_digits <= 6, f"{key}.operand_digits", "must be in [1, 6]")
+        _check(2 <= self.min_operands <= self.max_operands, f"{key}.min_operands",
+               f"must be >= 2 and <= {key}.max_operands")
+        _check(0.0 < self.heldout_fraction < 1.0, f"{key}.heldout_fraction", "must be in (0, 1)")
+        _check("{question}" in self.prompt_template, f"{key}.prompt_template",
+               "must contain '{question}'")
 
+
+@dataclass
+class CodegenTaskConfig:
+    """Procedural code generation (tasks/codegen.py), run in the sandbox (`verifier=code`)."""
+
+    name: str = "codegen"
+    heldout_fraction: float = 0.1
+    split_seed: int = 0
+
+    def check(self, key: str = "task") -> None:
+        _check(0.0 < self.heldout_fraction < 1.0, f"{key}.heldout_fraction", "must be in (0, 1)")
+
+
+@dataclass
+class DatasetTaskConfig:
+    """Prompts from local JSONL/Parquet files (GSM8K, MATH or verl rows; data/loaders.py),
+    answers checked by the `math` verifier."""
+
+    name: str = "dataset"
+    train_path: str = ""
+    test_path: str = ""
+    format: DataFormat = DataFormat["auto"]
+    on_bad_row: OnBadRow = OnBadRow["raise"]  # raise: error naming file:line | skip: counted
+    instruction: str = 'Let\'s think step by step and output the final answer after "####".'
+    max_prompt_tokens: int = 512  # longer prompts are bad rows
+
+    def check(self, key: str = "task") -> None:
+        _check(bool(self.train_path) and bool(self.test_path), f"{key}.train_path",
+               "task=dataset needs task.train_path and task.test_path")
+        _check(self.max_prompt_tokens >= 1, f"{key}.max_prompt_tokens", "must be >= 1")
+
+
+TaskConfig = ArithmeticTaskConfig | CodegenTaskConfig | DatasetTaskConfig
+# task.name -> its schema, and the verifier kinds that can check its jobs.
+TASK_SCHEMAS: dict[str, type] = {"arithmetic": ArithmeticTaskConfig,
+                                 "codegen": CodegenTaskConfig, "dataset": DatasetTaskConfig}
+TASK_VERIFIERS: dict[str, tuple[str, ...]] = {"arithmetic": ("inprocess",), "codegen": ("code",),
+                                              "dataset": ("math",)}
+
+
+# ------------------------------------------------------------------------- sampling, algo
 @dataclass
 class SamplingConfig:
     """How rollouts are drawn during training. Evaluation uses its own greedy/T=1 settings."""
@@ -87,40 +196,61 @@ class SamplingConfig:
     top_p: float = 1.0  # 1.0 disables nucleus filtering
     max_new_tokens: int = 5  # response budget, EOS included
 
+    def check(self, key: str = "sampling") -> None:
+        _check(self.temperature > 0.0, f"{key}.temperature",
+               "must be > 0: training recomputes the sampler's log-probs under softmax(logits /"
+               " temperature), which greedy decoding does not have (evaluation reports greedy "
+               "accuracy by itself)")
+        _check(self.top_k >= 0, f"{key}.top_k", "must be >= 0 (0 disables)")
+        _check(0.0 < self.top_p <= 1.0, f"{key}.top_p", "must be in (0, 1]")
+        _check(self.max_new_tokens >= 1, f"{key}.max_new_tokens", "must be >= 1")
+
 
 @dataclass
-class AlgoConfig:
-    """GRPO (Shao et al. 2024, arXiv:2402.03300) and its family, or PPO with a critic
-    (`name: ppo`, `adv_estimator: gae`). Every knob the frameworks disagree on is named here;
-    the README's algorithm table says what each preset sets."""
+class OptimConfig:
+    """AdamW behind global-norm clipping (`algo.optim`)."""
 
-    name: str = "grpo"  # grpo (group baselines, no critic) | ppo (critic + GAE)
-    prompts_per_step: int = 64
-    samples_per_prompt: int = 8
     learning_rate: float = 2e-4
-    lr_warmup_steps: int = 5
-    lr_schedule: str = "constant"  # constant | cosine (cosine decays to 10% over num_steps)
+    lr_warmup_steps: int = 5  # RL steps of linear warm-up
+    lr_schedule: LRSchedule = LRSchedule["constant"]  # cosine decays to 10% over num_steps
     adam_b1: float = 0.9
     adam_b2: float = 0.99
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
+
+    def check(self, key: str) -> None:
+        _check(self.learning_rate > 0, f"{key}.learning_rate", "must be positive")
+        _check(self.lr_warmup_steps >= 0, f"{key}.lr_warmup_steps", "must be >= 0")
+        _check(self.max_grad_norm > 0, f"{key}.max_grad_norm", "must be positive")
+
+
+@dataclass
+class PolicyLossConfig:
+    """The policy objective (`losses.grpo_loss`): every knob the frameworks disagree on."""
+
+    kind: PolicyLoss = PolicyLoss["clip"]
     clip_eps_low: float = 0.2  # ratio clipped to [1 - low, 1 + high]
     clip_eps_high: float = 0.28
-    kl_coef: float = 0.0  # beta of the KL penalty to the reference policy; 0 skips its forward
-    kl_estimator: str = "k3"  # k1 | k2 | k3 (see losses.kl_estimate)
-    adv_estimator: str = "grpo"  # grpo | drgrpo | rloo | batch_std | reinforce_pp | reinforce_pp_baseline
-    adv_eps: float = 1e-6  # added to the std before dividing
-    loss_agg: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm
-    policy_loss: str = "clip"  # clip (token ratios) | gspo (one ratio per sequence)
     dual_clip_c: float = 0.0  # > 1 caps the loss of negative-advantage tokens at c * |A|; 0: off
+    kl_coef: float = 0.0  # beta of the KL penalty to the reference policy; 0 skips its forward
+    kl_estimator: KLEstimator = KLEstimator["k3"]
+    agg: LossAgg = LossAgg["token-mean"]
     entropy_coef: float = 0.0  # entropy bonus, aggregated like the policy loss
-    # Several updates per rollout: mu epochs, each over a fresh split into minibatches; each
-    # minibatch gradient accumulated over microbatches (same result as one big batch).
-    epochs_per_rollout: int = 1
-    minibatches_per_epoch: int = 1
-    microbatches: int = 1
-    # PPO (name: ppo)
-    critic: str = "separate"  # separate (own trunk, copied from the warm policy) | head (shared)
+
+    def check(self, key: str) -> None:
+        _check(0 <= self.clip_eps_low < 1 and self.clip_eps_high >= 0, f"{key}.clip_eps_low",
+               "need 0 <= clip_eps_low < 1 and clip_eps_high >= 0")
+        _check(self.dual_clip_c == 0.0 or self.dual_clip_c > 1.0, f"{key}.dual_clip_c",
+               "must be 0 (off) or > 1")
+        _check(self.kl_coef >= 0, f"{key}.kl_coef", "must be >= 0")
+        _check(self.entropy_coef >= 0, f"{key}.entropy_coef", "must be >= 0")
+
+
+@dataclass
+class PPOConfig:
+    """PPO's critic and GAE (`algo.ppo`, used with `algo.name=ppo`)."""
+
+    critic: CriticLayout = CriticLayout["separate"]  # own trunk (from the warm policy) | head
     critic_learning_rate: float = 1e-4
     critic_warmup_steps: int = 0  # first RL steps update only the critic
     vf_coef: float = 1.0  # weight of the value loss (matters for critic=head)
@@ -131,14 +261,93 @@ class AlgoConfig:
     kl_in_reward: bool = False  # PPO-RLHF style per-token KL penalty in the reward, not the loss
     kl_target: float = 0.0  # > 0: adaptive KL controller (with kl_in_reward) toward this KL/seq
     kl_horizon: int = 10000
-    # DAPO (arXiv:2503.14476)
+
+    def check(self, key: str) -> None:
+        _check(self.critic_learning_rate > 0, f"{key}.critic_learning_rate", "must be positive")
+        _check(self.critic_warmup_steps >= 0, f"{key}.critic_warmup_steps", "must be >= 0")
+        _check(0.0 <= self.gae_gamma <= 1.0 and 0.0 <= self.gae_lambda <= 1.0,
+               f"{key}.gae_gamma", "gae_gamma and gae_lambda must be in [0, 1]")
+        _check(self.value_clip >= 0 and self.vf_coef >= 0, f"{key}.value_clip",
+               "value_clip, vf_coef >= 0")
+        _check(self.kl_horizon >= 1, f"{key}.kl_horizon", "must be >= 1")
+
+
+@dataclass
+class DAPOConfig:
+    """DAPO's sampling and shaping (Yu et al. 2025, arXiv:2503.14476), `algo.dapo`."""
+
     overlong_buffer_tokens: int = 0  # soft length penalty over the last L_cache tokens; 0: off
     overlong_penalty_factor: float = 1.0
     mask_truncated: bool = False  # responses cut at the budget (no EOS) leave the loss
     dynamic_sampling: bool = False  # keep only groups with unequal rewards (static shapes)
-    sampled_prompts_per_step: int = 0  # prompts sampled per step; 0: = prompts_per_step
+    sampled_prompts_per_step: int = 0  # prompts sampled per step; 0: = algo.prompts_per_step
+
+    def check(self, key: str, prompts_per_step: int, max_new_tokens: int) -> None:
+        _check(0 <= self.overlong_buffer_tokens < max_new_tokens,
+               f"{key}.overlong_buffer_tokens",
+               f"must be in [0, sampling.max_new_tokens={max_new_tokens})")
+        _check(self.sampled_prompts_per_step == 0
+               or self.sampled_prompts_per_step >= prompts_per_step,
+               f"{key}.sampled_prompts_per_step", "must be 0 or >= algo.prompts_per_step")
+        _check(self.dynamic_sampling
+               or self.sampled_prompts_per_step in (0, prompts_per_step),
+               f"{key}.sampled_prompts_per_step",
+               f"over-sampling needs {key}.dynamic_sampling=true")
+
+    def sampled_prompts(self, prompts_per_step: int) -> int:
+        """Prompts sampled per step (more than updated with dynamic sampling)."""
+        return self.sampled_prompts_per_step or prompts_per_step
 
 
+@dataclass
+class AlgoConfig:
+    """GRPO (Shao et al. 2024, arXiv:2402.03300) and its family, or PPO with a critic
+    (`name: ppo`, `adv_estimator: gae`). conf/README.md says what each preset sets."""
+
+    name: Algorithm = Algorithm["grpo"]
+    prompts_per_step: int = 64  # prompts in each update batch
+    samples_per_prompt: int = 8  # G: the group size
+    adv_estimator: AdvEstimator = AdvEstimator["grpo"]
+    adv_eps: float = 1e-6  # added to the std before dividing
+    # Several updates per rollout: mu epochs, each over a fresh split into minibatches; each
+    # minibatch gradient accumulated over microbatches (same result as one big batch).
+    epochs_per_rollout: int = 1
+    minibatches_per_epoch: int = 1
+    microbatches: int = 1
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    dapo: DAPOConfig = field(default_factory=DAPOConfig)
+
+    def check(self, max_new_tokens: int, key: str = "algo") -> None:
+        _check(self.prompts_per_step >= 1, f"{key}.prompts_per_step", "must be >= 1")
+        _check(self.samples_per_prompt >= 2 or self.name == "ppo", f"{key}.samples_per_prompt",
+               "must be >= 2: group-relative advantages need a group")
+        _check((self.name == "ppo") == (self.adv_estimator == "gae"), f"{key}.adv_estimator",
+               "gae goes with algo.name=ppo (it needs the critic), and ppo with gae")
+        _check(self.adv_eps > 0, f"{key}.adv_eps", "must be positive")
+        _check(min(self.epochs_per_rollout, self.minibatches_per_epoch, self.microbatches) >= 1,
+               f"{key}.epochs_per_rollout", "epochs, minibatches and microbatches must be >= 1")
+        rows = self.prompts_per_step * self.samples_per_prompt
+        _check(rows % (self.minibatches_per_epoch * self.microbatches) == 0,
+               f"{key}.minibatches_per_epoch",
+               f"prompts_per_step x samples_per_prompt = {rows} must be divisible by "
+               "minibatches_per_epoch x microbatches")
+        self.optim.check(f"{key}.optim")
+        self.loss.check(f"{key}.loss")
+        self.ppo.check(f"{key}.ppo")
+        self.dapo.check(f"{key}.dapo", self.prompts_per_step, max_new_tokens)
+        p = self.ppo
+        _check(not p.kl_in_reward or self.name == "ppo", f"{key}.ppo.kl_in_reward",
+               "a per-token KL reward needs GAE (algo.name=ppo); use algo.loss.kl_coef for the "
+               "loss term")
+        _check(p.kl_target == 0.0 or (p.kl_target > 0 and p.kl_in_reward
+                                      and self.loss.kl_coef > 0),
+               f"{key}.ppo.kl_target",
+               "the adaptive controller needs algo.ppo.kl_in_reward=true and algo.loss.kl_coef > 0")
+
+
+# ------------------------------------------------------------------------- the rest
 @dataclass
 class WarmupConfig:
     """Supervised warm start on generated demonstrations, a fraction of them deliberately wrong."""
@@ -155,21 +364,32 @@ class WarmupConfig:
     # seed's warm start once. "": keep it in the run directory.
     shared_dir: str = ""
 
+    def check(self, key: str = "warmup") -> None:
+        _check(self.steps >= 0, f"{key}.steps", "must be >= 0")
+        _check(0.0 <= self.wrong_fraction < 1.0, f"{key}.wrong_fraction", "must be in [0, 1)")
+        _check(self.wrong_max_offset >= 1, f"{key}.wrong_max_offset", "must be >= 1")
+
 
 @dataclass
 class VerifierConfig:
     # inprocess: the arithmetic task's exact-integer check in the trainer process (trusted).
     # math: math-verify equivalence in worker processes with hard deadlines (rlvr_jax/verify).
     # code: candidate programs run in the bubblewrap sandbox (rlvr_jax/verify/sandbox.py).
-    kind: str = "inprocess"
-    reward_scheme: str = "binary"  # a key of rlvr_jax.rewards.REWARD_TABLES
-    mode: str = "forkserver"  # sandboxed kinds: forkserver | fresh (same containment)
+    kind: VerifierKind = VerifierKind["inprocess"]
+    reward_scheme: RewardScheme = RewardScheme["binary"]  # rlvr_jax.rewards.REWARD_TABLES
+    mode: SandboxMode = SandboxMode["forkserver"]  # sandboxed kinds only (same containment)
     # > 1: sample the batch in this many chunks and verify chunk k (worker processes) while
     # chunk k+1 is sampled; all chunks use the same params, so it stays on-policy.
     overlap_chunks: int = 1
     workers: int = 2
     timeout_s: float = 10.0  # per job; the worker is killed and replaced past it
     batch_timeout_s: float = 300.0  # per call
+
+    def check(self, key: str = "verifier") -> None:
+        _check(self.workers >= 1, f"{key}.workers", "must be >= 1")
+        _check(self.timeout_s > 0, f"{key}.timeout_s", "must be > 0")
+        _check(self.batch_timeout_s > 0, f"{key}.batch_timeout_s", "must be > 0")
+        _check(self.overlap_chunks >= 1, f"{key}.overlap_chunks", "must be >= 1")
 
 
 @dataclass
@@ -179,10 +399,14 @@ class MeshConfig:
     data: int = -1
     fsdp: int = 1
 
+    def check(self, key: str = "mesh") -> None:
+        _check(self.data == -1 or self.data >= 1, f"{key}.data", "must be -1 or >= 1")
+        _check(self.fsdp == -1 or self.fsdp >= 1, f"{key}.fsdp", "must be -1 or >= 1")
+
 
 @dataclass
 class LoggerConfig:
-    mode: str = "offline"  # W&B mode: offline | online | disabled
+    mode: LoggerMode = LoggerMode["offline"]  # W&B mode
     project: str = "rlvr_jax"
     entity: Optional[str] = None
     progress_bar: bool = True
@@ -193,6 +417,10 @@ class CheckpointConfig:
     every_steps: int = 20
     max_to_keep: int = 2
 
+    def check(self, key: str = "checkpoint") -> None:
+        _check(self.every_steps >= 1, f"{key}.every_steps", "must be >= 1")
+        _check(self.max_to_keep >= 1, f"{key}.max_to_keep", "must be >= 1")
+
 
 @dataclass
 class EvalConfig:
@@ -200,6 +428,12 @@ class EvalConfig:
     sampled_per_problem: int = 2  # temperature-1 samples per problem for sampled accuracy
     sequences_per_batch: int = 512  # fixed eval batch shape (last batch padded)
     every_steps: int = 0  # 0: only after the warm start and at the end
+
+    def check(self, key: str = "eval") -> None:
+        _check(self.num_problems >= 1 and self.sampled_per_problem >= 1, f"{key}.num_problems",
+               "eval.num_problems and eval.sampled_per_problem must be >= 1")
+        _check(self.sequences_per_batch >= 1, f"{key}.sequences_per_batch", "must be >= 1")
+        _check(self.every_steps >= 0, f"{key}.every_steps", "must be >= 0")
 
 
 @dataclass
@@ -212,7 +446,9 @@ class RunConfig:
     # rerunning resumes. For schedulers with time slots. 0: no limit.
     stop_after_steps: int = 0
     model: ModelConfig = field(default_factory=ModelConfig)
-    task: TaskConfig = field(default_factory=TaskConfig)
+    # One schema per task family (TASK_SCHEMAS), chosen by the task group file (conf/task/) or,
+    # from a plain dict, by task.name (`to_run_config`).
+    task: Any = MISSING
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
@@ -251,139 +487,37 @@ def register_configs() -> None:
         OmegaConf.register_new_resolver("run_dirname", run_dirname)
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
-    for group, node in [("model", ModelConfig), ("task", TaskConfig), ("sampling", SamplingConfig),
+    for group, node in [("model", ModelConfig), ("sampling", SamplingConfig),
                         ("algo", AlgoConfig), ("verifier", VerifierConfig), ("mesh", MeshConfig),
                         ("logger", LoggerConfig)]:
         cs.store(group=group, name=f"{group}_schema", node=node)
-
-
-class ConfigError(ValueError):
-    """A config value is out of range or inconsistent; the message names the key."""
-
-
-def _check(ok: bool, key: str, msg: str) -> None:
-    if not ok:
-        raise ConfigError(f"config key '{key}': {msg}")
+    for name, node in TASK_SCHEMAS.items():
+        cs.store(group="task", name=f"{name}_schema", node=node)
 
 
 def validate(cfg: RunConfig) -> RunConfig:
-    m, t, s, a, w, e = cfg.model, cfg.task, cfg.sampling, cfg.algo, cfg.warmup, cfg.eval
-    _check(m.hidden_size > 0, "model.hidden_size", "must be positive")
-    _check(m.num_kv_heads > 0 and m.num_heads % m.num_kv_heads == 0, "model.num_kv_heads",
-           f"must divide model.num_heads={m.num_heads}")
-    _check(m.head_dim is not None or m.hidden_size % m.num_heads == 0, "model.head_dim",
-           "is unset and model.hidden_size is not a multiple of model.num_heads")
-    _check(m.resolved_head_dim % 2 == 0, "model.head_dim", "must be even for rotary embeddings")
-    _check(m.rope_scaling in ("none", "linear", "llama3"), "model.rope_scaling",
-           "must be none, linear or llama3")
-    _check(m.vocab_size == 0 or bool(m.path), "model.path",
-           f"model '{m.name}' is a pretrained architecture (vocab_size {m.vocab_size}): set "
-           "model.path to a local Hugging Face directory with its weights and tokenizer")
-    for key in ("param_dtype", "compute_dtype"):
-        _check(getattr(m, key) in ("float32", "bfloat16", "float16"), f"model.{key}",
-               "must be float32, bfloat16 or float16")
-    _check(t.name in ("arithmetic", "dataset", "codegen"), "task.name",
-           f"unknown task '{t.name}' (known: arithmetic, dataset, codegen)")
-    _check(t.name != "codegen" or cfg.verifier.kind == "code", "verifier.kind",
-           "task=codegen needs verifier=code (its programs run in the sandbox)")
-    _check(cfg.verifier.mode in ("forkserver", "fresh"), "verifier.mode",
-           "must be forkserver or fresh")
-    _check(cfg.verifier.overlap_chunks >= 1 and (cfg.algo.sampled_prompts_per_step
-                                                 or cfg.algo.prompts_per_step)
-           % cfg.verifier.overlap_chunks == 0, "verifier.overlap_chunks",
-           "must be >= 1 and divide the sampled prompts per step")
+    """Each part's checks, then the constraints between parts; every error names its key."""
+    m, t, a, w, v = cfg.model, cfg.task, cfg.algo, cfg.warmup, cfg.verifier
+    m.check()
+    t.check()
+    cfg.sampling.check()
+    a.check(cfg.sampling.max_new_tokens)
+    w.check()
+    v.check()
+    cfg.mesh.check()
+    cfg.checkpoint.check()
+    cfg.eval.check()
+    _check(cfg.num_steps >= 0, "num_steps", "must be >= 0")
+    _check(cfg.stop_after_steps >= 0, "stop_after_steps", "must be >= 0 (0: no limit)")
+    _check(v.kind in TASK_VERIFIERS[t.name], "verifier.kind",
+           f"task={t.name} is checked by verifier={' or '.join(TASK_VERIFIERS[t.name])}, not "
+           f"{v.kind}")
+    _check(a.dapo.sampled_prompts(a.prompts_per_step) % v.overlap_chunks == 0,
+           "verifier.overlap_chunks", "must divide the sampled prompts per step")
     if t.name == "dataset":
-        _check(bool(t.train_path) and bool(t.test_path), "task.train_path",
-               "task=dataset needs task.train_path and task.test_path")
-        _check(t.format in ("auto", "gsm8k", "math", "verl"), "task.format",
-               "must be auto, gsm8k, math or verl")
-        _check(t.on_bad_row in ("raise", "skip"), "task.on_bad_row", "must be raise or skip")
-        _check(cfg.verifier.kind == "math", "verifier.kind", "task=dataset needs verifier=math")
         _check(bool(m.path) or w.steps == 0, "model.path",
                "task=dataset has no demonstrations for a warm start: set model.path to a "
                "Hugging Face directory (or warmup.steps=0)")
-    _check(len(t.operators) > 0 and set(t.operators) <= {"+", "-", "*"}, "task.operators",
-           f"must be a non-empty subset of ['+', '-', '*'], got {list(t.operators)}")
-    _check(1 <= t.operand_digits <= 6, "task.operand_digits", "must be in [1, 6]")
-    _check(2 <= t.min_operands <= t.max_operands, "task.min_operands",
-           "must be >= 2 and <= task.max_operands")
-    _check(0.0 < t.heldout_fraction < 1.0, "task.heldout_fraction", "must be in (0, 1)")
-    _check("{question}" in t.prompt_template, "task.prompt_template", "must contain '{question}'")
-    _check(s.temperature > 0.0, "sampling.temperature",
-           "must be > 0: training recomputes the sampler's log-probs under softmax(logits / "
-           "temperature), which greedy decoding does not have (evaluation reports greedy "
-           "accuracy by itself)")
-    _check(s.top_k >= 0, "sampling.top_k", "must be >= 0 (0 disables)")
-    _check(0.0 < s.top_p <= 1.0, "sampling.top_p", "must be in (0, 1]")
-    _check(s.max_new_tokens >= 1, "sampling.max_new_tokens", "must be >= 1")
-    _check(a.name in ("grpo", "ppo"), "algo.name", f"unknown algorithm '{a.name}' (known: grpo, ppo)")
-    _check(a.prompts_per_step >= 1, "algo.prompts_per_step", "must be >= 1")
-    _check(a.samples_per_prompt >= 2 or a.name == "ppo", "algo.samples_per_prompt",
-           "must be >= 2: group-relative advantages need a group")
-    _check((a.name == "ppo") == (a.adv_estimator == "gae"), "algo.adv_estimator",
-           "gae goes with algo.name=ppo (it needs the critic), and ppo with gae")
-    _check(a.critic in ("separate", "head"), "algo.critic", "must be separate or head")
-    _check(a.critic_learning_rate > 0, "algo.critic_learning_rate", "must be positive")
-    _check(a.critic_warmup_steps >= 0, "algo.critic_warmup_steps", "must be >= 0")
-    _check(0.0 <= a.gae_gamma <= 1.0 and 0.0 <= a.gae_lambda <= 1.0, "algo.gae_gamma",
-           "gae_gamma and gae_lambda must be in [0, 1]")
-    _check(a.value_clip >= 0 and a.vf_coef >= 0, "algo.value_clip", "value_clip, vf_coef >= 0")
-    _check(not a.kl_in_reward or a.name == "ppo", "algo.kl_in_reward",
-           "a per-token KL reward needs GAE (algo.name=ppo); use kl_coef for the loss term")
-    _check(a.kl_target == 0.0 or (a.kl_target > 0 and a.kl_in_reward and a.kl_coef > 0),
-           "algo.kl_target", "the adaptive controller needs kl_in_reward=true and kl_coef > 0")
-    _check(a.kl_horizon >= 1, "algo.kl_horizon", "must be >= 1")
-    _check(a.entropy_coef >= 0, "algo.entropy_coef", "must be >= 0")
-    _check(min(a.epochs_per_rollout, a.minibatches_per_epoch, a.microbatches) >= 1,
-           "algo.epochs_per_rollout", "epochs, minibatches and microbatches must be >= 1")
-    _check((a.prompts_per_step * a.samples_per_prompt)
-           % (a.minibatches_per_epoch * a.microbatches) == 0, "algo.minibatches_per_epoch",
-           f"prompts_per_step x samples_per_prompt = {a.prompts_per_step * a.samples_per_prompt}"
-           " must be divisible by minibatches_per_epoch x microbatches")
-    _check(0 <= a.overlong_buffer_tokens < s.max_new_tokens, "algo.overlong_buffer_tokens",
-           f"must be in [0, sampling.max_new_tokens={s.max_new_tokens})")
-    _check(a.sampled_prompts_per_step == 0 or a.sampled_prompts_per_step >= a.prompts_per_step,
-           "algo.sampled_prompts_per_step", "must be 0 or >= algo.prompts_per_step")
-    _check(a.dynamic_sampling or a.sampled_prompts_per_step in (0, a.prompts_per_step),
-           "algo.sampled_prompts_per_step", "over-sampling needs algo.dynamic_sampling=true")
-    _check(a.learning_rate > 0, "algo.learning_rate", "must be positive")
-    _check(a.lr_schedule in ("constant", "cosine"), "algo.lr_schedule", "must be constant or cosine")
-    _check(0 <= a.clip_eps_low < 1 and a.clip_eps_high >= 0, "algo.clip_eps_low",
-           "need 0 <= clip_eps_low < 1 and clip_eps_high >= 0")
-    _check(a.kl_coef >= 0, "algo.kl_coef", "must be >= 0")
-    _check(a.adv_eps > 0, "algo.adv_eps", "must be positive")
-    from rlvr_jax.advantages import ESTIMATORS  # local: keep config import-light
-    from rlvr_jax.losses import AGGREGATIONS
-
-    _check(a.adv_estimator in ESTIMATORS + ("gae",), "algo.adv_estimator",
-           f"must be one of {ESTIMATORS + ('gae',)}")
-    _check(a.loss_agg in AGGREGATIONS, "algo.loss_agg", f"must be one of {AGGREGATIONS}")
-    _check(a.kl_estimator in ("k1", "k2", "k3"), "algo.kl_estimator", "must be k1, k2 or k3")
-    _check(a.policy_loss in ("clip", "gspo"), "algo.policy_loss", "must be clip or gspo")
-    _check(a.dual_clip_c == 0.0 or a.dual_clip_c > 1.0, "algo.dual_clip_c",
-           "must be 0 (off) or > 1")
-    _check(w.steps >= 0, "warmup.steps", "must be >= 0")
-    _check(0.0 <= w.wrong_fraction < 1.0, "warmup.wrong_fraction", "must be in [0, 1)")
-    _check(w.wrong_max_offset >= 1, "warmup.wrong_max_offset", "must be >= 1")
-    _check(cfg.verifier.kind in ("inprocess", "math", "code"), "verifier.kind",
-           f"unknown verifier '{cfg.verifier.kind}' (known: inprocess, math, code)")
-    _check(cfg.verifier.kind != "inprocess" or t.name == "arithmetic", "verifier.kind",
-           "inprocess checks only the arithmetic task")
-    _check(cfg.verifier.workers >= 1 and cfg.verifier.timeout_s > 0, "verifier.workers",
-           "verifier.workers >= 1 and verifier.timeout_s > 0")
-    _check(cfg.logger.mode in ("offline", "online", "disabled"), "logger.mode",
-           "must be offline, online or disabled")
-    _check(cfg.checkpoint.every_steps >= 1, "checkpoint.every_steps", "must be >= 1")
-    _check(e.num_problems >= 1 and e.sampled_per_problem >= 1, "eval.num_problems",
-           "eval.num_problems and eval.sampled_per_problem must be >= 1")
-    _check(cfg.num_steps >= 0, "num_steps", "must be >= 0")
-    _check(cfg.stop_after_steps >= 0, "stop_after_steps", "must be >= 0 (0: no limit)")
-    _check(cfg.mesh.data == -1 or cfg.mesh.data >= 1, "mesh.data", "must be -1 or >= 1")
-    _check(cfg.mesh.fsdp == -1 or cfg.mesh.fsdp >= 1, "mesh.fsdp", "must be -1 or >= 1")
-    from rlvr_jax.rewards import REWARD_TABLES  # local: rewards imports types, not config
-
-    _check(cfg.verifier.reward_scheme in REWARD_TABLES, "verifier.reward_scheme",
-           f"unknown scheme (known: {sorted(REWARD_TABLES)})")
     return cfg
 
 
@@ -405,23 +539,35 @@ def _unknown_keys(node: Any, schema: type, prefix: str = "") -> list[str]:
     return out
 
 
+def _task_schema(node: Any) -> type:
+    name = node.get("name", "arithmetic") if node is not None else "arithmetic"
+    _check(name in TASK_SCHEMAS, "task.name",
+           f"unknown task '{name}' (known: {', '.join(TASK_SCHEMAS)})")
+    return TASK_SCHEMAS[name]
+
+
 def to_run_config(cfg: DictConfig | RunConfig | dict[str, Any]) -> RunConfig:
-    """Hydra's DictConfig -> validated dataclass instance (OmegaConf checks types on the way)."""
+    """Hydra's DictConfig (or a plain dict of overrides) -> validated dataclass instance
+    (OmegaConf checks types on the way)."""
     if isinstance(cfg, RunConfig):
         return validate(cfg)
-    unknown = _unknown_keys(cfg, RunConfig)
+    if isinstance(cfg, dict):
+        cfg = OmegaConf.create(cfg)
+    task = cfg.get("task")
+    task = None if task == MISSING else task
+    schema = _task_schema(task)
+    unknown = _unknown_keys(cfg, RunConfig) + (
+        _unknown_keys(task, schema, "task.") if task is not None else [])
     if unknown:
         raise ConfigError(f"unknown config key(s): {', '.join(unknown)}")
+    cfg = OmegaConf.merge(cfg, {"task": OmegaConf.merge(OmegaConf.structured(schema),
+                                                        task if task is not None else {})})
     merged = OmegaConf.merge(OmegaConf.structured(RunConfig), cfg)
     obj = OmegaConf.to_object(merged)
-    assert isinstance(obj, RunConfig)
+    assert isinstance(obj, RunConfig) and isinstance(obj.task, schema)
     return validate(obj)
 
 
 def as_dict(cfg: RunConfig) -> dict[str, Any]:
+    """Plain JSON-able values (choices as their names)."""
     return dataclasses.asdict(cfg)
-
-
-__all__ = ["RunConfig", "ModelConfig", "TaskConfig", "SamplingConfig", "AlgoConfig", "WarmupConfig",
-           "VerifierConfig", "MeshConfig", "LoggerConfig", "CheckpointConfig", "EvalConfig",
-           "ConfigError", "register_configs", "validate", "to_run_config", "as_dict", "MISSING"]

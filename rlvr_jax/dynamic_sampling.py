@@ -18,32 +18,11 @@ Everything here is host-side numpy; `f(carry, fresh) -> (carry, out)`.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import numpy as np
 
-
-class Groups(NamedTuple):
-    """K groups of G samples each (host numpy). Prompt slots P, response slots N."""
-
-    prompt_K_G_P: np.ndarray  # int32, left-padded
-    prompt_mask_K_G_P: np.ndarray  # int32
-    tokens_K_G_N: np.ndarray  # int32 responses
-    logp_K_G_N: np.ndarray  # float32 sampler log-probs
-    mask_K_G_N: np.ndarray  # float32 generated tokens (attention)
-    loss_mask_K_G_N: np.ndarray  # float32 tokens that enter the loss
-    rewards_K_G: np.ndarray  # float32
-
-    @property
-    def num(self) -> int:
-        return self.rewards_K_G.shape[0]
-
-    def take(self, idx) -> "Groups":
-        return Groups(*(x[np.asarray(idx, dtype=np.int64)] for x in self))
-
-    def flat(self) -> "Groups":
-        """Merge the group and sample axes: arrays [K * G, ...] in K_G order."""
-        return Groups(*(x.reshape(-1, *x.shape[2:]) for x in self))
+from rlvr_jax.types import Groups
 
 
 def concat(a: Groups, b: Groups) -> Groups:
@@ -51,8 +30,8 @@ def concat(a: Groups, b: Groups) -> Groups:
 
 
 def informative(groups: Groups) -> np.ndarray:
-    """bool [K]: the group's rewards are not all equal (its advantages are not all zero)."""
-    r = groups.rewards_K_G
+    """bool [P]: the group's rewards are not all equal (its advantages are not all zero)."""
+    r = groups.rewards_P_G
     return r.max(axis=1) > r.min(axis=1)
 
 
@@ -74,7 +53,7 @@ def select(carry: Optional[Groups], fresh: Groups, keep: int,
         # Copies of this step's groups with a zero loss mask: real tokens (no degenerate
         # all-pad rows in attention), zero weight.
         pad = fresh.take(np.arange(n_pad) % fresh.num)
-        pad = pad._replace(loss_mask_K_G_N=np.zeros_like(pad.loss_mask_K_G_N))
+        pad = pad._replace(loss_mask_P_G_R=np.zeros_like(pad.loss_mask_P_G_R))
         real = concat(real, pad)
     surplus = fresh_ok[use_fresh:][-capacity:] if capacity > 0 else fresh_ok[:0]
     new_carry = fresh.take(surplus) if len(surplus) else None

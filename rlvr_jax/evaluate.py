@@ -20,74 +20,77 @@ import tempfile
 
 import jax
 
-from rlvr_jax import components, evaluation
+from rlvr_jax import build, evaluation
 from rlvr_jax.checkpoint import CheckpointError, read_policy_params
-from rlvr_jax.config import to_run_config
+from rlvr_jax.config import (ConfigError, DatasetTaskConfig, MeshConfig, ModelConfig,
+                             SamplingConfig, to_run_config)
 from rlvr_jax.data.loaders import DatasetError
 from rlvr_jax.models import hf
 from rlvr_jax.sampling import make_sampler
+from rlvr_jax.verify.verifiers import make_verifier
 
 
-def _run_config(model: str, data: str | None, max_new_tokens: int, batch: int, work_dir: str):
-    """A RunConfig whose components are the evaluated model, task and verifier."""
+def _task_and_model(model: str, data: str | None):
+    """(task config, model config, verifier kind) of what is evaluated: a run directory's own
+    (its run_config.json), or a HF directory on a dataset."""
     if os.path.exists(os.path.join(model, "run_config.json")):
         with open(os.path.join(model, "run_config.json")) as f:
-            d = json.load(f)
-        d["run_dir"] = model
+            run = to_run_config({k: v for k, v in json.load(f).items() if k != "run_dir"})
+        task, model_cfg, kind = run.task, run.model, run.verifier.kind
     else:
-        d = {"model": {"path": model}, "warmup": {"steps": 0}, "run_dir": work_dir,
-             "task": {"name": "dataset"}}
+        if not os.path.exists(os.path.join(model, "config.json")):
+            raise ValueError(f"{model}: neither a run directory (run_config.json) nor a Hugging "
+                             "Face directory (config.json)")
+        if not data:
+            raise ValueError("a Hugging Face directory needs --data (a JSONL/Parquet file)")
+        task, model_cfg, kind = None, ModelConfig(path=model), "math"
     if data:
-        d["task"] = dict(d.get("task", {}), name="dataset", train_path=data, test_path=data)
-        d["verifier"] = dict(d.get("verifier", {}), kind="math")
-        d["warmup"] = dict(d.get("warmup", {}), steps=0)
-        if not d.get("model", {}).get("path") and not os.path.exists(
-                os.path.join(model, "run_config.json")):
-            raise ValueError("--data needs MODEL to be a HF directory or a run directory")
-    d["sampling"] = dict(d.get("sampling", {}), max_new_tokens=max_new_tokens)
-    d["eval"] = dict(d.get("eval", {}), sequences_per_batch=batch)
-    # Training-batch settings must only fit the mesh: evaluation builds, never runs, the steps.
-    d["algo"] = dict(d.get("algo", {}), prompts_per_step=jax.device_count(), samples_per_prompt=2,
-                     sampled_prompts_per_step=0, dynamic_sampling=False, minibatches_per_epoch=1,
-                     microbatches=1)
-    d["mesh"] = {"data": -1, "fsdp": 1}
-    d["logger"] = {"mode": "disabled"}
-    return to_run_config(d)
+        task, kind = DatasetTaskConfig(train_path=data, test_path=data), "math"
+    if task.name == "dataset" and not model_cfg.path:
+        raise ValueError("--data needs MODEL to be a HF directory, or a run directory of a "
+                         "model loaded from one")
+    return task, model_cfg, kind
 
 
-def evaluate(model: str, data: str | None, *, n: int, ks: list[int], temperature: float,
-             max_new_tokens: int, num_problems: int, batch: int, seed: int = 0,
-             step: int | None = None) -> dict:
+def evaluate_model(model: str, data: str | None, *, n: int, ks: list[int], temperature: float,
+                   max_new_tokens: int, num_problems: int, batch: int, seed: int = 0,
+                   step: int | None = None) -> dict:
+    task_cfg, model_cfg, kind = _task_and_model(model, data)
     with tempfile.TemporaryDirectory() as work:
-        cfg = _run_config(model, data, max_new_tokens, batch, work)
-        c = components.build(cfg)
+        tok_dir = os.path.join(model, "tokenizer") if not model_cfg.path else work
+        setup = build.task_setup(task_cfg, model_cfg, max_new_tokens, tok_dir)
+        policy = build.policy(setup, MeshConfig(), SamplingConfig(max_new_tokens=max_new_tokens),
+                              build.Traces())
+        build.check_batches(policy.mesh, {"--batch": batch})
+        verifier = make_verifier(kind, workers=2, timeout_s=10.0, batch_timeout_s=None,
+                                 mode="forkserver")
         try:
             if os.path.exists(os.path.join(model, "run_config.json")):
                 params, step = read_policy_params(model, step)
             else:
-                params = hf.load(model, cfg.model)[1]
-            params = jax.device_put(params, c.state_sharding(params))
-            problems = c.task.heldout_set(num_problems or 10**9)
-            sampler = lambda t: make_sampler(c.model, max_new_tokens=c.max_new_tokens,
-                                             eos_id=c.tokenizer.eos_token_id,
-                                             pad_id=c.tokenizer.pad_token_id, temperature=t)
+                params = hf.load(model, setup.model_cfg)[1]
+            params = jax.device_put(params, policy.shardings(params))
+            problems = setup.task.heldout_set(num_problems or 10**9)
+            sampler = lambda t: make_sampler(policy.model, max_new_tokens=max_new_tokens,
+                                             eos_id=setup.tokenizer.eos_token_id,
+                                             pad_id=setup.tokenizer.pad_token_id, temperature=t)
             out = {"model": model, "data": data, "step": step, "problems": len(problems)}
-            key = jax.random.key(seed)
-            answer_of = getattr(c.task, "answer_of", lambda s: s.strip() or None)
-            common = dict(prompt_len=c.prompt_len, batch_size=batch, put=c.put, key=key,
-                          verify=c.verify)
-            v, texts = evaluation.sample_and_verify(sampler(0.0), params, c.task, c.tokenizer,
-                                                    problems, samples_per_problem=1, **common)
+            common = dict(prompt_len=setup.prompt_len, batch_size=batch, put=policy.put,
+                          key=jax.random.key(seed))
+            answer_of = setup.task.answer_of
+            v, texts = evaluation.sample_and_verify(sampler(0.0), params, setup.task,
+                                                    setup.tokenizer, problems, verifier,
+                                                    samples_per_problem=1, **common)
             out["greedy"] = evaluation.report(problems, v, texts, 1, answer_of, [1])
             if n > 0:
                 v, texts = evaluation.sample_and_verify(
-                    sampler(temperature), params, c.task, c.tokenizer, problems,
-                    samples_per_problem=n, **common)
+                    sampler(temperature), params, setup.task, setup.tokenizer, problems,
+                    verifier, samples_per_problem=n, **common)
                 out[f"sampled_T{temperature:g}_n{n}"] = evaluation.report(problems, v, texts, n,
                                                                           answer_of, ks)
             return out
         finally:
-            c.close()
+            verifier.close()
 
 
 def table(result: dict) -> str:
@@ -121,11 +124,11 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=None, help="JSON results path")
     args = ap.parse_args(argv)
     try:
-        result = evaluate(args.model, args.data, n=args.n,
+        result = evaluate_model(args.model, args.data, n=args.n,
                           ks=[int(k) for k in args.k.split(",")], temperature=args.temperature,
                           max_new_tokens=args.max_new_tokens, num_problems=args.num_problems,
                           batch=args.batch, seed=args.seed, step=args.step)
-    except (CheckpointError, DatasetError, hf.HFImportError, ValueError) as e:
+    except (CheckpointError, ConfigError, DatasetError, hf.HFImportError, ValueError) as e:
         sys.exit(f"error: {e}")
     print(table(result))
     if args.out:

@@ -15,11 +15,13 @@ import jax
 import numpy as np
 
 from rlvr_jax import batching, pass_at_k, rewards
+from rlvr_jax.tasks.base import Task
 from rlvr_jax.types import Status
+from rlvr_jax.verify.verifiers import Verifier
 
 
-def sample_and_verify(sample: Callable, params, task, tokenizer, problems: Sequence,
-                      verify: Callable, *, samples_per_problem: int, prompt_len: int,
+def sample_and_verify(sample: Callable, params, task: Task, tokenizer, problems: Sequence,
+                      verifier: Verifier, *, samples_per_problem: int, prompt_len: int,
                       batch_size: int, key: jax.Array, put: Callable):
     """(verdicts, completions), both in problem-major order (n per problem)."""
     jobs = [p for p in problems for _ in range(samples_per_problem)]
@@ -30,10 +32,10 @@ def sample_and_verify(sample: Callable, params, task, tokenizer, problems: Seque
         prompt, mask = batching.encode_prompts(tokenizer, [task.prompt(p) for p in padded],
                                                prompt_len)
         rollout = sample(params, put(prompt), put(mask), jax.random.fold_in(key, start))
-        tokens, resp_mask = jax.device_get((rollout.tokens_B_N, rollout.mask_B_N))
+        tokens, resp_mask = jax.device_get((rollout.tokens_B_R, rollout.mask_B_R))
         chunk_texts = batching.decode_responses(tokenizer, tokens[: len(chunk)],
                                                 resp_mask[: len(chunk)])
-        verdicts += verify(chunk, chunk_texts)
+        verdicts += verifier.verify(task.verify_jobs(chunk, chunk_texts))
         texts += chunk_texts
     return verdicts, texts
 
@@ -57,3 +59,22 @@ def report(problems: Sequence, verdicts: Sequence, texts: Sequence[str], n: int,
                                                 for j in range(n)])}
             for src, idx in sources.items()}
     return out
+
+
+def held_out(sample_greedy: Callable, sample_eval: Callable, params, task: Task, tokenizer,
+             verifier: Verifier, *, num_problems: int, sampled_per_problem: int,
+             sequences_per_batch: int, prompt_len: int, put: Callable, key: jax.Array) -> dict:
+    """Greedy and sampled (T=1) held-out accuracy, with pass@k / mean@k / maj@k for k up to
+    `sampled_per_problem` and status counts: what the loop logs before, during and after RL."""
+    problems = task.heldout_set(num_problems)
+    common = dict(prompt_len=prompt_len, batch_size=sequences_per_batch, put=put, key=key)
+    n = sampled_per_problem
+    ks = sorted({1, n} | {k for k in (2, 4, 8, 16) if k < n})
+    v, texts = sample_and_verify(sample_greedy, params, task, tokenizer, problems, verifier,
+                                 samples_per_problem=1, **common)
+    greedy = report(problems, v, texts, 1, task.answer_of)
+    v, texts = sample_and_verify(sample_eval, params, task, tokenizer, problems, verifier,
+                                 samples_per_problem=n, **common)
+    sampled = report(problems, v, texts, n, task.answer_of, ks)
+    return {"greedy_accuracy": greedy["accuracy"], "sampled_accuracy": sampled["accuracy"],
+            **{f"sampled_{k}": val for k, val in sampled.items() if k != "by_source"}}

@@ -1,6 +1,6 @@
 """Policy-gradient losses: pure jnp functions returning (loss, metrics).
 
-Indexing: B sequences, N response tokens, V vocabulary. `mask_B_N` is 1 on tokens that enter the
+Indexing: B sequences, R response tokens, V vocabulary. `mask_B_R` is 1 on tokens that enter the
 loss. Log-probs are natural logs of the sampled tokens.
 """
 
@@ -12,24 +12,24 @@ import jax
 import jax.numpy as jnp
 
 
-def token_logp_and_entropy(logits_B_N_V: jax.Array, targets_B_N: jax.Array,
+def token_logp_and_entropy(logits_B_R_V: jax.Array, targets_B_R: jax.Array,
                            temperature: float = 1.0) -> tuple[jax.Array, jax.Array]:
     """log pi(target) and the entropy of pi = softmax(logits / temperature), per position."""
-    assert logits_B_N_V.ndim == 3 and targets_B_N.ndim == 2
-    logp_B_N_V = jax.nn.log_softmax(logits_B_N_V.astype(jnp.float32) / temperature, axis=-1)
-    logp_B_N = jnp.take_along_axis(logp_B_N_V, targets_B_N[..., None], axis=-1)[..., 0]
-    entropy_B_N = -jnp.sum(jnp.exp(logp_B_N_V) * logp_B_N_V, axis=-1)
-    return logp_B_N, entropy_B_N
+    assert logits_B_R_V.ndim == 3 and targets_B_R.ndim == 2
+    logp_B_R_V = jax.nn.log_softmax(logits_B_R_V.astype(jnp.float32) / temperature, axis=-1)
+    logp_B_R = jnp.take_along_axis(logp_B_R_V, targets_B_R[..., None], axis=-1)[..., 0]
+    entropy_B_R = -jnp.sum(jnp.exp(logp_B_R_V) * logp_B_R_V, axis=-1)
+    return logp_B_R, entropy_B_R
 
 
-def masked_mean(x_B_N: jax.Array, mask_B_N: jax.Array) -> jax.Array:
+def masked_mean(x_B_R: jax.Array, mask_B_R: jax.Array) -> jax.Array:
     """Token-level mean over valid tokens of the whole batch (DAPO's aggregation,
     arXiv:2503.14476 eq. 12): every token weighs the same, whatever its sequence's length.
     An all-zero mask gives 0, not NaN."""
-    return jnp.sum(x_B_N * mask_B_N) / jnp.maximum(jnp.sum(mask_B_N), 1.0)
+    return jnp.sum(x_B_R * mask_B_R) / jnp.maximum(jnp.sum(mask_B_R), 1.0)
 
 
-def kl_estimate(logp_B_N: jax.Array, ref_logp_B_N: jax.Array, kind: str,
+def kl_estimate(logp_B_R: jax.Array, ref_logp_B_R: jax.Array, kind: str,
                 clamp: float = 20.0) -> jax.Array:
     """Per-token estimators of KL(pi || pi_ref) from tokens sampled from pi (Schulman 2020,
     http://joschu.net/blog/kl-approx.html), with log r = log pi_ref - log pi:
@@ -39,7 +39,7 @@ def kl_estimate(logp_B_N: jax.Array, ref_logp_B_N: jax.Array, kind: str,
         k3 = r - 1 - log r          unbiased, non-negative (GRPO eq. 4)
 
     `log r` is clamped to [-clamp, clamp] so one drifted token cannot overflow exp()."""
-    log_r = jnp.clip(ref_logp_B_N - logp_B_N, -clamp, clamp)
+    log_r = jnp.clip(ref_logp_B_R - logp_B_R, -clamp, clamp)
     if kind == "k1":
         return -log_r
     if kind == "k2":
@@ -61,13 +61,13 @@ class Counts(NamedTuple):
     num_seqs: jax.Array  # sequences with at least one valid token (at least 1)
 
 
-def counts(mask_B_N: jax.Array) -> Counts:
-    m = mask_B_N.astype(jnp.float32)
+def counts(mask_B_R: jax.Array) -> Counts:
+    m = mask_B_R.astype(jnp.float32)
     return Counts(jnp.maximum(jnp.sum(m), 1.0),
                   jnp.maximum(jnp.sum((jnp.sum(m, axis=1) > 0).astype(jnp.float32)), 1.0))
 
 
-def aggregate(x_B_N: jax.Array, mask_B_N: jax.Array, mode: str, norm_tokens: int = 0,
+def aggregate(x_B_R: jax.Array, mask_B_R: jax.Array, mode: str, norm_tokens: int = 0,
               total: Counts | None = None) -> jax.Array:
     """Reduce a per-token loss to a scalar. The choice sets how much each token weighs
     (B sequences, n_b valid tokens in sequence b, L = `norm_tokens`):
@@ -81,11 +81,11 @@ def aggregate(x_B_N: jax.Array, mask_B_N: jax.Array, mode: str, norm_tokens: int
                                                              constant divisor, no length bias
 
     Sequences with no valid token count as absent (padding groups, masked truncations). `total`
-    replaces the batch's own counts (`counts(mask_B_N)`) by those of a larger batch this one is
+    replaces the batch's own counts (`counts(mask_B_R)`) by those of a larger batch this one is
     a microbatch of."""
-    m = mask_B_N.astype(jnp.float32)
+    m = mask_B_R.astype(jnp.float32)
     total = counts(m) if total is None else total
-    per_seq_sum_B = jnp.sum(x_B_N * m, axis=1)
+    per_seq_sum_B = jnp.sum(x_B_R * m, axis=1)
     if mode == "token-mean":
         return jnp.sum(per_seq_sum_B) / total.num_tokens
     if mode == "seq-mean-token-mean":
@@ -99,7 +99,7 @@ def aggregate(x_B_N: jax.Array, mask_B_N: jax.Array, mode: str, norm_tokens: int
     raise ValueError(f"unknown aggregation {mode!r} (known: {', '.join(AGGREGATIONS)})")
 
 
-def clipped_surrogate(logp_B_N: jax.Array, old_logp_B_N: jax.Array, adv_B_N: jax.Array,
+def clipped_surrogate(logp_B_R: jax.Array, old_logp_B_R: jax.Array, adv_B_R: jax.Array,
                       eps_low: float, eps_high: float,
                       dual_clip_c: float = 0.0) -> tuple[jax.Array, dict]:
     """PPO clipped surrogate with decoupled bounds (DAPO clip-higher), per token, to minimise:
@@ -110,28 +110,28 @@ def clipped_surrogate(logp_B_N: jax.Array, old_logp_B_N: jax.Array, adv_B_N: jax
                              arXiv:1912.09729): a negative-advantage token whose ratio has
                              run away cannot dominate the batch
 
-    Returns (L_B_N, indicators) with the float masks where a clip is active: `clip_low`
+    Returns (L_B_R, indicators) with the float masks where a clip is active: `clip_low`
     (A < 0 and rho < 1 - eps_low), `clip_high` (A > 0 and rho > 1 + eps_high) and `clip_dual`.
     """
-    ratio_B_N = jnp.exp(logp_B_N - old_logp_B_N)
-    unclipped = -adv_B_N * ratio_B_N
-    clipped = -adv_B_N * jnp.clip(ratio_B_N, 1.0 - eps_low, 1.0 + eps_high)
-    loss_B_N = jnp.maximum(unclipped, clipped)
-    dual_B_N = jnp.zeros_like(loss_B_N, dtype=bool)
+    ratio_B_R = jnp.exp(logp_B_R - old_logp_B_R)
+    unclipped = -adv_B_R * ratio_B_R
+    clipped = -adv_B_R * jnp.clip(ratio_B_R, 1.0 - eps_low, 1.0 + eps_high)
+    loss_B_R = jnp.maximum(unclipped, clipped)
+    dual_B_R = jnp.zeros_like(loss_B_R, dtype=bool)
     if dual_clip_c > 0.0:
-        dual_B_N = (adv_B_N < 0) & (loss_B_N > -dual_clip_c * adv_B_N)
-        loss_B_N = jnp.where(dual_B_N, -dual_clip_c * adv_B_N, loss_B_N)
+        dual_B_R = (adv_B_R < 0) & (loss_B_R > -dual_clip_c * adv_B_R)
+        loss_B_R = jnp.where(dual_B_R, -dual_clip_c * adv_B_R, loss_B_R)
     indicators = {
-        "ratio": ratio_B_N,
-        "clip_low": ((adv_B_N < 0) & (ratio_B_N < 1.0 - eps_low)).astype(jnp.float32),
-        "clip_high": ((adv_B_N > 0) & (ratio_B_N > 1.0 + eps_high)).astype(jnp.float32),
-        "clip_dual": dual_B_N.astype(jnp.float32),
+        "ratio": ratio_B_R,
+        "clip_low": ((adv_B_R < 0) & (ratio_B_R < 1.0 - eps_low)).astype(jnp.float32),
+        "clip_high": ((adv_B_R > 0) & (ratio_B_R > 1.0 + eps_high)).astype(jnp.float32),
+        "clip_dual": dual_B_R.astype(jnp.float32),
     }
-    return loss_B_N, indicators
+    return loss_B_R, indicators
 
 
-def gspo_surrogate(logp_B_N: jax.Array, old_logp_B_N: jax.Array, adv_B: jax.Array,
-                   mask_B_N: jax.Array, eps_low: float, eps_high: float) -> tuple[jax.Array, dict]:
+def gspo_surrogate(logp_B_R: jax.Array, old_logp_B_R: jax.Array, adv_B: jax.Array,
+                   mask_B_R: jax.Array, eps_low: float, eps_high: float) -> tuple[jax.Array, dict]:
     """GSPO (Zheng et al. 2025, arXiv:2507.18071, eq. 5-7): one importance ratio per sequence,
     the geometric mean of its token ratios, clipped per sequence (the paper uses eps of order
     3e-4 / 4e-4, since a length-normalised ratio moves far less than a token ratio):
@@ -140,8 +140,8 @@ def gspo_surrogate(logp_B_N: jax.Array, old_logp_B_N: jax.Array, adv_B: jax.Arra
         L_b = max(-A_b * s_b, -A_b * clip(s_b, 1 - eps_low, 1 + eps_high))
 
     Returns (L_B per sequence, indicators)."""
-    m = mask_B_N.astype(jnp.float32)
-    log_s_B = jnp.sum((logp_B_N - old_logp_B_N) * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
+    m = mask_B_R.astype(jnp.float32)
+    log_s_B = jnp.sum((logp_B_R - old_logp_B_R) * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
     s_B = jnp.exp(log_s_B)
     loss_B = jnp.maximum(-adv_B * s_B, -adv_B * jnp.clip(s_B, 1.0 - eps_low, 1.0 + eps_high))
     return loss_B, {"seq_ratio": s_B,
@@ -149,8 +149,8 @@ def gspo_surrogate(logp_B_N: jax.Array, old_logp_B_N: jax.Array, adv_B: jax.Arra
                     "clip_high": ((adv_B > 0) & (s_B > 1.0 + eps_high)).astype(jnp.float32)}
 
 
-def grpo_loss(logp_B_N: jax.Array, old_logp_B_N: jax.Array, ref_logp_B_N: jax.Array | None,
-              advantages_B_N: jax.Array, mask_B_N: jax.Array, entropy_B_N: jax.Array, *,
+def grpo_loss(logp_B_R: jax.Array, old_logp_B_R: jax.Array, ref_logp_B_R: jax.Array | None,
+              advantages_B_R: jax.Array, mask_B_R: jax.Array, entropy_B_R: jax.Array, *,
               eps_low: float, eps_high: float, kl_coef: float, kl_estimator: str = "k3",
               loss_agg: str = "token-mean", norm_tokens: int = 0, dual_clip_c: float = 0.0,
               policy_loss: str = "clip", entropy_coef: float = 0.0,
@@ -160,61 +160,61 @@ def grpo_loss(logp_B_N: jax.Array, old_logp_B_N: jax.Array, ref_logp_B_N: jax.Ar
 
         loss = agg_{b,t}( L_clip[b,t] + beta * KL_k[b,t] - c_H * H[b,t] )
 
-    `advantages_B_N` is per token: an outcome advantage broadcast over its response (GRPO
+    `advantages_B_R` is per token: an outcome advantage broadcast over its response (GRPO
     family) or a GAE advantage (PPO). `policy_loss="clip"`: token ratios with decoupled clip
     (and dual-clip if `dual_clip_c > 0`), aggregated by `loss_agg` (see `aggregate`).
     `policy_loss="gspo"`: one clipped ratio per sequence with the sequence's mean advantage,
     averaged over sequences. The KL term (`kl_estimator` k1/k2/k3) and the entropy bonus use the
-    same aggregation. `ref_logp_B_N` may be None only when `kl_coef == 0` (the reference forward
+    same aggregation. `ref_logp_B_R` may be None only when `kl_coef == 0` (the reference forward
     is skipped). `total`: the counts of the full batch when this is a microbatch; every metric
     is then this microbatch's share, so metrics sum over microbatches (except `*_max`: max).
     """
-    assert logp_B_N.ndim == 2 and advantages_B_N.shape == logp_B_N.shape
-    total = counts(mask_B_N) if total is None else total
-    agg = lambda x_B_N: aggregate(x_B_N, mask_B_N, loss_agg, norm_tokens, total)
-    tok_mean = lambda x_B_N: aggregate(x_B_N, mask_B_N, "token-mean", total=total)
-    seq_mean = lambda x_B: aggregate(jnp.broadcast_to(x_B[:, None], mask_B_N.shape), mask_B_N,
+    assert logp_B_R.ndim == 2 and advantages_B_R.shape == logp_B_R.shape
+    total = counts(mask_B_R) if total is None else total
+    agg = lambda x_B_R: aggregate(x_B_R, mask_B_R, loss_agg, norm_tokens, total)
+    tok_mean = lambda x_B_R: aggregate(x_B_R, mask_B_R, "token-mean", total=total)
+    seq_mean = lambda x_B: aggregate(jnp.broadcast_to(x_B[:, None], mask_B_R.shape), mask_B_R,
                                      "seq-mean-token-mean", total=total)
-    ratio_B_N = jnp.exp(logp_B_N - old_logp_B_N)
+    ratio_B_R = jnp.exp(logp_B_R - old_logp_B_R)
     if policy_loss == "clip":
-        pg_B_N, ind = clipped_surrogate(logp_B_N, old_logp_B_N, advantages_B_N, eps_low,
+        pg_B_R, ind = clipped_surrogate(logp_B_R, old_logp_B_R, advantages_B_R, eps_low,
                                         eps_high, dual_clip_c)
-        pg_loss = agg(pg_B_N)
+        pg_loss = agg(pg_B_R)
         clip_metrics = {k: tok_mean(ind[k]) for k in ("clip_low", "clip_high", "clip_dual")}
     elif policy_loss == "gspo":
-        m = mask_B_N.astype(jnp.float32)
-        adv_B = jnp.sum(advantages_B_N * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
-        pg_B, ind = gspo_surrogate(logp_B_N, old_logp_B_N, adv_B, mask_B_N, eps_low, eps_high)
+        m = mask_B_R.astype(jnp.float32)
+        adv_B = jnp.sum(advantages_B_R * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
+        pg_B, ind = gspo_surrogate(logp_B_R, old_logp_B_R, adv_B, mask_B_R, eps_low, eps_high)
         pg_loss = seq_mean(pg_B)
         clip_metrics = {"clip_low": seq_mean(ind["clip_low"]),
                         "clip_high": seq_mean(ind["clip_high"])}
     else:
         raise ValueError(f"unknown policy loss {policy_loss!r} (known: clip, gspo)")
-    entropy = tok_mean(entropy_B_N)
+    entropy = tok_mean(entropy_B_R)
     metrics = {
         "pg_loss": pg_loss,
         **{f"{k.replace('clip_', 'clip_frac_')}": v for k, v in clip_metrics.items()},
-        "ratio_mean": tok_mean(ratio_B_N),
-        "ratio_max": jnp.max(jnp.where(mask_B_N > 0, ratio_B_N, 0.0)),
+        "ratio_mean": tok_mean(ratio_B_R),
+        "ratio_max": jnp.max(jnp.where(mask_B_R > 0, ratio_B_R, 0.0)),
         "entropy": entropy,
         # k1 = old_logp - logp: a sample estimate of KL(old || new), to watch policy drift.
-        "approx_kl_old": tok_mean(old_logp_B_N - logp_B_N),
+        "approx_kl_old": tok_mean(old_logp_B_R - logp_B_R),
     }
     loss = pg_loss
     if entropy_coef > 0.0:
-        loss = loss - entropy_coef * agg(entropy_B_N)
+        loss = loss - entropy_coef * agg(entropy_B_R)
     if kl_coef > 0.0:
-        if ref_logp_B_N is None:
+        if ref_logp_B_R is None:
             raise ValueError("kl_coef > 0 needs reference log-probs")
-        kl = agg(kl_estimate(logp_B_N, ref_logp_B_N, kl_estimator))
+        kl = agg(kl_estimate(logp_B_R, ref_logp_B_R, kl_estimator))
         loss = loss + kl_coef * kl
         metrics["kl_ref"] = kl
     metrics["loss"] = loss
     return loss, metrics
 
 
-def value_loss(values_B_N: jax.Array, old_values_B_N: jax.Array, returns_B_N: jax.Array,
-               mask_B_N: jax.Array, clip: float,
+def value_loss(values_B_R: jax.Array, old_values_B_R: jax.Array, returns_B_R: jax.Array,
+               mask_B_R: jax.Array, clip: float,
                total: Counts | None = None) -> tuple[jax.Array, dict]:
     """PPO's clipped value loss (Schulman et al. 2017, arXiv:1707.06347; the clipping as in
     OpenAI baselines), token-mean over valid tokens:
@@ -223,21 +223,21 @@ def value_loss(values_B_N: jax.Array, old_values_B_N: jax.Array, returns_B_N: ja
         L_V    = 1/2 * max((V - R)^2, (V_clip - R)^2)
 
     `clip <= 0` turns the clipping off. Returns (loss, metrics); `total` as in `grpo_loss`."""
-    err_B_N = jnp.square(values_B_N - returns_B_N)
+    err_B_R = jnp.square(values_B_R - returns_B_R)
     if clip > 0.0:
-        v_clip_B_N = old_values_B_N + jnp.clip(values_B_N - old_values_B_N, -clip, clip)
-        err_clip_B_N = jnp.square(v_clip_B_N - returns_B_N)
-        clipped_B_N = (err_clip_B_N > err_B_N).astype(jnp.float32)
-        err_B_N = jnp.maximum(err_B_N, err_clip_B_N)
+        v_clip_B_R = old_values_B_R + jnp.clip(values_B_R - old_values_B_R, -clip, clip)
+        err_clip_B_R = jnp.square(v_clip_B_R - returns_B_R)
+        clipped_B_R = (err_clip_B_R > err_B_R).astype(jnp.float32)
+        err_B_R = jnp.maximum(err_B_R, err_clip_B_R)
     else:
-        clipped_B_N = jnp.zeros_like(err_B_N)
-    tok_mean = lambda x: aggregate(x, mask_B_N, "token-mean", total=total)
-    loss = 0.5 * tok_mean(err_B_N)
-    return loss, {"value_loss": loss, "value_clip_frac": tok_mean(clipped_B_N),
-                  "value_mean": tok_mean(values_B_N)}
+        clipped_B_R = jnp.zeros_like(err_B_R)
+    tok_mean = lambda x: aggregate(x, mask_B_R, "token-mean", total=total)
+    loss = 0.5 * tok_mean(err_B_R)
+    return loss, {"value_loss": loss, "value_clip_frac": tok_mean(clipped_B_R),
+                  "value_mean": tok_mean(values_B_R)}
 
 
-def sft_loss(logp_B_N: jax.Array, mask_B_N: jax.Array) -> tuple[jax.Array, dict]:
+def sft_loss(logp_B_R: jax.Array, mask_B_R: jax.Array) -> tuple[jax.Array, dict]:
     """Negative log-likelihood of the demonstration tokens, token-mean."""
-    nll = -masked_mean(logp_B_N, mask_B_N)
+    nll = -masked_mean(logp_B_R, mask_B_R)
     return nll, {"loss": nll}

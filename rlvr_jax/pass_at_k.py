@@ -38,17 +38,17 @@ def majority(answers: Sequence[str | None], correct: Sequence[bool]) -> bool:
     return bool(correct[answers.index(winner)])
 
 
-def summarize(correct_P_N: np.ndarray, answers_P_N: Sequence[Sequence[str | None]],
+def summarize(correct_P_G: np.ndarray, answers_P_G: Sequence[Sequence[str | None]],
               ks: Sequence[int]) -> dict[str, float]:
     """pass@k, mean@k and maj@k over problems, for each k <= n."""
-    correct_P_N = np.asarray(correct_P_N, bool)
-    p, n = correct_P_N.shape
+    correct_P_G = np.asarray(correct_P_G, bool)
+    p, n = correct_P_G.shape
     out = {}
     for k in ks:
         if k > n:
             continue
-        out[f"pass@{k}"] = float(np.mean([pass_at_k(n, int(c), k) for c in correct_P_N.sum(1)]))
-        out[f"mean@{k}"] = float(correct_P_N.mean())
-        out[f"maj@{k}"] = float(np.mean([majority(list(answers_P_N[i][:k]), correct_P_N[i, :k])
+        out[f"pass@{k}"] = float(np.mean([pass_at_k(n, int(c), k) for c in correct_P_G.sum(1)]))
+        out[f"mean@{k}"] = float(correct_P_G.mean())
+        out[f"maj@{k}"] = float(np.mean([majority(list(answers_P_G[i][:k]), correct_P_G[i, :k])
                                          for i in range(p)]))
     return out

@@ -1,10 +1,10 @@
-"""Jitted sampler: one prefill over the left-padded prompts into a static KV cache of P + N
+"""Jitted sampler: one prefill over the left-padded prompts into a static KV cache of L + R
 slots, then a `lax.while_loop` that decodes one token per iteration.
 
-    sample = make_sampler(model, max_new_tokens=N, eos_id=..., pad_id=..., temperature=1.0)
-    rollout = sample(params, prompt_B_P, prompt_mask_B_P, key)
+    sample = make_sampler(model, max_new_tokens=R, eos_id=..., pad_id=..., temperature=1.0)
+    rollout = sample(params, prompt_B_L, prompt_mask_B_L, key)
 
-Shapes are fixed by (B, P, N), so a run whose batch shape does not change compiles the sampler
+Shapes are fixed by (B, L, R), so a run whose batch shape does not change compiles the sampler
 once. The cache lives inside the one compiled call: the loop carry is updated in place (XLA
 aliases a while loop's carried buffers), and it is freed when the rollout returns.
 
@@ -86,18 +86,18 @@ class DecodeCarry(NamedTuple):
     """The decode loop's state; step i draws token i and runs its forward."""
 
     i: jax.Array  # [] int32: the next token's column
-    cache: KVCache  # B rows, P + N slots
+    cache: KVCache  # B rows, S = L + R slots
     logits_B_V: jax.Array  # float32: the distribution of token i
     done_B: jax.Array  # bool: the row has emitted EOS
-    tokens_B_N: jax.Array  # int32, pad after EOS
-    logp_B_N: jax.Array  # float32, 0 after EOS
-    mask_B_N: jax.Array  # float32, 1 on tokens up to and including EOS
+    tokens_B_R: jax.Array  # int32, pad after EOS
+    logp_B_R: jax.Array  # float32, 0 after EOS
+    mask_B_R: jax.Array  # float32, 1 on tokens up to and including EOS
 
 
 def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: int,
                  temperature: float, top_k: int = 0, top_p: float = 1.0,
                  on_trace: Callable[[], None] = lambda: None):
-    """Returns jitted `sample(params, prompt_B_P, prompt_mask_B_P, key) -> Rollout`.
+    """Returns jitted `sample(params, prompt_B_L, prompt_mask_B_L, key) -> Rollout`.
 
     `on_trace` runs each time JAX traces (and so compiles) the sampler: the loop counts these.
     """
@@ -105,35 +105,35 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
     if n < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {n}")
 
-    def sample(params, prompt_B_P, prompt_mask_B_P, key):
+    def sample(params, prompt_B_L, prompt_mask_B_L, key):
         on_trace()
-        b, p = prompt_B_P.shape
+        b, p = prompt_B_L.shape
         apply = lambda method, *a: model.apply({"params": params}, *a, method=method)
-        logits_B_V, cache = apply("prefill", prompt_B_P, prompt_mask_B_P, p + n)
-        pos_B = jnp.sum(prompt_mask_B_P.astype(jnp.int32), axis=-1)  # position of the next token
+        logits_B_V, cache = apply("prefill", prompt_B_L, prompt_mask_B_L, p + n)
+        pos_B = jnp.sum(prompt_mask_B_L.astype(jnp.int32), axis=-1)  # position of the next token
         # Rotary tables for every decode step, made once before the loop: computed inside it,
         # XLA fused the sines and cosines into each layer's q and k (recomputed per element).
-        cos_B_N_D2, sin_B_N_D2 = rope_for(model.cfg, pos_B[:, None] + jnp.arange(n)[None, :])
+        cos_B_R_D2, sin_B_R_D2 = rope_for(model.cfg, pos_B[:, None] + jnp.arange(n)[None, :])
         # Every step's uniforms too (one draw per row, see draw_inverse_cdf): random bits inside
         # the loop were a small nested loop of their own on each step.
-        u_N_B = jax.random.uniform(key, (n, b), jnp.float32)
+        u_R_B = jax.random.uniform(key, (n, b), jnp.float32)
 
         def record(c: DecodeCarry) -> tuple[jax.Array, jax.Array, DecodeCarry]:
             """Draw token i from c.logits_B_V and write it (pad on finished rows) into column i."""
-            u_B = jax.lax.dynamic_index_in_dim(u_N_B, c.i, axis=0, keepdims=False)
+            u_B = jax.lax.dynamic_index_in_dim(u_R_B, c.i, axis=0, keepdims=False)
             tok_B, logp_B = choose_tokens(c.logits_B_V, u_B, temperature, top_k, top_p)
             live_B = ~c.done_B
             tok_B = jnp.where(live_B, tok_B, pad_id)
             return tok_B, live_B, c._replace(
                 done_B=c.done_B | (tok_B == eos_id),
-                tokens_B_N=c.tokens_B_N.at[:, c.i].set(tok_B),
-                logp_B_N=c.logp_B_N.at[:, c.i].set(jnp.where(live_B, logp_B, 0.0)),
-                mask_B_N=c.mask_B_N.at[:, c.i].set(live_B.astype(jnp.float32)))
+                tokens_B_R=c.tokens_B_R.at[:, c.i].set(tok_B),
+                logp_B_R=c.logp_B_R.at[:, c.i].set(jnp.where(live_B, logp_B, 0.0)),
+                mask_B_R=c.mask_B_R.at[:, c.i].set(live_B.astype(jnp.float32)))
 
         def body(c: DecodeCarry) -> DecodeCarry:
             tok_B, live_B, c = record(c)
-            rope_B = (jax.lax.dynamic_index_in_dim(cos_B_N_D2, c.i, axis=1, keepdims=False),
-                      jax.lax.dynamic_index_in_dim(sin_B_N_D2, c.i, axis=1, keepdims=False))
+            rope_B = (jax.lax.dynamic_index_in_dim(cos_B_R_D2, c.i, axis=1, keepdims=False),
+                      jax.lax.dynamic_index_in_dim(sin_B_R_D2, c.i, axis=1, keepdims=False))
             logits_B_V, cache = apply("decode_step", tok_B, live_B, rope_B, c.cache, p + c.i)
             return c._replace(i=c.i + 1, cache=cache, logits_B_V=logits_B_V)
 
@@ -148,6 +148,6 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
                             jnp.full((b, n), pad_id, jnp.int32), jnp.zeros((b, n), jnp.float32),
                             jnp.zeros((b, n), jnp.float32))
         _, _, c = record(jax.lax.while_loop(cond, body, carry))
-        return Rollout(c.tokens_B_N, c.logp_B_N, c.mask_B_N)
+        return Rollout(c.tokens_B_R, c.logp_B_R, c.mask_B_R)
 
     return jax.jit(sample)

@@ -1,5 +1,17 @@
-"""What crosses a stage boundary. Shape suffixes: B sequences, P prompt slots, N response slots,
-T = P + N, V vocabulary; in the loop B = prompts x samples_per_prompt (P_G)."""
+"""What crosses a stage boundary, and the one legend of shape suffixes used in every name
+(`rewards_P_G`, `tokens_B_R`, `logits_B_R_V`):
+
+    P  prompts (problems) in a batch; in dynamic sampling, the groups kept
+    G  samples per prompt (a group)
+    B  sequences; in the loop B = P * G, in P_G order (a group's samples are contiguous)
+    L  prompt slots (prompts are left-padded to L)
+    R  response slots (responses are right-padded to R; the response budget)
+    T  tokens of prompt ++ response, T = L + R
+    S  KV-cache slots (the sampler's cache has S = L + R)
+    V  vocabulary;  D  hidden width;  F  MLP width
+    Q  query heads;  K  key/value heads;  J = Q / K;  H  head dim
+    U  optimizer updates in one RL step (epochs x minibatches)
+"""
 
 from __future__ import annotations
 
@@ -45,9 +57,9 @@ class Verdict:
 class Rollout(NamedTuple):
     """What the sampler returns (device arrays)."""
 
-    tokens_B_N: Any  # int32 response tokens; pad after EOS
-    logp_B_N: Any  # float32 log-prob of each sampled token under softmax(logits / temperature)
-    mask_B_N: Any  # float32 1 for generated tokens up to and including EOS, else 0
+    tokens_B_R: Any  # int32 response tokens; pad after EOS
+    logp_B_R: Any  # float32 log-prob of each sampled token under softmax(logits / temperature)
+    mask_B_R: Any  # float32 1 for generated tokens up to and including EOS, else 0
 
 
 class TrainBatch(NamedTuple):
@@ -55,11 +67,11 @@ class TrainBatch(NamedTuple):
 
     tokens_B_T: Any  # int32 prompt ++ response
     input_mask_B_T: Any  # float32 1 for real (non-pad) tokens; attention keys and positions
-    response_mask_B_N: Any  # float32 1 for response tokens that enter the loss
-    old_logp_B_N: Any  # float32 sampler log-probs (the behaviour policy)
-    advantages_B_N: Any  # float32 per token: an outcome advantage broadcast, or GAE
-    returns_B_N: Any = None  # float32 value targets (PPO only)
-    old_values_B_N: Any = None  # float32 critic values at sampling time (PPO only)
+    response_mask_B_R: Any  # float32 1 for response tokens that enter the loss
+    old_logp_B_R: Any  # float32 sampler log-probs (the behaviour policy)
+    advantages_B_R: Any  # float32 per token: an outcome advantage broadcast, or GAE
+    returns_B_R: Any = None  # float32 value targets (PPO only)
+    old_values_B_R: Any = None  # float32 critic values at sampling time (PPO only)
 
 
 class SFTBatch(NamedTuple):
@@ -67,7 +79,40 @@ class SFTBatch(NamedTuple):
 
     tokens_B_T: Any
     input_mask_B_T: Any
-    response_mask_B_N: Any
+    response_mask_B_R: Any
+
+
+class Groups(NamedTuple):
+    """P groups of G samples each (host numpy), between scoring, dynamic sampling and the
+    advantages."""
+
+    prompt_P_G_L: np.ndarray  # int32, left-padded
+    prompt_mask_P_G_L: np.ndarray  # int32
+    tokens_P_G_R: np.ndarray  # int32 responses
+    logp_P_G_R: np.ndarray  # float32 sampler log-probs
+    mask_P_G_R: np.ndarray  # float32 generated tokens (attention)
+    loss_mask_P_G_R: np.ndarray  # float32 tokens that enter the loss
+    rewards_P_G: np.ndarray  # float32
+
+    @property
+    def num(self) -> int:
+        return self.rewards_P_G.shape[0]
+
+    def take(self, idx) -> "Groups":
+        return Groups(*(x[np.asarray(idx, dtype=np.int64)] for x in self))
+
+    def flat(self) -> "Groups":
+        """Merge the group and sample axes: arrays [P * G, ...] in P_G order."""
+        return Groups(*(x.reshape(-1, *x.shape[2:]) for x in self))
+
+
+class StepTimes(NamedTuple):
+    """Wall seconds of one RL step's phases (host clock)."""
+
+    sample_s: float  # blocked on the sampler
+    verify_s: float  # waiting for verdicts after the last chunk was sampled
+    update_s: float  # advantages + update (+ PPO's prepare)
+    step_s: float  # the whole step
 
 
 class TrainState(NamedTuple):

@@ -1,23 +1,38 @@
-"""Supervised warm start on imperfect demonstrations.
+"""How a run starts: the supervised warm start on imperfect demonstrations (or a Hugging Face
+checkpoint), the held-out evaluation before RL, and resuming from the last checkpoint.
 
 Each demonstration is the task's prompt and an answer that is wrong with probability
 `wrong_fraction` (off by 1..max_offset). A policy that imitates them perfectly answers correctly
 only ~(1 - wrong_fraction) of the time when sampled: the ceiling of imitation, which the RL phase
 is there to break using the verifier.
+
+Resume: the train state and the loop state come back from the last checkpoint; the warm-start
+params (the frozen reference policy) and the start evaluation from their own files, so a
+resumed run recomputes nothing an uninterrupted run computed once.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import json
+import os
+import time
+from typing import Callable, NamedTuple
 
+import jax
 import numpy as np
 
-from rlvr_jax import batching
-from rlvr_jax.tasks.arithmetic import ArithmeticTask
-from rlvr_jax.types import SFTBatch
+from rlvr_jax import batching, evaluation, optim
+from rlvr_jax.build import Policy, TaskSetup, Updates
+from rlvr_jax.checkpoint import Checkpointer, abstract_like
+from rlvr_jax.config import EvalConfig, WarmupConfig
+from rlvr_jax.models import hf
+from rlvr_jax.tasks.base import Task
+from rlvr_jax.tracking import Tracker
+from rlvr_jax.types import LoopState, SFTBatch, TrainState
+from rlvr_jax.verify.verifiers import Verifier
 
 
-def demonstration_batch(task: ArithmeticTask, tokenizer, *, seed: int, batch_index: int,
+def demonstration_batch(task: Task, tokenizer, *, seed: int, batch_index: int,
                         count: int, wrong_fraction: float, max_offset: int, prompt_len: int,
                         max_new_tokens: int) -> SFTBatch:
     """Batch `batch_index` of demonstrations (a pure function of its arguments)."""
@@ -40,3 +55,100 @@ def run_warmup(sft_step: Callable, state, make_batch: Callable[[int], SFTBatch],
         if (i + 1) % log_every == 0 or i + 1 == steps:
             on_log(i + 1, metrics)
     return state
+
+
+def warm_start(policy: Policy, setup: TaskSetup, updates: Updates, w: WarmupConfig, seed: int,
+               key: jax.Array, tracker: Tracker):
+    """Supervised warm-up from freshly initialised params; returns the warm params."""
+    state = optim.init_train_state(policy.init_params(key), updates.sft_tx)
+    state = jax.device_put(state, policy.shardings(state))  # the step's out_shardings: 1 compile
+    make = lambda i: demonstration_batch(
+        setup.task, setup.tokenizer, seed=seed, batch_index=i, count=w.sequences_per_step,
+        wrong_fraction=w.wrong_fraction, max_offset=w.wrong_max_offset,
+        prompt_len=setup.prompt_len, max_new_tokens=setup.max_new_tokens)
+    t0 = time.perf_counter()
+
+    def on_log(i, metrics):
+        metrics = jax.device_get(metrics)
+        tracker.write(f"warm-up step {i}/{w.steps}  loss {float(metrics['loss']):.4f}  "
+                      f"{time.perf_counter() - t0:.0f}s")
+        tracker.log(0, {f"warmup/{k}": v for k, v in metrics.items()} | {"warmup/step": i})
+
+    return run_warmup(updates.sft_step, state, make, w.steps, policy.put, on_log).params
+
+
+class Start(NamedTuple):
+    """Where the RL loop begins."""
+
+    state: TrainState  # fresh from the warm params, or restored
+    loop: LoopState
+    ref_params: object  # the warm params: the frozen reference policy
+    eval_start: dict  # held-out evaluation of the warm params
+    wall_before: float  # wall seconds of earlier invocations of this run
+
+
+def evaluate_policy(policy: Policy, setup: TaskSetup, verifier: Verifier, e: EvalConfig,
+                    params, key: jax.Array) -> dict:
+    """The held-out evaluation the loop logs (rlvr_jax/evaluation.py)."""
+    return evaluation.held_out(
+        policy.sample_greedy, policy.sample_eval, params, setup.task, setup.tokenizer, verifier,
+        num_problems=e.num_problems, sampled_per_problem=e.sampled_per_problem,
+        sequences_per_batch=e.sequences_per_batch, prompt_len=setup.prompt_len, put=policy.put,
+        key=key)
+
+
+def start_or_resume(policy: Policy, setup: TaskSetup, updates: Updates, verifier: Verifier, *,
+                    warmup: WarmupConfig, eval_cfg: EvalConfig, seed: int, kl_coef: float,
+                    num_steps: int, run_dir: str, ckpt: Checkpointer, tracker: Tracker) -> Start:
+    base_key = jax.random.key(seed)
+    shapes = jax.eval_shape(policy.init_params, base_key)
+    abstract_params = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                                   shapes, policy.shardings(shapes))
+    model_cfg = setup.model_cfg
+    if model_cfg.path:  # pretrained weights: no warm start
+        warm = jax.device_put(hf.load(model_cfg.path, model_cfg)[1],
+                              jax.tree.map(lambda a: a.sharding, abstract_params))
+        tracker.write(f"loaded {model_cfg.path} ({model_cfg.num_layers} layers, hidden "
+                      f"{model_cfg.hidden_size}); no warm start")
+    elif ckpt.has_warmstart():
+        warm = ckpt.restore_warmstart(abstract_params)
+        tracker.write(f"found warm-start params in {ckpt.warmstart_dir}; skipping the warm-up")
+    else:
+        warm = warm_start(policy, setup, updates, warmup, seed, jax.random.fold_in(base_key, 1),
+                          tracker)
+        ckpt.save_warmstart(warm)
+    eval_path = os.path.join(run_dir, "eval_start.json")
+    if os.path.exists(eval_path):
+        with open(eval_path) as f:
+            eval_start = json.load(f)
+    else:  # the key is the loop's eval key (fold 2): start and end see the same draws
+        eval_start = evaluate_policy(policy, setup, verifier, eval_cfg, warm,
+                                     jax.random.fold_in(base_key, 2))
+        with open(eval_path, "w") as f:
+            json.dump(eval_start, f)
+    tracker.log(0, {f"eval/{k}": v for k, v in eval_start.items()})
+    state = optim.init_train_state(
+        updates.init_rl_params(warm, jax.random.fold_in(base_key, 4)), updates.rl_tx)
+    state = jax.device_put(state, policy.shardings(state))
+    loop = LoopState(0, 0, np.asarray(jax.random.key_data(base_key)), kl_coef, None)
+    wall_before = 0.0
+    latest = ckpt.latest_step()
+    if latest is not None:
+        state, loop = ckpt.restore(latest, abstract_like(state))
+        wall_before = read_wall(run_dir)
+        tracker.write(f"RESUMING from checkpoint step {latest} in {ckpt.directory} "
+                      f"({num_steps - loop.step} of {num_steps} steps left)")
+    return Start(state, loop, warm, eval_start, wall_before)
+
+
+def read_wall(run_dir: str) -> float:
+    path = os.path.join(run_dir, "wall_seconds.json")
+    if not os.path.exists(path):
+        return 0.0
+    with open(path) as f:
+        return float(json.load(f)["wall_seconds"])
+
+
+def write_wall(run_dir: str, seconds: float) -> None:
+    with open(os.path.join(run_dir, "wall_seconds.json"), "w") as f:
+        json.dump({"wall_seconds": seconds}, f)

@@ -1,5 +1,7 @@
-"""Test setup: 8 fake CPU devices for sharding tests, strict rank promotion, no hub lookups.
-XLA_FLAGS must be set before JAX initialises its backend, so this runs at import time."""
+"""Test setup: 8 fake CPU devices for sharding tests, strict rank promotion, no hub lookups, and
+JAX's persistent compilation cache (a second run of the suite skips most compiles; the
+subprocess end-to-end tests share it through the environment). XLA_FLAGS and the cache settings
+must be in place before JAX initialises, so this runs at import time."""
 
 import os
 
@@ -9,6 +11,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(
+    os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "rlvr_jax", "jax-tests"))
+# Cache every compile that takes over 0.2 s (the default, 1 s, leaves out most of ours).
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 import jax  # noqa: E402
 

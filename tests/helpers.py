@@ -31,3 +31,11 @@ def run_config(overrides=(), run_dir="."):
     cfg = compose_cfg(overrides)
     cfg.run_dir = str(run_dir)
     return config_lib.to_run_config(cfg)
+
+
+def rl_step_options(critic=None, epochs=1, minibatches=1, microbatches=1, **loss):
+    """make_rl_step's option records from flat keywords (loss knobs, critic layout, schedule)."""
+    from rlvr_jax.train_step import CriticOptions, LossOptions, UpdateSchedule
+
+    return dict(loss=LossOptions(**loss), critic=CriticOptions(critic) if critic else None,
+                schedule=UpdateSchedule(epochs, minibatches, microbatches))

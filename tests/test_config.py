@@ -48,6 +48,7 @@ def test_every_group_option_composes(group):
     # Options that only make sense together get their partners.
     partners = {"task=gsm8k": ["verifier=math", "model.path=/m", "task.train_path=/a",
                                "task.test_path=/b"],
+                "task=arithmetic": ["verifier=inprocess"],
                 "task=codegen": ["verifier=code"], "verifier=math": ["task=gsm8k",
                 "model.path=/m", "task.train_path=/a", "task.test_path=/b"],
                 "verifier=code": ["task=codegen"], "model=qwen2_5_0p5b": ["model.path=/m"]}
@@ -81,19 +82,15 @@ def test_wrong_type_is_rejected_with_its_name():
     # Greedy rollouts have no sampling distribution for the update's importance ratio.
     ("sampling.temperature=0", "sampling.temperature"),
     ("task.operators=[/]", "task.operators"),
-    ("verifier.reward_scheme=nope", "verifier.reward_scheme"),
     ("warmup.wrong_fraction=1.5", "warmup.wrong_fraction"),
-    ("algo.adv_estimator=ppo", "algo.adv_estimator"),
-    ("algo.loss_agg=sum", "algo.loss_agg"),
-    ("algo.kl_estimator=k4", "algo.kl_estimator"),
-    ("algo.policy_loss=dpo", "algo.policy_loss"),
-    ("algo.dual_clip_c=0.5", "algo.dual_clip_c"),
+    ("algo.loss.dual_clip_c=0.5", "algo.loss.dual_clip_c"),
     ("algo.adv_estimator=gae", "algo.adv_estimator"),  # GAE needs the critic (algo=ppo)
-    ("algo.kl_in_reward=true", "algo.kl_in_reward"),  # only with GAE
-    ("algo.sampled_prompts_per_step=96", "algo.sampled_prompts_per_step"),  # needs dynamic
+    ("algo.ppo.kl_in_reward=true", "algo.ppo.kl_in_reward"),  # only with GAE
+    ("algo.dapo.sampled_prompts_per_step=96", "algo.dapo.sampled_prompts_per_step"),
     ("algo.minibatches_per_epoch=3", "algo.minibatches_per_epoch"),  # 512 rows into 3
-    ("algo.overlong_buffer_tokens=5", "algo.overlong_buffer_tokens"),  # >= max_new_tokens
+    ("algo.dapo.overlong_buffer_tokens=5", "algo.dapo.overlong_buffer_tokens"),  # >= budget
     ("algo.epochs_per_rollout=0", "algo.epochs_per_rollout"),
+    ("verifier.kind=code", "verifier.kind"),  # arithmetic is checked in process
 ])
 def test_bad_value_names_the_key(override, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):
@@ -101,19 +98,56 @@ def test_bad_value_names_the_key(override, key):
 
 
 @pytest.mark.parametrize("overrides,key", [
-    (["algo=ppo", "algo.kl_target=0.1"], "algo.kl_target"),  # adaptive needs kl_in_reward
-    (["algo=ppo", "algo.critic=shared"], "algo.critic"),
+    (["algo=ppo", "algo.ppo.kl_target=0.1"], "algo.ppo.kl_target"),  # needs kl_in_reward
+    (["task=codegen", "verifier=math"], "verifier.kind"),  # codegen runs in the sandbox
 ])
 def test_bad_ppo_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):
         run_config(overrides)
 
 
+@pytest.mark.parametrize("override", [
+    "verifier.reward_scheme=nope", "algo.adv_estimator=ppo", "algo.loss.agg=sum",
+    "algo.loss.kl_estimator=k4", "algo.loss.kind=dpo", "algo.ppo.critic=shared",
+    "algo.optim.lr_schedule=linear", "logger.mode=loud", "model.compute_dtype=int8",
+])
+def test_a_name_outside_its_choices_fails_at_composition_naming_the_key(override):
+    """Enum-like keys are `Choice`s: Hydra rejects the name while composing, with the key and
+    the allowed names in the message."""
+    with pytest.raises(ConfigCompositionException) as e:
+        compose_cfg([override])
+    message = str(e.value) + str(e.value.__cause__)
+    assert override.split("=")[0] in message and "expected one of" in message
+
+
+def test_choices_match_what_the_code_implements():
+    from rlvr_jax import advantages, losses, rewards
+    from rlvr_jax.config import AdvEstimator, LossAgg, RewardScheme
+
+    assert {c.value for c in AdvEstimator} == set(advantages.ESTIMATORS) | {"gae"}
+    assert {c.value for c in LossAgg} == set(losses.AGGREGATIONS)
+    assert {c.value for c in RewardScheme} == set(rewards.REWARD_TABLES)
+
+
+def test_python_dicts_compose_like_the_command_line():
+    """A plain dict goes through the same schemas: its task schema by task.name, unknown keys
+    named, choices checked."""
+    from rlvr_jax.config import DatasetTaskConfig, to_run_config
+
+    cfg = to_run_config({"task": {"name": "dataset", "train_path": "/a", "test_path": "/b"},
+                         "verifier": {"kind": "math"}, "warmup": {"steps": 0}})
+    assert isinstance(cfg.task, DatasetTaskConfig) and cfg.task.format == "auto"
+    with pytest.raises(ConfigError, match="task.operators"):
+        to_run_config({"task": {"name": "dataset", "operators": ["+"]}})
+    with pytest.raises(ConfigError, match="task.name"):
+        to_run_config({"task": {"name": "chess"}})
+
+
 def test_warmstart_key_ignores_rl_knobs_but_not_the_seed():
     from rlvr_jax.config import warmstart_key
 
     base = warmstart_key(run_config([]))
-    assert warmstart_key(run_config(["algo.learning_rate=0.1", "algo=ppo"])) == base
+    assert warmstart_key(run_config(["algo.optim.learning_rate=0.1", "algo=ppo"])) == base
     assert warmstart_key(run_config(["seed=1"])) != base
     assert warmstart_key(run_config(["warmup.steps=5"])) != base
 
@@ -125,5 +159,5 @@ def test_run_dirname_is_short_flat_and_deterministic():
     name = run_dirname(long)
     assert len(name) <= 120 and "/" not in name and name == run_dirname(long)
     assert run_dirname(long) != run_dirname(long + ",x=1")
-    assert run_dirname("algo.learning_rate=1e-4") == "algo.learning_rate=1e-4"
+    assert run_dirname("algo.optim.learning_rate=1e-4") == "algo.optim.learning_rate=1e-4"
     assert run_dirname("") == ""

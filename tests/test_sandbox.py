@@ -14,6 +14,8 @@ from rlvr_jax.types import Status
 from rlvr_jax.verify import sandbox
 from rlvr_jax.verify.pool import VerifierPool, child_processes
 
+pytestmark = pytest.mark.slow  # see pyproject.toml: not in the daily `-m "not slow"` run
+
 try:
     sandbox.check_available()
     UNAVAILABLE = ""

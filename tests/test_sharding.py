@@ -6,11 +6,12 @@ import numpy as np
 import optax
 import pytest
 
-from rlvr_jax import sharding, train_step
+from rlvr_jax import optim, sharding, train_step
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder, init_params
 from rlvr_jax.types import TrainBatch
+from tests.helpers import rl_step_options
 
 
 def _batch(b=16, p=4, n=3, vocab=20):
@@ -41,14 +42,15 @@ def _one_step(mesh, kl_coef, **loss_options):
                                                      jax.random.key(1))
         # A non-zero head, so the value loss reaches the trunk.
         rl_params["value"]["head"] = jax.tree.map(lambda x: x + 0.05, rl_params["value"]["head"])
-    state = train_step.init_train_state(rl_params, tx)
+    state = optim.init_train_state(rl_params, tx)
     state_sh = sharding.state_shardings(state, mesh)
     state = jax.device_put(state, state_sh)
     ref = jax.device_put(params, sharding.state_shardings(params, mesh))
-    step = train_step.make_rl_step(model, tx, lr, prompt_len=4, temperature=1.0, eps_low=0.2,
-                                    eps_high=0.28, kl_coef=kl_coef, state_sharding=state_sh,
-                                    metrics_sharding=sharding.replicated(mesh), norm_tokens=3,
-                                    **loss_options)
+    step = train_step.make_rl_step(
+        model, tx, lr, prompt_len=4, temperature=1.0, state_sharding=state_sh,
+        metrics_sharding=sharding.replicated(mesh),
+        **rl_step_options(eps_low=0.2, eps_high=0.28, kl_coef=kl_coef, norm_tokens=3,
+                          **loss_options))
     batch = jax.device_put(_batch(), sharding.batch_sharding(mesh))
     new_state, metrics = step(state, ref, batch, jax.random.key(7), 1.0)
     return new_state, metrics

@@ -7,11 +7,12 @@ import numpy as np
 import optax
 import pytest
 
-from rlvr_jax import losses, sharding, train_step
+from rlvr_jax import losses, optim, sharding, train_step
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder, init_params
 from rlvr_jax.types import TrainBatch
+from tests.helpers import rl_step_options
 
 CFG = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64)
 MODEL = Decoder(CFG, 20)
@@ -40,17 +41,17 @@ def _state(tx, critic=None):
     if critic:
         rl["value"] = value_model.init_critic(CFG, critic, params, jax.random.key(1))
         rl["value"]["head"] = jax.tree.map(lambda x: x + 0.05, rl["value"]["head"])
-    return train_step.init_train_state(rl, tx), params
+    return optim.init_train_state(rl, tx), params
 
 
 def _step(tx, **kw):
     mesh = sharding.make_mesh(devices=jax.devices()[:1])
     abstract = jax.eval_shape(lambda: _state(tx, kw.get("critic"))[0])
     return train_step.make_rl_step(
-        MODEL, tx, optax.constant_schedule(0.1), prompt_len=P, temperature=1.0, eps_low=0.2,
-        eps_high=0.28, kl_coef=kw.pop("kl_coef", 0.0), norm_tokens=N,
+        MODEL, tx, optax.constant_schedule(0.1), prompt_len=P, temperature=1.0,
         state_sharding=sharding.state_shardings(abstract, mesh),
-        metrics_sharding=sharding.replicated(mesh), **kw)
+        metrics_sharding=sharding.replicated(mesh),
+        **rl_step_options(eps_low=0.2, eps_high=0.28, norm_tokens=N, **kw))
 
 
 def _close(a, b, rtol=2e-5, atol=1e-7):
@@ -64,14 +65,14 @@ def test_microbatch_losses_sum_to_the_full_batch_loss(agg):
     loss (so their gradients do too), however unevenly the valid tokens fall."""
     b = _batch()
     rng = np.random.default_rng(1)
-    logp = b.old_logp_B_N + rng.normal(scale=0.2, size=b.old_logp_B_N.shape).astype(np.float32)
-    args = lambda rows: (logp[rows], b.old_logp_B_N[rows], logp[rows] - 0.1,
-                         b.advantages_B_N[rows], b.response_mask_B_N[rows],
+    logp = b.old_logp_B_R + rng.normal(scale=0.2, size=b.old_logp_B_R.shape).astype(np.float32)
+    args = lambda rows: (logp[rows], b.old_logp_B_R[rows], logp[rows] - 0.1,
+                         b.advantages_B_R[rows], b.response_mask_B_R[rows],
                          np.zeros_like(logp[rows]))
     opts = dict(eps_low=0.2, eps_high=0.28, kl_coef=0.1, loss_agg=agg, norm_tokens=N,
                 entropy_coef=0.01)
     full, m_full = losses.grpo_loss(*args(slice(None)), **opts)
-    total = losses.counts(b.response_mask_B_N)
+    total = losses.counts(b.response_mask_B_R)
     parts = [losses.grpo_loss(*args(slice(i, i + 4)), total=total, **opts) for i in range(0, B, 4)]
     np.testing.assert_allclose(sum(float(l) for l, _ in parts), float(full), rtol=1e-5)
     for k in ("pg_loss", "entropy", "ratio_mean", "clip_frac_low", "approx_kl_old", "kl_ref"):

@@ -65,8 +65,8 @@ def bench(name: str, batch: int, new: int, repeats: int, device_counts: list[int
         def run(i):
             t0 = time.perf_counter()
             out = sample(p, x, m, jax.random.key(i))
-            out.tokens_B_N.block_until_ready()
-            assert out.mask_B_N.shape == (batch, new)
+            out.tokens_B_R.block_until_ready()
+            assert out.mask_B_R.shape == (batch, new)
             return time.perf_counter() - t0
         return run
 

@@ -12,11 +12,11 @@ Three entry points share one `Block` and one attention function (`attend`):
     apply = lambda method, *a: Decoder(cfg, vocab).apply({"params": p}, *a, method=method)
     hidden_B_T_D = apply("forward", tokens_B_T, mask_B_T)            # training: all positions
     logits_B_T_V = apply("head", hidden_B_T_D)                       # float32; caller decides where
-    last_logits_B_V, cache = apply("prefill", prompt_B_P, mask_B_P, slots)   # sampler, once
+    last_logits_B_V, cache = apply("prefill", prompt_B_L, mask_B_L, slots)   # sampler, once
     logits_B_V, cache = apply("decode_step", token_B, valid_B, rope_B, cache, index)  # per token
 
-Shape letters (types.py): B sequences, T tokens, S cache slots, D hidden, N query heads,
-K kv heads, H head dim, V vocabulary. The cache is an explicit pytree, never a flax mutable
+Shape letters (the legend in types.py): B sequences, T tokens, S cache slots, D hidden,
+Q query heads, K kv heads, J = Q / K query heads per kv head, H head dim, V vocabulary. The cache is an explicit pytree, never a flax mutable
 collection: the sampler owns it and threads it through `lax.while_loop`. The head is applied by
 the caller, so a loss that needs only the response's log-probs never computes the prompt's.
 """
@@ -171,24 +171,24 @@ def gate_up_sizes(cfg: ModelConfig) -> tuple[int, int]:
     return cfg.intermediate_size, cfg.intermediate_size
 
 
-def attend(q_B_T_N_H: jax.Array, k_B_S_K_H: jax.Array, v_B_S_K_H: jax.Array,
+def attend(q_B_T_Q_H: jax.Array, k_B_S_K_H: jax.Array, v_B_S_K_H: jax.Array,
            mask_B_T_S: jax.Array) -> jax.Array:
     """Grouped-query softmax attention (Vaswani et al. 2017; Ainslie et al. 2023):
 
-        out[b, t, n] = sum_s softmax_s(q[b, t, n] . k[b, s, n // G] / sqrt(H)) v[b, s, n // G]
+        out[b, t, q] = sum_s softmax_s(q[b, t, q] . k[b, s, q // J] / sqrt(H)) v[b, s, q // J]
 
-    over the slots s where mask[b, t, s] is set; G = N / K query heads share each kv head.
-    Scores and softmax in float32; the output in v's dtype, [B, T, N * H]. A fully masked row
+    over the slots s where mask[b, t, s] is set; J = Q / K query heads share each kv head.
+    Scores and softmax in float32; the output in v's dtype, [B, T, Q * H]. A fully masked row
     (a pad query) gets a uniform softmax instead of NaN (a finite minimum, not -inf): its output
     is never read. The one attention of training, prefill and decode."""
-    b, t, nh, hd = q_B_T_N_H.shape
+    b, t, nh, hd = q_B_T_Q_H.shape
     nkv = k_B_S_K_H.shape[2]
-    q_B_T_K_G_H = q_B_T_N_H.reshape(b, t, nkv, nh // nkv, hd)
-    scores = jnp.einsum("btkgh,bskh->bkgts", q_B_T_K_G_H, k_B_S_K_H,
+    q_B_T_K_J_H = q_B_T_Q_H.reshape(b, t, nkv, nh // nkv, hd)
+    scores = jnp.einsum("btkjh,bskh->bkjts", q_B_T_K_J_H, k_B_S_K_H,
                         preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(hd))
     scores = jnp.where(mask_B_T_S[:, None, None], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(v_B_S_K_H.dtype)
-    out = jnp.einsum("bkgts,bskh->btkgh", probs, v_B_S_K_H)
+    out = jnp.einsum("bkjts,bskh->btkjh", probs, v_B_S_K_H)
     return out.reshape(b, t, nh * hd)
 
 
@@ -201,7 +201,7 @@ class Attention(nn.Module):
         self.o_proj = _linear(cfg, cfg.hidden_size)
 
     def qkv(self, x_B_T_D, rope_B_T):
-        """Rotated queries [B, T, N, H], rotated keys and values [B, T, K, H]."""
+        """Rotated queries [B, T, Q, H], rotated keys and values [B, T, K, H]."""
         cfg = self.cfg
         b, t, _ = x_B_T_D.shape
         hd = cfg.resolved_head_dim
@@ -237,8 +237,8 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.rms_norm_eps, dt, pdt)
         self.mlp = MLP(cfg)
 
-    def _finish(self, x_B_T_D, attended_B_T_NH):
-        x = x_B_T_D + self.self_attn.o_proj(attended_B_T_NH)
+    def _finish(self, x_B_T_D, attended_B_T_QH):
+        x = x_B_T_D + self.self_attn.o_proj(attended_B_T_QH)
         return x + self.mlp(self.post_attention_layernorm(x))
 
     def __call__(self, x_B_T_D, rope_B_T, mask_B_T_T):
@@ -301,21 +301,21 @@ class Decoder(nn.Module):
         """head(forward(...)): [B, T, V] float32 (tests, parity checks, initialisation)."""
         return self.head(self.forward(tokens_B_T, mask_B_T))
 
-    def prefill(self, prompt_B_P, mask_B_P, slots: int):
+    def prefill(self, prompt_B_L, mask_B_L, slots: int):
         """The prompts' keys/values in slots 0 .. P-1 of a fresh cache of `slots` slots, and the
         logits at the last slot (left padding puts every prompt's last real token there; the
         head runs on that position only): -> (last_logits_B_V, KVCache)."""
-        b, p = prompt_B_P.shape
-        valid_B_P = mask_B_P.astype(bool)
-        rope_B_P = rope_for(self.cfg, positions_from_mask(valid_B_P))
-        x, mask_B_P_P = self.embed_tokens(prompt_B_P), causal_mask(valid_B_P)
+        b, p = prompt_B_L.shape
+        valid_B_L = mask_B_L.astype(bool)
+        rope_B_L = rope_for(self.cfg, positions_from_mask(valid_B_L))
+        x, mask_B_L_L = self.embed_tokens(prompt_B_L), causal_mask(valid_B_L)
         ks, vs = [], []
         pad = ((0, 0), (0, slots - p), (0, 0), (0, 0))
         for layer in self.layers:
-            x, (k, v) = layer(x, rope_B_P, mask_B_P_P)
+            x, (k, v) = layer(x, rope_B_L, mask_B_L_L)
             ks.append(jnp.pad(k, pad))
             vs.append(jnp.pad(v, pad))
-        cache = KVCache(tuple(ks), tuple(vs), jnp.pad(valid_B_P, ((0, 0), (0, slots - p))))
+        cache = KVCache(tuple(ks), tuple(vs), jnp.pad(valid_B_L, ((0, 0), (0, slots - p))))
         return self.head(self.norm(x[:, -1])), cache
 
     def decode_step(self, token_B, valid_B, rope_B, cache: KVCache, index):

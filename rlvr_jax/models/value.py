@@ -1,13 +1,13 @@
 """The critic for PPO: a scalar value per response token, read from a decoder's final hidden
 states by a linear head.
 
-Two layouts (config `algo.critic`):
+Two layouts (config `algo.ppo.critic`):
   separate  a value network of its own: a decoder trunk (initialised from the warm policy, as
             is usual for an RLHF critic) + head; params {"trunk": ..., "head": ...}
   head      a head on the policy's own trunk (one forward gives logits and values, the value
             loss also trains the shared trunk); params {"head": ...}
 
-The value of response token t is read where the policy's logit for t is read (slot P-1+t: the
+The value of response token t is read where the policy's logit for t is read (slot L-1+t: the
 state before t is emitted), so values and log-probs align one to one.
 """
 
@@ -49,7 +49,7 @@ def init_critic(cfg: ModelConfig, layout: str, policy_params: dict, key: jax.Arr
 
 def response_values(model: Decoder, critic: dict, tokens_B_T, input_mask_B_T, prompt_len: int,
                     hidden_B_T_D=None):
-    """values_B_N of the response tokens. `hidden_B_T_D`: the policy trunk's hidden states
+    """values_B_R of the response tokens. `hidden_B_T_D`: the policy trunk's hidden states
     (layout "head"); for a separate critic its own trunk is run here."""
     if hidden_B_T_D is None:
         hidden_B_T_D = model.apply({"params": critic["trunk"]}, tokens_B_T, input_mask_B_T,

@@ -9,23 +9,19 @@ expression, whatever the seed or step. The training stream is a pure function of
 (seed, batch index): resuming at batch k reproduces exactly the problems a run without the
 restart would have seen.
 
-The verifier is trusted and in-process: the completion must be exactly one integer (leading and
-trailing whitespace allowed). Anything else is UNPARSEABLE rather than WRONG, so the logs tell
-format failures from arithmetic failures.
+Verification is trusted and in-process (`verify/trusted.py: check_integer`): the completion
+must be exactly one integer, else UNPARSEABLE.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 
-from rlvr_jax.types import Status, Verdict
-
-_INT = re.compile(r"\s*(-?\d+)\s*")
+from rlvr_jax.tasks.base import Job, ProceduralSplit, check_pairs
 
 
 @dataclass(frozen=True)
@@ -35,7 +31,7 @@ class Problem:
 
 
 @dataclass(frozen=True)
-class ArithmeticTask:
+class ArithmeticTask(ProceduralSplit[Problem]):
     operators: tuple[str, ...] = ("+", "-")
     operand_digits: int = 2
     min_operands: int = 2
@@ -45,12 +41,14 @@ class ArithmeticTask:
     prompt_template: str = "{question}="
     zero_pad_operands: bool = False  # "07+88" instead of "7+88": digits at fixed positions
 
-    # ----------------------------------------------------------------- problems and splits
-    def is_heldout(self, question: str) -> bool:
-        digest = hashlib.blake2b(f"{self.split_seed}:{question}".encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "little") / 2.0**64 < self.heldout_fraction
+    verifier_kinds: ClassVar[tuple[str, ...]] = ("inprocess",)
+    heldout_salt: ClassVar[int] = 0x5EED
 
-    def _draw(self, rng: np.random.Generator, count: int) -> list[Problem]:
+    # ----------------------------------------------------------------- problems and splits
+    def key(self, problem: Problem) -> str:
+        return problem.question
+
+    def draw(self, rng: np.random.Generator, count: int) -> list[Problem]:
         """`count` problems from either split (vectorised draws; strings built per row)."""
         lengths = rng.integers(self.min_operands, self.max_operands + 1, size=count).tolist()
         operands = rng.integers(0, 10**self.operand_digits, size=(count, self.max_operands)).tolist()
@@ -59,38 +57,18 @@ class ArithmeticTask:
         for n, xs, os_ in zip(lengths, operands, op_ids):
             text = [f"{x:0{self.operand_digits}d}" if self.zero_pad_operands else str(x) for x in xs]
             question = text[0] + "".join(self.operators[o] + x for o, x in zip(os_, text[1:n]))
-            out.append(Problem(question, evaluate(question)))
+            out.append(Problem(question, calculate(question)))
         return out
-
-    def sample(self, rng: np.random.Generator, heldout: bool, count: int) -> list[Problem]:
-        """Rejection-sample `count` problems from the requested split."""
-        out: list[Problem] = []
-        while len(out) < count:
-            out += [p for p in self._draw(rng, count) if self.is_heldout(p.question) == heldout]
-        return out[:count]
-
-    def train_batch(self, seed: int, batch_index: int, count: int) -> list[Problem]:
-        """Batch `batch_index` of the training stream: a pure function of its inputs, so a
-        resumed run that asks for batch k gets exactly what an uninterrupted run got."""
-        return self.sample(np.random.default_rng([seed, batch_index]), heldout=False, count=count)
-
-    def heldout_set(self, count: int) -> list[Problem]:
-        """A fixed list of distinct held-out problems (the same for every run of this task)."""
-        rng = np.random.default_rng([self.split_seed, 0x5EED])
-        seen: dict[str, Problem] = {}
-        for _ in range(100):
-            for p in self.sample(rng, heldout=True, count=count):
-                seen.setdefault(p.question, p)
-            if len(seen) >= count:
-                break
-        if len(seen) < count:
-            raise ValueError(f"task has fewer than {count} distinct held-out problems; "
-                             "lower eval.num_problems or raise task.heldout_fraction")
-        return list(seen.values())[:count]
 
     # ----------------------------------------------------------------- text
     def prompt(self, problem: Problem) -> str:
         return self.prompt_template.format(question=problem.question)
+
+    def prompt_budget(self, count_tokens: Callable[[str], int]) -> int:
+        """The longest prompt: all-9 operands, the most operands, the widest operator."""
+        longest = "9" * self.operand_digits
+        question = longest + ("-" + longest) * (self.max_operands - 1)
+        return count_tokens(self.prompt_template.format(question=question))
 
     def demonstration(self, problem: Problem, wrong: bool, rng: np.random.Generator,
                       max_offset: int) -> str:
@@ -101,17 +79,16 @@ class ArithmeticTask:
         return str(problem.answer + offset)
 
     # ----------------------------------------------------------------- verification
-    def verify(self, problem: Problem, completion: str) -> Verdict:
-        m = _INT.fullmatch(completion)
-        if m is None:
-            return Verdict(Status.UNPARSEABLE, f"not an integer: {completion[:40]!r}")
-        got = int(m.group(1))
-        if got == problem.answer:
-            return Verdict(Status.PASS)
-        return Verdict(Status.WRONG, f"expected {problem.answer}, got {got}")
+    def verify_jobs(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[Job]:
+        check_pairs(problems, completions)
+        return [{"completion": c, "answer": p.answer} for p, c in zip(problems, completions)]
+
+    @staticmethod
+    def answer_of(completion: str) -> str | None:
+        return completion.strip() or None
 
 
-def evaluate(expression: str) -> int:
+def calculate(expression: str) -> int:
     """Integer value of `d+d-d*d...` with `*` binding tighter; no eval()."""
     tokens = re.findall(r"\d+|[+\-*]", expression)
     if not tokens or len(tokens) % 2 == 0:
@@ -126,17 +103,3 @@ def evaluate(expression: str) -> int:
             sign, product = (1 if op == "+" else -1), int(num)
     terms.append(sign * product)
     return sum(terms)
-
-
-def verify_all(task: ArithmeticTask, problems: Sequence[Problem],
-               completions: Sequence[str]) -> list[Verdict]:
-    if len(problems) != len(completions):
-        raise ValueError(f"{len(problems)} problems but {len(completions)} completions")
-    return [task.verify(p, c) for p, c in zip(problems, completions)]
-
-
-def repeat_each(items: Sequence, times: int) -> Iterator:
-    """[a, b] x 2 -> a, a, b, b: the P_G order used everywhere (groups are contiguous)."""
-    for item in items:
-        for _ in range(times):
-            yield item

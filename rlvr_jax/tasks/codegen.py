@@ -9,11 +9,12 @@ hash-disjoint: a spec is either for training or held out, never both.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, ClassVar, Sequence
 
 import numpy as np
+
+from rlvr_jax.tasks.base import Job, ProceduralSplit, check_pairs
 
 INPUTS = (0, 1, 5, -3, 12)
 
@@ -35,42 +36,28 @@ class Spec:
 
 
 @dataclass(frozen=True)
-class CodegenTask:
+class CodegenTask(ProceduralSplit[Spec]):
     heldout_fraction: float = 0.1
     split_seed: int = 0
 
-    def is_heldout(self, spec: Spec) -> bool:
-        digest = hashlib.blake2b(f"{self.split_seed}:{spec.text}".encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "little") / 2.0**64 < self.heldout_fraction
+    verifier_kinds: ClassVar[tuple[str, ...]] = ("code",)
+    heldout_salt: ClassVar[int] = 0xC0DE
 
-    def _draw(self, rng: np.random.Generator, count: int) -> list[Spec]:
+    def key(self, spec: Spec) -> str:
+        return spec.text
+
+    def draw(self, rng: np.random.Generator, count: int) -> list[Spec]:
         m = rng.integers(0, 2, count)
         a = rng.integers(1, 10, count)
         s = rng.integers(0, 2, count)
         b = rng.integers(0, 100, count)
         return [Spec("*+"[i], int(x), "+-"[j], int(y)) for i, x, j, y in zip(m, a, s, b)]
 
-    def sample(self, rng, heldout: bool, count: int) -> list[Spec]:
-        out: list[Spec] = []
-        while len(out) < count:
-            out += [p for p in self._draw(rng, count) if self.is_heldout(p) == heldout]
-        return out[:count]
-
-    def train_batch(self, seed: int, batch_index: int, count: int) -> list[Spec]:
-        return self.sample(np.random.default_rng([seed, batch_index]), False, count)
-
-    def heldout_set(self, count: int) -> list[Spec]:
-        rng = np.random.default_rng([self.split_seed, 0xC0DE])
-        seen: dict[str, Spec] = {}
-        for _ in range(200):
-            for p in self.sample(rng, True, count):
-                seen.setdefault(p.text, p)
-            if len(seen) >= count:
-                break
-        return list(seen.values())[:count]
-
     def prompt(self, spec: Spec) -> str:
         return f"{spec.text}="
+
+    def prompt_budget(self, count_tokens: Callable[[str], int]) -> int:
+        return count_tokens("x*9-99=")  # the widest spec
 
     def demonstration(self, spec: Spec, wrong: bool, rng, max_offset: int) -> str:
         b = spec.b
@@ -83,6 +70,7 @@ class CodegenTask:
         return completion.strip() or None
 
     @staticmethod
-    def verify_jobs(specs: Sequence[Spec], completions: Sequence[str]) -> list[dict]:
+    def verify_jobs(specs: Sequence[Spec], completions: Sequence[str]) -> list[Job]:
+        check_pairs(specs, completions)
         return [{"completion": c, "entry_point": "f", "inputs": [[x] for x in INPUTS],
                  "expected": [s(x) for x in INPUTS]} for s, c in zip(specs, completions)]

@@ -1,18 +1,20 @@
 """A task over a prompt dataset (GSM8K, MATH, verl rows) with math-answer verification.
 
-Same interface as `ArithmeticTask` where the loop needs it: `train_batch(seed, index, count)`
-(a pure function of its inputs, for exact resume: epoch-wise seeded permutations),
-`heldout_set(count)`, `prompt(problem)` and `answer_of(completion)`; verification goes through
-the worker pool (`verify_jobs`)."""
+A `Task` (tasks/base.py): the training stream is epoch-wise seeded permutations of the train
+split (a pure function of (seed, batch index), for exact resume), the held-out set is the test
+split's first rows, and verification goes through the math worker pool. Prompts longer than
+`max_prompt_tokens` are bad rows: an error naming file:line, or skipped if asked (`load`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 
+from rlvr_jax.data import loaders
 from rlvr_jax.data.loaders import Problem
+from rlvr_jax.tasks.base import Job, NoDemonstrations, check_pairs
 from rlvr_jax.verify.math import extract_answer
 
 
@@ -21,6 +23,9 @@ class DatasetTask:
     train: Sequence[Problem]
     test: Sequence[Problem]
     render: Callable[[Problem], str]  # problem -> prompt text (chat template applied)
+    longest_prompt: int  # tokens in the longest rendered prompt of either split
+
+    verifier_kinds: ClassVar[tuple[str, ...]] = ("math",)
 
     def train_batch(self, seed: int, batch_index: int, count: int) -> list[Problem]:
         n = len(self.train)
@@ -36,14 +41,21 @@ class DatasetTask:
     def prompt(self, problem: Problem) -> str:
         return self.render(problem)
 
+    def prompt_budget(self, count_tokens: Callable[[str], int]) -> int:
+        return self.longest_prompt
+
+    def demonstration(self, problem: Problem, wrong: bool, rng: np.random.Generator,
+                      max_offset: int) -> str:
+        raise NoDemonstrations("task=dataset has no demonstrations for a warm start: set "
+                               "model.path to a Hugging Face directory (or warmup.steps=0)")
+
     @staticmethod
     def answer_of(completion: str) -> str | None:
         return extract_answer(completion)
 
     @staticmethod
-    def verify_jobs(problems: Sequence[Problem], completions: Sequence[str]) -> list[dict]:
-        if len(problems) != len(completions):
-            raise ValueError(f"{len(problems)} problems but {len(completions)} completions")
+    def verify_jobs(problems: Sequence[Problem], completions: Sequence[str]) -> list[Job]:
+        check_pairs(problems, completions)
         return [{"gold": p.answer, "completion": c} for p, c in zip(problems, completions)]
 
 
@@ -64,3 +76,29 @@ def make_render(tokenizer, instruction: str) -> Callable[[Problem], str]:
         return "\n".join(m["content"] for m in messages) + "\n"
 
     return render
+
+
+def load(train_path: str, test_path: str, fmt: str, on_bad_row: str, max_prompt_tokens: int,
+         tokenizer, instruction: str) -> DatasetTask:
+    """The dataset task over two files; prompts past `max_prompt_tokens` are bad rows (an error
+    naming the row, or skipped with a count when `on_bad_row` is "skip")."""
+    render = make_render(tokenizer, instruction)
+    splits, longest = [], 1
+    for path in (train_path, test_path):
+        problems, skipped = loaders.load(path, fmt, on_bad_row)
+        kept = []
+        for p in problems:
+            n = len(tokenizer.encode(render(p), add_special_tokens=False))
+            if n > max_prompt_tokens:
+                if on_bad_row == "raise":
+                    raise loaders.DatasetError(
+                        f"{p.uid}: prompt of {n} tokens exceeds task.max_prompt_tokens="
+                        f"{max_prompt_tokens}")
+                skipped += 1
+                continue
+            kept.append(p)
+            longest = max(longest, n)
+        if skipped:
+            print(f"{path}: skipped {skipped} bad rows (task.on_bad_row=skip)", flush=True)
+        splits.append(kept)
+    return DatasetTask(splits[0], splits[1], render, longest)

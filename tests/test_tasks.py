@@ -1,19 +1,33 @@
-"""Arithmetic task: disjoint seeded splits, a pure training stream, typed verdicts, demos."""
+"""Tasks: the arithmetic task's disjoint seeded splits, pure training stream, typed verdicts
+and demonstrations; every task satisfies the `Task` protocol the loop calls."""
 
 import re
 
 import numpy as np
 import pytest
 
-from rlvr_jax.tasks.arithmetic import ArithmeticTask, Problem, evaluate, repeat_each, verify_all
+from rlvr_jax import tasks
+from rlvr_jax.config import TASK_SCHEMAS
+from rlvr_jax.tasks.arithmetic import ArithmeticTask, Problem, calculate
+from rlvr_jax.tasks.base import in_heldout, repeat_each
+from rlvr_jax.tasks.codegen import CodegenTask
 from rlvr_jax.types import Status
+from rlvr_jax.verify.trusted import TrustedVerifier, check_integer
 
 
-def test_evaluate_precedence():
-    assert evaluate("3+4*5-2*3") == 17  # not ((3+4)*5-2)*3 = 99
-    assert evaluate("07-08") == -1 and evaluate("12") == 12
+def verify_all(task, problems, completions):
+    return TrustedVerifier(check_integer).verify(task.verify_jobs(problems, completions))
+
+
+def _is_heldout(task, question):
+    return in_heldout(question, task.split_seed, task.heldout_fraction)
+
+
+def test_calculate_precedence():
+    assert calculate("3+4*5-2*3") == 17  # not ((3+4)*5-2)*3 = 99
+    assert calculate("07-08") == -1 and calculate("12") == 12
     with pytest.raises(ValueError):
-        evaluate("3+")
+        calculate("3+")
 
 
 @pytest.mark.parametrize("task", [ArithmeticTask(),
@@ -24,7 +38,7 @@ def test_splits_are_disjoint_and_answers_correct(task):
     assert len({p.question for p in heldout}) == 200
     train = [p for i in range(20) for p in task.train_batch(seed=0, batch_index=i, count=64)]
     assert not {p.question for p in train} & {p.question for p in heldout}
-    assert all(task.is_heldout(p.question) for p in heldout)
+    assert all(_is_heldout(task, p.question) for p in heldout)
     for p in train[:50] + heldout[:50]:
         # Independent reference: Python's own evaluator on the question without leading zeros.
         assert p.answer == eval(re.sub(r"\b0+(\d)", r"\1", p.question))
@@ -33,7 +47,7 @@ def test_splits_are_disjoint_and_answers_correct(task):
 def test_held_out_fraction_is_respected():
     task = ArithmeticTask(heldout_fraction=0.1)
     everything = [f"{a}+{b}" for a in range(100) for b in range(100)]
-    share = np.mean([task.is_heldout(q) for q in everything])
+    share = np.mean([_is_heldout(task, q) for q in everything])
     assert 0.085 < share < 0.115  # 10^4 expressions: binomial std 0.003
 
 
@@ -80,3 +94,22 @@ def test_repeat_each_keeps_groups_contiguous():
 def test_too_many_eval_problems_is_a_clear_error():
     with pytest.raises(ValueError, match="eval.num_problems"):
         ArithmeticTask(operand_digits=1).heldout_set(500)
+
+
+@pytest.mark.parametrize("name", ["arithmetic", "codegen"])
+def test_procedural_tasks_follow_the_protocol(name):
+    """What the loop calls, through the one builder: a budget that covers every prompt, one
+    job per pair, answers for voting, demonstrations, and splits that never meet."""
+    task = tasks.build(TASK_SCHEMAS[name](), tokenizer=None)
+    assert isinstance(task, ArithmeticTask if name == "arithmetic" else CodegenTask)
+    budget = task.prompt_budget(len)  # characters stand in for tokens
+    train = task.train_batch(0, 3, 64)
+    heldout = task.heldout_set(40)
+    assert not {task.key(p) for p in train} & {task.key(p) for p in heldout}
+    assert max(len(task.prompt(p)) for p in train + heldout) <= budget
+    jobs = task.verify_jobs(train[:3], ["1", "2", "3"])
+    assert len(jobs) == 3 and all(j["completion"] == c for j, c in zip(jobs, "123"))
+    with pytest.raises(ValueError, match="2 problems but 1 completions"):
+        task.verify_jobs(train[:2], ["1"])
+    assert task.answer_of("  7 ") == "7" and task.answer_of("   ") is None
+    assert task.demonstration(train[0], False, np.random.default_rng(0), 5)

@@ -1,0 +1,179 @@
+"""Builders: the config's parts -> the run's pieces, each a small record of plain values and
+jitted functions. The one place the config is unpacked (with loop.py, which reads its own
+knobs); nothing here mutates the config.
+
+    setup   = build.task_setup(cfg.task, cfg.model, cfg.sampling.max_new_tokens, tokenizer_dir)
+    policy  = build.policy(setup, cfg.mesh, cfg.sampling, traces)
+    updates = build.updates(policy, setup, cfg.algo, cfg.warmup, cfg.sampling.temperature, ...)
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable, Optional
+
+import jax
+from transformers import PreTrainedTokenizerBase
+
+from rlvr_jax import optim, sharding, tasks, train_step
+from rlvr_jax.config import (AlgoConfig, MeshConfig, ModelConfig, SamplingConfig, TaskConfig,
+                             WarmupConfig)
+from rlvr_jax.models import hf
+from rlvr_jax.models import value as value_model
+from rlvr_jax.models.policy import Decoder, init_params
+from rlvr_jax.sampling import make_sampler
+from rlvr_jax.tasks.base import Task
+from rlvr_jax.tokenizer import load_pretrained_tokenizer, load_tokenizer, save_char_tokenizer
+
+Traces = collections.Counter  # jitted function name -> times traced (= compiled)
+
+
+def counter(traces: Traces, name: str) -> Callable[[], None]:
+    return lambda: traces.update([name])
+
+
+# ------------------------------------------------------------------ task + tokenizer
+@dataclass(frozen=True)
+class TaskSetup:
+    tokenizer: PreTrainedTokenizerBase
+    task: Task
+    model_cfg: ModelConfig  # resolved: read from model.path's config.json when set
+    vocab_size: int
+    prompt_len: int  # prompt slots (left-padded): the task's longest prompt
+    max_new_tokens: int  # response slots
+
+
+def task_setup(task_cfg: TaskConfig, model_cfg: ModelConfig, max_new_tokens: int,
+               tokenizer_dir: str) -> TaskSetup:
+    """The tokenizer (a HF directory's own, or our character tokenizer saved in
+    `tokenizer_dir`), the task, and the sizes they fix."""
+    if model_cfg.path:
+        tokenizer = load_pretrained_tokenizer(model_cfg.path)
+        model_cfg = hf.read_config(model_cfg.path, model_cfg)
+    else:
+        if not os.path.exists(os.path.join(tokenizer_dir, "tokenizer.json")):
+            save_char_tokenizer(tokenizer_dir)
+        tokenizer = load_tokenizer(tokenizer_dir)
+    task = tasks.build(task_cfg, tokenizer)
+    prompt_len = task.prompt_budget(
+        lambda text: len(tokenizer.encode(text, add_special_tokens=False)))
+    return TaskSetup(tokenizer, task, model_cfg, model_cfg.vocab_size or len(tokenizer),
+                     prompt_len, max_new_tokens)
+
+
+# ------------------------------------------------------------------ policy + samplers
+@dataclass(frozen=True)
+class Policy:
+    model: Decoder
+    mesh: jax.sharding.Mesh
+    put: Callable  # host array (pytree) -> device, batch-sharded
+    shardings: Callable  # abstract (params / train state) tree -> its NamedShardings
+    init_params: Callable  # key -> params, created already sharded
+    sample_train: Callable  # jitted (params, prompt_B_L, mask_B_L, key) -> Rollout
+    sample_greedy: Callable  # temperature 0 (evaluation only)
+    sample_eval: Callable  # temperature 1, no truncation (evaluation)
+
+
+def policy(setup: TaskSetup, mesh_cfg: MeshConfig, sampling: SamplingConfig,
+           traces: Traces) -> Policy:
+    model = Decoder(setup.model_cfg, setup.vocab_size)
+    mesh = sharding.make_mesh(mesh_cfg.data, mesh_cfg.fsdp)
+    batch_sh = sharding.batch_sharding(mesh)
+    shardings = partial(sharding.state_shardings, mesh=mesh)
+    abstract_params = jax.eval_shape(partial(init_params, model), jax.random.key(0))
+    # Params are created already sharded: no host-side full copy, no resharding afterwards.
+    init = jax.jit(partial(init_params, model), out_shardings=shardings(abstract_params))
+    sampler = partial(make_sampler, model, max_new_tokens=setup.max_new_tokens,
+                      eos_id=setup.tokenizer.eos_token_id, pad_id=setup.tokenizer.pad_token_id)
+    return Policy(
+        model=model, mesh=mesh, put=lambda x: jax.device_put(x, batch_sh), shardings=shardings,
+        init_params=init,
+        sample_train=sampler(temperature=sampling.temperature, top_k=sampling.top_k,
+                             top_p=sampling.top_p, on_trace=counter(traces, "sampler")),
+        sample_greedy=sampler(temperature=0.0, on_trace=counter(traces, "sampler_eval_greedy")),
+        sample_eval=sampler(temperature=1.0, on_trace=counter(traces, "sampler_eval_sampled")))
+
+
+# ------------------------------------------------------------------ update steps
+@dataclass(frozen=True)
+class Updates:
+    rl_tx: object  # optax transform over {"policy": ..., ["value": ...]}
+    rl_step: Callable  # jitted (state, ref_params, TrainBatch, key, actor_on) -> (state, metrics)
+    init_rl_params: Callable  # (warm policy params, key) -> {"policy": ..., ["value": ...]}
+    ppo_prepare: Optional[Callable]  # jitted (params, ref, batch, outcome_B, kl_coef) -> ...
+    sft_tx: object
+    sft_step: Callable  # jitted (state, SFTBatch) -> (state, metrics)
+
+
+def _settings(o, learning_rate: float, updates_per_step: int, num_steps: int):
+    """The RL optimizer's settings: its warm-up and horizon in optimizer updates."""
+    return optim.OptimizerSettings(
+        learning_rate=learning_rate, warmup_steps=o.lr_warmup_steps * updates_per_step,
+        total_steps=num_steps * updates_per_step, schedule=o.lr_schedule, b1=o.adam_b1,
+        b2=o.adam_b2, weight_decay=o.weight_decay, max_grad_norm=o.max_grad_norm)
+
+
+def updates(policy: Policy, setup: TaskSetup, algo: AlgoConfig, warmup: WarmupConfig,
+            temperature: float, num_steps: int, traces: Traces) -> Updates:
+    """The RL step (GRPO family or PPO), PPO's prepare step and the SFT warm-start step, each
+    jitted with its train state's shardings as out_shardings (one compile)."""
+    model, repl = policy.model, sharding.replicated(policy.mesh)
+    a, o = algo, algo.optim
+    schedule = train_step.UpdateSchedule(a.epochs_per_rollout, a.minibatches_per_epoch,
+                                         a.microbatches)
+    per_step = schedule.epochs * schedule.minibatches
+    layout = a.ppo.critic if a.name == "ppo" else None
+    rl_tx, rl_lr = optim.make_rl_optimizer(
+        _settings(o, o.learning_rate, per_step, num_steps),
+        _settings(o, a.ppo.critic_learning_rate, per_step, num_steps) if layout else None)
+
+    def init_rl_params(warm_params, key):
+        """{"policy": warm params} (+ {"value": critic} for PPO)."""
+        params = {"policy": warm_params}
+        if layout:
+            params["value"] = value_model.init_critic(setup.model_cfg, layout, warm_params, key)
+        return params
+
+    abstract_params = jax.eval_shape(policy.init_params, jax.random.key(0))
+    abstract_rl = jax.eval_shape(init_rl_params, abstract_params, jax.random.key(0))
+    rl_state_sh = policy.shardings(jax.eval_shape(lambda p: optim.init_train_state(p, rl_tx),
+                                                  abstract_rl))
+    l = a.loss
+    loss = train_step.LossOptions(
+        eps_low=l.clip_eps_low, eps_high=l.clip_eps_high,
+        kl_coef=0.0 if a.ppo.kl_in_reward else l.kl_coef, kl_estimator=l.kl_estimator,
+        loss_agg=l.agg, norm_tokens=setup.max_new_tokens, dual_clip_c=l.dual_clip_c,
+        policy_loss=l.kind, entropy_coef=l.entropy_coef)
+    critic = (train_step.CriticOptions(layout, a.ppo.value_clip, a.ppo.vf_coef)
+              if layout else None)
+    rl_step = train_step.make_rl_step(
+        model, rl_tx, rl_lr, prompt_len=setup.prompt_len, temperature=temperature, loss=loss,
+        critic=critic, schedule=schedule, state_sharding=rl_state_sh, metrics_sharding=repl,
+        on_trace=counter(traces, "train_step"))
+    ppo_prepare = None
+    if layout:
+        p = a.ppo
+        ppo_prepare = train_step.make_ppo_prepare(
+            model, prompt_len=setup.prompt_len, temperature=temperature, critic_layout=layout,
+            gamma=p.gae_gamma, lam=p.gae_lambda, whiten_advantages=p.whiten_advantages,
+            kl_in_reward=p.kl_in_reward, kl_estimator=l.kl_estimator,
+            on_trace=counter(traces, "ppo_prepare"))
+    w = warmup
+    sft_tx, sft_lr = optim.make_optimizer(optim.OptimizerSettings(
+        learning_rate=w.learning_rate, warmup_steps=w.lr_warmup_steps, total_steps=w.steps,
+        schedule="cosine", b1=0.9, b2=0.99, weight_decay=w.weight_decay, max_grad_norm=1.0))
+    sft_state_sh = policy.shardings(jax.eval_shape(lambda p: optim.init_train_state(p, sft_tx),
+                                                   abstract_params))
+    sft_step = train_step.make_sft_step(model, sft_tx, sft_lr, prompt_len=setup.prompt_len,
+                                        state_sharding=sft_state_sh, metrics_sharding=repl,
+                                        on_trace=counter(traces, "sft_step"))
+    return Updates(rl_tx, rl_step, init_rl_params, ppo_prepare, sft_tx, sft_step)
+
+
+def check_batches(mesh: jax.sharding.Mesh, sizes: dict[str, int]) -> None:
+    """Every batch (config key -> sequences) splits evenly over the mesh's devices."""
+    for key, size in sizes.items():
+        sharding.check_batch(size, mesh, key)

@@ -1,0 +1,54 @@
+"""Trusted checkers that run in the trainer's process, behind the same `submit(jobs)` as the
+worker pool: for checks that execute no candidate code and cannot hang (an integer compared with
+the ground truth). Anything that runs or parses untrusted programs goes to the pool instead."""
+
+from __future__ import annotations
+
+import re
+import time
+from concurrent.futures import Future
+from typing import Callable, Sequence
+
+from rlvr_jax.types import Status, Verdict
+
+_INT = re.compile(r"\s*(-?\d+)\s*")
+
+
+def check_integer(job: dict) -> Verdict:
+    """`job = {"completion": str, "answer": int}`: the completion must be exactly one integer
+    (surrounding whitespace allowed). Anything else is UNPARSEABLE rather than WRONG, so the
+    logs tell format failures from arithmetic failures."""
+    completion, answer = job["completion"], int(job["answer"])
+    m = _INT.fullmatch(completion)
+    if m is None:
+        return Verdict(Status.UNPARSEABLE, f"not an integer: {completion[:40]!r}")
+    got = int(m.group(1))
+    if got == answer:
+        return Verdict(Status.PASS)
+    return Verdict(Status.WRONG, f"expected {answer}, got {got}")
+
+
+CHECKS: dict[str, Callable[[dict], Verdict]] = {"integer": check_integer}
+
+
+class TrustedVerifier:
+    """`submit(jobs) -> Future[list[Verdict]]` (already done), `verify(jobs)`, `close()`."""
+
+    def __init__(self, check: Callable[[dict], Verdict]):
+        self._check = check
+
+    def verify(self, jobs: Sequence[dict]) -> list[Verdict]:
+        out = []
+        for job in jobs:
+            t0 = time.perf_counter()
+            v = self._check(job)
+            out.append(Verdict(v.status, v.detail, time.perf_counter() - t0, v.fraction))
+        return out
+
+    def submit(self, jobs: Sequence[dict]) -> Future:
+        done: Future = Future()
+        done.set_result(self.verify(jobs))
+        return done
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,34 @@
+"""One interface for every source of verdicts: `submit(jobs) -> Future[list[Verdict]]`,
+`verify(jobs) -> list[Verdict]`, `close()`. Built from the config's plain values by
+`make_verifier`; the loop never knows which kind it holds."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Optional, Protocol, Sequence
+
+from rlvr_jax.types import Verdict
+from rlvr_jax.verify.pool import VerifierPool
+from rlvr_jax.verify.trusted import CHECKS, TrustedVerifier
+
+
+class Verifier(Protocol):
+    def submit(self, jobs: Sequence[dict]) -> Future: ...
+
+    def verify(self, jobs: Sequence[dict]) -> list[Verdict]: ...
+
+    def close(self) -> None: ...
+
+
+# Config `verifier.kind` "inprocess" names the trusted integer check (the arithmetic task's).
+TRUSTED_KINDS = {"inprocess": "integer"}
+
+
+def make_verifier(kind: str, *, workers: int, timeout_s: float,
+                  batch_timeout_s: Optional[float], mode: Optional[str]) -> Verifier:
+    """A trusted in-process checker for the trusted kinds; else the worker pool (`mode`: the
+    code sandbox's forkserver or fresh, ignored for trusted graders such as math)."""
+    if kind in TRUSTED_KINDS:
+        return TrustedVerifier(CHECKS[TRUSTED_KINDS[kind]])
+    return VerifierPool(kind, workers=workers, timeout_s=timeout_s,
+                        batch_timeout_s=batch_timeout_s, mode=mode if kind == "code" else None)
