@@ -7,7 +7,8 @@ from hydra.core.global_hydra import GlobalHydra
 
 from rlvr_jax import config as config_lib
 
-CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+CONF_DIR = os.path.join(ROOT, "conf")
 
 # A run small enough for a test: tiny model, 12 warm-up steps (enough to emit digits), batches that split over 8 devices.
 TINY = [
@@ -39,3 +40,20 @@ def rl_step_options(critic=None, epochs=1, minibatches=1, microbatches=1, **loss
 
     return dict(loss=LossOptions(**loss), critic=CriticOptions(critic) if critic else None,
                 schedule=UpdateSchedule(epochs, minibatches, microbatches))
+
+
+def sandbox_unavailable() -> str:
+    """Why the bubblewrap sandbox cannot run here ("" when it can). With
+    RLVR_REQUIRE_SANDBOX=1 (CI) an unavailable sandbox is an error, never a skip."""
+    from rlvr_jax.verify import sandbox
+
+    try:
+        sandbox.check_available()
+        return ""
+    except sandbox.SandboxUnavailable as e:
+        if os.environ.get("RLVR_REQUIRE_SANDBOX") == "1":
+            raise RuntimeError(f"RLVR_REQUIRE_SANDBOX=1 but the sandbox is unavailable: {e}")
+        return str(e)
+
+
+UNAVAILABLE = sandbox_unavailable()

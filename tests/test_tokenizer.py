@@ -1,11 +1,9 @@
-"""Character tokenizer through transformers equals the raw `tokenizers` ids; reward tables."""
+"""The character tokenizer through transformers, and prompt / response encoding."""
 
-import numpy as np
 import pytest
 
-from rlvr_jax import batching, rewards
+from rlvr_jax import batching
 from rlvr_jax.tokenizer import EOS, PAD, build_char_tokenizer, load_tokenizer, save_char_tokenizer
-from rlvr_jax.types import Status, Verdict
 
 
 @pytest.fixture(scope="module")
@@ -38,14 +36,3 @@ def test_prompt_and_response_encoding(tok):
         batching.encode_prompts(tok, ["1234567="], prompt_len=6)
     with pytest.raises(ValueError, match="sampling.max_new_tokens"):
         batching.encode_responses(tok, ["1234"], max_new_tokens=4)
-
-
-def test_reward_tables_and_counts():
-    verdicts = [Verdict(Status.PASS), Verdict(Status.WRONG), Verdict(Status.UNPARSEABLE)]
-    np.testing.assert_array_equal(rewards.from_verdicts(verdicts, "binary"), [1, 0, 0])
-    np.testing.assert_array_equal(rewards.from_verdicts(verdicts, "signed"), [1, -1, -1])
-    np.testing.assert_array_equal(rewards.from_verdicts(verdicts, "format_penalty"), [1, 0, -1])
-    counts = rewards.status_counts(verdicts[:1])
-    assert counts == {f"status/{s.name.lower()}": int(s == Status.PASS) for s in Status}
-    for table in rewards.REWARD_TABLES.values():  # a sandbox error is masked, never scored
-        assert set(table) == set(Status) - {Status.SANDBOX_ERROR}

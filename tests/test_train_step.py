@@ -1,6 +1,5 @@
-"""Several updates per rollout: microbatch gradient accumulation equals the full batch, mu
-epochs over minibatches equal the same updates done one by one, the old log-probs stay those of
-the sampler, and critic warm-up leaves the policy alone."""
+"""The jitted update steps: microbatches equal the full batch, epochs x minibatches equal
+sequential updates, critic warm-up, PPO's prepare step against a float64 pipeline."""
 
 import jax
 import numpy as np
@@ -14,8 +13,77 @@ from rlvr_jax.models.policy import Decoder, init_params
 from rlvr_jax.types import TrainBatch
 from tests.helpers import rl_step_options
 
+
+def _gae_numpy(r, v, m, gamma, lam):
+    """float64 reference, one sequence at a time, backwards over its valid tokens."""
+    adv = np.zeros_like(r)
+    for b in range(r.shape[0]):
+        n = int(m[b].sum())
+        last = 0.0
+        for t in reversed(range(n)):
+            next_v = v[b, t + 1] if t + 1 < n else 0.0
+            last = r[b, t] + gamma * next_v - v[b, t] + gamma * lam * last
+            adv[b, t] = last
+    return adv, (adv + v) * m
+
+
+@pytest.mark.parametrize("critic", ["separate", "head"])
+def test_ppo_prepare_matches_a_float64_pipeline(critic):
+    from rlvr_jax import train_step
+    from rlvr_jax.config import ModelConfig
+    from rlvr_jax.models import value as value_model
+    from rlvr_jax.models.policy import Decoder, init_params
+    from rlvr_jax.types import TrainBatch
+
+    cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64)
+    model = Decoder(cfg, 20)
+    policy = init_params(model, jax.random.key(0))
+    ref = init_params(model, jax.random.key(9))
+    critic_params = value_model.init_critic(cfg, critic, policy, jax.random.key(1))
+    critic_params["head"] = jax.tree.map(lambda x: x + 0.3, critic_params["head"])
+    params = {"policy": policy, "value": critic_params}
+    rng = np.random.default_rng(0)
+    b, p, n = 6, 3, 4
+    tokens = rng.integers(2, 20, size=(b, p + n)).astype(np.int32)
+    resp = (np.arange(n)[None] < np.array([[4], [2], [1], [3], [4], [0]])).astype(np.float32)
+    input_mask = np.concatenate([np.ones((b, p), np.int32), resp.astype(np.int32)], axis=1)
+    old_logp = -rng.uniform(0.5, 2.0, size=(b, n)).astype(np.float32)
+    batch = TrainBatch(tokens, input_mask, resp, old_logp, np.zeros((b, n), np.float32))
+    outcome = np.array([1, 0, 1, -1, 0, 1], np.float32)
+    prepare = train_step.make_ppo_prepare(model, prompt_len=p, temperature=1.0,
+                                          critic_layout=critic,
+                                          gamma=0.9, lam=0.8, whiten_advantages=True,
+                                          kl_in_reward=True, kl_estimator="k1")
+    out, metrics = prepare(params, ref, batch, outcome, np.float32(0.2))
+
+    hidden = None
+    if critic == "head":
+        hidden = model.apply({"params": policy}, tokens, input_mask, method="forward")
+    v = np.asarray(value_model.response_values(model, critic_params, tokens, input_mask, p,
+                                               hidden), np.float64) * resp
+    ref_logp, _ = train_step.response_logp(model, ref, tokens, input_mask, p, 1.0)
+    kl = (old_logp - np.asarray(ref_logp, np.float64)) * resp  # k1
+    r = np.zeros((b, n))
+    for i in range(b):
+        k = int(resp[i].sum())
+        if k:
+            r[i, k - 1] = outcome[i]
+    r = (r - 0.2 * kl) * resp
+    adv, ret = _gae_numpy(r, v, resp, 0.9, 0.8)
+    valid = adv[resp > 0]
+    adv = (adv - valid.mean()) / np.sqrt(valid.var() + 1e-8) * resp
+    np.testing.assert_allclose(np.asarray(out.old_values_B_R), v, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(out.returns_B_R), ret, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(out.advantages_B_R), adv, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(float(metrics["kl_ref_per_seq"]), kl.sum() / 5, rtol=1e-5)
+
+
 CFG = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64)
+
+
 MODEL = Decoder(CFG, 20)
+
+
 P, N, B = 4, 5, 16
 
 

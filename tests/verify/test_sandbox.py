@@ -13,17 +13,10 @@ import pytest
 from rlvr_jax.types import Status
 from rlvr_jax.verify import sandbox
 from rlvr_jax.verify.pool import VerifierPool, child_processes
+from tests.helpers import UNAVAILABLE
 
-pytestmark = pytest.mark.slow  # see pyproject.toml: not in the daily `-m "not slow"` run
-
-try:
-    sandbox.check_available()
-    UNAVAILABLE = ""
-except sandbox.SandboxUnavailable as e:
-    UNAVAILABLE = str(e)
-if UNAVAILABLE and os.environ.get("RLVR_REQUIRE_SANDBOX") == "1":
-    raise RuntimeError(f"RLVR_REQUIRE_SANDBOX=1 but the sandbox is unavailable: {UNAVAILABLE}")
-pytestmark = pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")
+pytestmark = [pytest.mark.slow,  # see pyproject.toml: not in the daily `-m "not slow"` run
+              pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")]
 
 GOOD = {"completion": "def f(x):\n    return x * 2", "entry_point": "f", "inputs": [[1], [4]],
         "expected": [2, 8]}

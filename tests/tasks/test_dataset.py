@@ -17,9 +17,8 @@ from rlvr_jax.checkpoint import read_policy_params
 from rlvr_jax.models import hf
 from rlvr_jax.models.policy import Decoder
 from rlvr_jax.tools import tiny_hf
-from tests.helpers import run_config
+from tests.helpers import ROOT, run_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["model.compute_dtype=float32", "sampling.max_new_tokens=12", "algo.prompts_per_step=4",
          "algo.samples_per_prompt=4", "algo.microbatches=2", "eval.num_problems=8",
          "eval.sequences_per_batch=8", "eval.every_steps=1", "num_steps=2", "logger.mode=disabled",

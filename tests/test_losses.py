@@ -1,5 +1,5 @@
-"""KL estimators against exact KL, loss aggregation length bias with pinned numbers, dual-clip
-and GSPO boundaries."""
+"""Losses: the clipped / dual-clip / GSPO policy objective, KL estimators, aggregations and
+their length bias, the value loss, token log-probs and entropy, against references."""
 
 import jax
 import jax.numpy as jnp
@@ -7,6 +7,78 @@ import numpy as np
 import pytest
 
 from rlvr_jax import losses
+
+
+def _loss_inputs():
+    # ratios: seq 0 [1.0, 1.5, 0.5] (A=+1), seq 1 [0.5, 1.5, 1.0] (A=-2, last token masked).
+    old = jnp.log(jnp.array([[0.4, 0.2, 0.6], [0.5, 0.3, 0.1]]))
+    ratio = jnp.array([[1.0, 1.5, 0.5], [0.5, 1.5, 1.0]])
+    logp = old + jnp.log(ratio)
+    adv = jnp.array([1.0, -2.0])
+    mask = jnp.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    return logp, old, adv, mask
+
+
+def test_grpo_loss_hand_computed():
+    logp, old, adv, mask = _loss_inputs()
+    # Per token max(-A r, -A clip(r, 0.8, 1.28)):
+    #   seq 0 (A=+1): r=1 -> -1;  r=1.5 -> max(-1.5, -1.28) = -1.28 (clip high);
+    #                 r=0.5 -> max(-0.5, -0.8) = -0.5
+    #   seq 1 (A=-2): r=0.5 -> max(1.0, 1.6) = 1.6 (clip low);  r=1.5 -> max(3.0, 2.56) = 3.0
+    # token mean over 5 valid tokens: (-1 - 1.28 - 0.5 + 1.6 + 3.0) / 5 = 0.364
+    loss, m = jax.jit(lambda *a: losses.grpo_loss(*a, eps_low=0.2, eps_high=0.28, kl_coef=0.0))(
+        logp, old, None, adv[:, None] * mask, mask, jnp.zeros_like(logp))
+    np.testing.assert_allclose(float(loss), 0.364, rtol=1e-5)
+    np.testing.assert_allclose(float(m["clip_frac_low"]), 0.2, rtol=1e-6)
+    np.testing.assert_allclose(float(m["clip_frac_high"]), 0.2, rtol=1e-6)
+    np.testing.assert_allclose(float(m["ratio_mean"]), (1 + 1.5 + .5 + .5 + 1.5) / 5, rtol=1e-5)
+    assert "kl_ref" not in m  # beta = 0 skips the KL term entirely
+
+    # With beta = 0.1 and log pi_ref - log pi = log 2 on every token: k3 = 2 - ln 2 - 1.
+    ref = logp + jnp.log(2.0)
+    loss_kl, m = losses.grpo_loss(logp, old, ref, adv[:, None] * mask, mask, jnp.zeros_like(logp),
+                                  eps_low=0.2, eps_high=0.28, kl_coef=0.1)
+    k3 = 2.0 - np.log(2.0) - 1.0
+    np.testing.assert_allclose(float(m["kl_ref"]), k3, rtol=1e-5)
+    np.testing.assert_allclose(float(loss_kl), 0.364 + 0.1 * k3, rtol=1e-5)
+
+
+def test_on_policy_gradient_is_reinforce():
+    """At ratio 1 the gradient w.r.t. each token's log-prob is -A / (number of valid tokens)."""
+    logp, _, adv, mask = _loss_inputs()
+    grad = jax.grad(lambda lp: losses.grpo_loss(lp, jax.lax.stop_gradient(lp), None,
+                                                adv[:, None] * mask, mask,
+                                                jnp.zeros_like(lp), eps_low=0.2, eps_high=0.28,
+                                                kl_coef=0.0)[0])(logp)
+    want = -np.asarray(adv)[:, None] * np.asarray(mask) / 5.0
+    np.testing.assert_allclose(np.asarray(grad), want, rtol=1e-6)
+
+
+def test_k3_is_unbiased_for_exact_kl():
+    """E_{x~p}[k3(x)] = KL(p || q) exactly on a categorical distribution."""
+    p = np.array([0.1, 0.2, 0.3, 0.4])
+    q = np.array([0.25, 0.25, 0.4, 0.1])
+    k3 = np.asarray(losses.kl_estimate(jnp.log(jnp.asarray(p))[None], jnp.log(jnp.asarray(q))[None],
+                                       "k3"))[0]
+    np.testing.assert_allclose(float(np.sum(p * k3)), float(np.sum(p * np.log(p / q))), rtol=1e-5)
+    assert np.all(k3 >= 0)
+
+
+def test_masked_mean_empty_mask_is_zero():
+    assert float(losses.masked_mean(jnp.ones((2, 3)), jnp.zeros((2, 3)))) == 0.0
+
+
+def test_token_logp_and_entropy_against_numpy():
+    logits = np.random.default_rng(0).normal(size=(2, 3, 5))
+    targets = np.array([[0, 4, 2], [1, 1, 3]])
+    lp, ent = losses.token_logp_and_entropy(jnp.asarray(logits, jnp.float32), jnp.asarray(targets),
+                                            temperature=0.5)
+    z = logits / 0.5
+    logq = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    np.testing.assert_allclose(np.asarray(lp), np.take_along_axis(logq, targets[..., None], -1)[..., 0],
+                               rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(ent), -(np.exp(logq) * logq).sum(-1), rtol=1e-5)
+
 
 P = np.array([0.1, 0.2, 0.3, 0.4])
 
@@ -139,3 +211,17 @@ def test_grpo_loss_options_compose_the_pieces():
                                policy_loss="gspo", eps_low=3e-4, eps_high=4e-4, kl_coef=0.0)
     per_seq, _ = losses.gspo_surrogate(logp, old, adv, mask, 3e-4, 4e-4)
     np.testing.assert_allclose(float(loss), float(jnp.mean(per_seq)), rtol=1e-6)
+
+
+def test_value_loss_clipping_hand_computed():
+    v = jnp.array([[1.0, 0.0]])
+    old = jnp.array([[0.5, 0.0]])
+    ret = jnp.array([[2.0, 0.3]])
+    mask = jnp.ones((1, 2))
+    # token 0: unclipped (1-2)^2 = 1; clipped V = 0.5 + 0.2 = 0.7 -> (0.7-2)^2 = 1.69 (taken)
+    # token 1: (0-0.3)^2 = 0.09 both ways.  loss = 0.5 * (1.69 + 0.09) / 2
+    loss, m = losses.value_loss(v, old, ret, mask, clip=0.2)
+    assert float(loss) == pytest.approx(0.5 * (1.69 + 0.09) / 2, rel=1e-6)
+    assert float(m["value_clip_frac"]) == pytest.approx(0.5)
+    loss, _ = losses.value_loss(v, old, ret, mask, clip=0.0)
+    assert float(loss) == pytest.approx(0.5 * (1.0 + 0.09) / 2, rel=1e-6)

@@ -1,11 +1,10 @@
 """`python -m rlvr_jax.verify`: scores a JSONL file; malformed lines are named and skipped."""
 
 import json
-import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import ROOT
 
 
 def test_math_cli_scores_the_good_lines_and_names_the_bad(tmp_path):

@@ -1,6 +1,7 @@
 """Tasks: the arithmetic task's disjoint seeded splits, pure training stream, typed verdicts
 and demonstrations; every task satisfies the `Task` protocol the loop calls."""
 
+import json
 import re
 
 import numpy as np
@@ -113,3 +114,27 @@ def test_procedural_tasks_follow_the_protocol(name):
         task.verify_jobs(train[:2], ["1"])
     assert task.answer_of("  7 ") == "7" and task.answer_of("   ") is None
     assert task.demonstration(train[0], False, np.random.default_rng(0), 5)
+
+
+def test_procedural_loaders_read_standard_formats(tmp_path):
+    """SQuAD JSON, and JSONL of SQL / logic tasks, with bad rows named by file:line."""
+    from rlvr_jax.data.loaders import DatasetError
+
+    schema = "CREATE TABLE t(name TEXT, age INT); INSERT INTO t VALUES ('a', 3), ('b', 5);"
+    from rlvr_jax.tasks import procedural
+
+    squad = {"data": [{"paragraphs": [{"context": "Oslo is in Norway.", "qas": [
+        {"question": "Where is Oslo?", "answers": [{"text": "Norway"}]},
+        {"question": "Unanswerable?", "answers": [], "is_impossible": True}]}]}]}
+    (tmp_path / "squad.json").write_text(json.dumps(squad))
+    jobs = procedural.load_squad(str(tmp_path / "squad.json"))
+    assert jobs == [{"question": "Where is Oslo?", "document": "Oslo is in Norway.",
+                     "answer": ["Norway"]}]
+    (tmp_path / "sql.jsonl").write_text(json.dumps(
+        {"question": "q", "schema": schema, "query": "SELECT name FROM t ORDER BY age DESC"})
+        + "\n" + json.dumps({"question": "q", "schema": schema, "query": "SELECT nope FROM t"}))
+    with pytest.raises(DatasetError, match="sql.jsonl:2: the gold query fails"):
+        procedural.load_sql(str(tmp_path / "sql.jsonl"))
+    (tmp_path / "logic.jsonl").write_text('{"premises": ["a", "a -> b"], "target": "b"}\n{}\n')
+    with pytest.raises(DatasetError, match="logic.jsonl:2: missing field 'premises'"):
+        procedural.load_logic(str(tmp_path / "logic.jsonl"))

@@ -11,11 +11,10 @@ import orbax.checkpoint as ocp
 import pytest
 
 from rlvr_jax import loop
-from tests.helpers import TINY, run_config
+from tests.helpers import ROOT, TINY, run_config
 
 pytestmark = pytest.mark.slow  # see pyproject.toml: not in the daily `-m "not slow"` run
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _restore(path):

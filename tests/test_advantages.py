@@ -1,4 +1,5 @@
-"""The GRPO family of advantage estimators and GAE, against numpy float64 references."""
+"""Advantage estimators (the GRPO family, GAE, whitening, token rewards, the KL controller,
+DAPO's overlong penalty) against hand-computed values and numpy float64 references."""
 
 import jax
 import jax.numpy as jnp
@@ -96,3 +97,54 @@ def test_gae_lambda_1_gamma_1_is_return_minus_value():
     adv, ret = advantages.gae(r, v, m, 1.0, 1.0)
     np.testing.assert_allclose(np.asarray(adv), [[1.5, 3.0, 0.5, 0.0]], rtol=1e-6)
     np.testing.assert_allclose(np.asarray(ret), [[2.0, 2.0, 2.0, 0.0]], rtol=1e-6)
+
+
+def test_grpo_advantages_hand_computed():
+    rewards = jnp.array([[1.0, 0.0, 0.0, 1.0],   # mean .5, std(ddof=1) = sqrt(1/3) -> +-0.866025
+                         [1.0, 0.0, 0.0, 0.0],   # mean .25, std(ddof=1) = 0.5 -> 1.5, -0.5
+                         [1.0, 1.0, 1.0, 1.0],   # constant: no signal -> exactly 0
+                         [0.0, 0.0, 0.0, 0.0]])
+    adv = np.asarray(jax.jit(advantages.grpo)(rewards))
+    np.testing.assert_allclose(adv[0], [0.866025, -0.866025, -0.866025, 0.866025], rtol=1e-5)
+    np.testing.assert_allclose(adv[1], [1.5, -0.5, -0.5, -0.5], rtol=1e-5)
+    assert np.all(adv[2:] == 0.0) and np.all(np.isfinite(adv))  # not NaN (0/0)
+
+
+def test_grpo_eps_and_unscaled_variant():
+    rewards = jnp.array([[1.0, 0.0]])  # std(ddof=1) = 0.70711
+    adv = np.asarray(advantages.grpo(rewards, eps=0.1))
+    np.testing.assert_allclose(adv, [[0.5 / 0.807107, -0.5 / 0.807107]], rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(advantages.grpo(rewards, scale_by_std=False)),
+                               [[0.5, -0.5]], rtol=1e-6)
+
+
+def test_token_rewards_put_the_outcome_on_the_last_token_minus_kl():
+    mask = jnp.array([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    kl = jnp.full((3, 4), 0.5)
+    r = advantages.token_rewards(jnp.array([1.0, -1.0, 1.0]), mask, kl, 0.1)
+    np.testing.assert_allclose(np.asarray(r), [[-0.05, -0.05, 0.95, 0.0],
+                                               [-1.05, 0.0, 0.0, 0.0],
+                                               [0.0, 0.0, 0.0, 0.0]], rtol=1e-6)
+
+
+def test_whiten_against_numpy():
+    rng = np.random.default_rng(0)
+    x = rng.normal(2.0, 3.0, size=(4, 6))
+    mask = (np.arange(6)[None] < np.array([[6], [2], [0], [4]])).astype(np.float64)
+    valid = x[mask > 0]
+    want = (x - valid.mean()) / np.sqrt(valid.var() + 1e-8) * mask
+    got = advantages.whiten(jnp.asarray(x, jnp.float32), jnp.asarray(mask, jnp.float32))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+
+
+def test_adaptive_kl_controller_hand_computed():
+    # KL above target by 50%: error clipped to +0.2, beta *= 1 + 0.2 * 1 / 10.
+    assert advantages.adaptive_kl_coef(0.1, 1.5, 1.0, 10) == pytest.approx(0.1 * 1.02)
+    # 10% below target: beta *= 1 - 0.1 * 2 / 10.
+    assert advantages.adaptive_kl_coef(0.1, 0.9, 1.0, 10, n_steps=2) == pytest.approx(0.098)
+
+
+def test_overlong_penalty_pinned():
+    # L_max = 10, L_cache = 4: free up to 6 tokens, linear to -1 at 10, -1 beyond (cut off).
+    got = advantages.overlong_penalty(jnp.array([3, 6, 7, 8, 10, 11]), 10, 4, factor=0.5)
+    np.testing.assert_allclose(np.asarray(got), 0.5 * np.array([0, 0, -0.25, -0.5, -1, -1]))

@@ -1,4 +1,4 @@
-"""The SQL, tool-use, logic and retrieval verifiers on hand-written cases."""
+"""Graders by kind (logic, retrieval, SQL, tool calls) and their generated tasks."""
 
 import json
 
@@ -7,9 +7,11 @@ import pytest
 from rlvr_jax.types import Status
 from rlvr_jax.verify import logic, retrieval
 from rlvr_jax.verify.pool import VerifierPool
-from tests.test_sandbox import UNAVAILABLE
+from tests.helpers import UNAVAILABLE
 
 needs_sandbox = pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")
+
+
 S = Status
 
 
@@ -145,24 +147,3 @@ def test_generated_sql_and_tool_tasks_score_gold_answers():
     with VerifierPool("tool", workers=1) as pool:
         got = pool.verify([dict(j, completion=c) for j, c in zip(tool_jobs, calls)])
     assert all(v.status == S.PASS for v in got), [v.detail for v in got]
-
-
-def test_loaders_standard_formats(tmp_path):
-    from rlvr_jax.data.loaders import DatasetError
-    from rlvr_jax.tasks import procedural
-
-    squad = {"data": [{"paragraphs": [{"context": "Oslo is in Norway.", "qas": [
-        {"question": "Where is Oslo?", "answers": [{"text": "Norway"}]},
-        {"question": "Unanswerable?", "answers": [], "is_impossible": True}]}]}]}
-    (tmp_path / "squad.json").write_text(json.dumps(squad))
-    jobs = procedural.load_squad(str(tmp_path / "squad.json"))
-    assert jobs == [{"question": "Where is Oslo?", "document": "Oslo is in Norway.",
-                     "answer": ["Norway"]}]
-    (tmp_path / "sql.jsonl").write_text(json.dumps(
-        {"question": "q", "schema": SCHEMA, "query": "SELECT name FROM t ORDER BY age DESC"})
-        + "\n" + json.dumps({"question": "q", "schema": SCHEMA, "query": "SELECT nope FROM t"}))
-    with pytest.raises(DatasetError, match="sql.jsonl:2: the gold query fails"):
-        procedural.load_sql(str(tmp_path / "sql.jsonl"))
-    (tmp_path / "logic.jsonl").write_text('{"premises": ["a", "a -> b"], "target": "b"}\n{}\n')
-    with pytest.raises(DatasetError, match="logic.jsonl:2: missing field 'premises'"):
-        procedural.load_logic(str(tmp_path / "logic.jsonl"))

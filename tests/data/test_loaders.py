@@ -1,0 +1,59 @@
+"""Dataset loaders: GSM8K / MATH / verl rows from JSONL and Parquet, bad rows named by
+file:line or skipped."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from rlvr_jax.data import loaders
+
+GSM = {"question": "Tom has 3 apples and gets 4. How many?", "answer": "3 + 4 = 7\n#### 7"}
+
+
+MATH = {"problem": "Compute 1/2 + 1/4.", "solution": "It is $\\boxed{\\frac{3}{4}}$.",
+        "type": "Algebra"}
+
+
+VERL = {"data_source": "openai/gsm8k", "prompt": [{"role": "system", "content": "Be brief."},
+                                                   {"role": "user", "content": "2+2?"}],
+        "reward_model": {"style": "rule", "ground_truth": "4"}}
+
+
+def _jsonl(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return str(path)
+
+
+def test_three_formats_from_jsonl_and_parquet(tmp_path):
+    problems, skipped = loaders.load(_jsonl(tmp_path / "mix.jsonl", [GSM, MATH, VERL]))
+    assert skipped == 0
+    assert [p.answer for p in problems] == ["7", "\\frac{3}{4}", "4"]
+    assert [p.data_source for p in problems] == ["mix", "Algebra", "openai/gsm8k"]
+    assert problems[2].messages == (("system", "Be brief."), ("user", "2+2?"))
+    assert problems[0].uid.endswith("mix.jsonl:1")
+    pq.write_table(pa.Table.from_pylist([VERL, VERL]), tmp_path / "verl.parquet")
+    parquet, _ = loaders.load(str(tmp_path / "verl.parquet"), fmt="verl")
+    assert len(parquet) == 2 and parquet[1].uid.endswith("verl.parquet:2")
+
+
+@pytest.mark.parametrize("bad,msg", [
+    ("{not json", "not valid JSON"),
+    (json.dumps({"question": "q", "answer": "no marker"}), "has no '#### <final answer>'"),
+    (json.dumps({"problem": "p", "solution": "no box"}), "has no \\\\boxed"),
+    (json.dumps({"data_source": "x", "prompt": [], "reward_model": {}}), "missing field"),
+    (json.dumps({"text": "hello"}), "cannot tell the format"),
+    (json.dumps([1, 2]), "expected a JSON object"),
+])
+def test_malformed_row_names_file_and_line_or_is_skipped(tmp_path, bad, msg):
+    path = _jsonl(tmp_path / "d.jsonl", [GSM, bad, GSM])
+    with pytest.raises(loaders.DatasetError, match=f"d.jsonl:2: .*{msg}"):
+        loaders.load(path)
+    problems, skipped = loaders.load(path, on_error="skip")
+    assert len(problems) == 2 and skipped == 1  # the other rows are kept
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(loaders.DatasetError, match="nope.jsonl: file not found"):
+        loaders.load(str(tmp_path / "nope.jsonl"))

@@ -1,0 +1,31 @@
+"""The worker pool: hung workers killed, dead ones retried then reported, garbled replies."""
+
+import time
+
+from rlvr_jax.types import Status
+from rlvr_jax.verify.pool import VerifierPool
+
+
+def test_pool_kills_hung_workers_retries_dead_ones_and_keeps_answering():
+    with VerifierPool("test_sleep", workers=2, timeout_s=1.0) as pool:
+        t0 = time.monotonic()
+        got = pool.verify([{"seconds": 0.05}, {"seconds": 30}, {"die": True}, {"seconds": 0.1}])
+        assert time.monotonic() - t0 < 1.0 + 1.0  # the call returns by its deadline (+1 s)
+        assert [v.status for v in got] == [Status.PASS, Status.TIMEOUT, Status.SANDBOX_ERROR,
+                                           Status.PASS]
+        assert "died twice" in got[2].detail  # retried once on a fresh worker first
+        assert pool.restarts == 3  # one kill for the hang, two for the deaths
+        again = pool.verify([{"seconds": 0.01, "i": i} for i in range(6)])
+        assert all(v.status == Status.PASS for v in again)
+        fut = pool.submit([{"seconds": 0.01}])
+        assert fut.result(timeout=10)[0].status == Status.PASS
+        # A reply that is not a verdict: the worker is replaced, the job retried, then masked.
+        garbled = pool.verify([{"garble": True}, {"seconds": 0.01, "i": 7}])
+        assert [v.status for v in garbled] == [Status.SANDBOX_ERROR, Status.PASS]
+        assert "malformed reply twice" in garbled[0].detail
+        assert pool.restarts == 5
+    with VerifierPool("test_sleep", workers=1, timeout_s=5.0, batch_timeout_s=0.5) as pool:
+        t0 = time.monotonic()
+        got = pool.verify([{"seconds": 3}, {"seconds": 0.01}])
+        assert time.monotonic() - t0 < 1.5
+        assert [v.status for v in got] == [Status.TIMEOUT, Status.TIMEOUT]
