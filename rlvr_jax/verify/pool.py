@@ -11,6 +11,14 @@ worker, then reported as SANDBOX_ERROR (an infrastructure failure: the loop mask
 loss, never scores it). A whole call also has a deadline (`batch_timeout_s`). Verdicts of
 identical jobs are cached.
 
+Every job carries an id that its reply echoes: a reply for another job (a worker out of step,
+e.g. after a batch aborted by an exception) replaces that worker instead of being read as this
+job's verdict, and a batch that raises replaces every worker it left busy. Reading and parsing a
+reply count inside the job's deadline; what the host parses is bounded by the worker (a 1 MiB
+result, 100 levels of nesting), and a reply that still fails to parse is treated as a dead
+worker, never raised to the caller. `close()` kills each worker's whole process group and
+cgroup, and retries cgroups that were still busy until they are gone.
+
 No JAX import: the pool never touches the trainer's devices.
 """
 
@@ -46,6 +54,7 @@ class _Worker:
                 env=env)
         else:
             self.proc = sandbox.spawn(once=mode == "fresh", cgroup=cgroup)
+        self.mode, self.cgroup = mode, cgroup
         self.jobs_done = 0
 
     def send(self, job: dict) -> None:
@@ -53,9 +62,12 @@ class _Worker:
         self.proc.stdin.flush()
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
+        if self.mode == "none":
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+        else:
+            sandbox.kill(self.proc)  # its whole process group
         for f in (self.proc.stdin, self.proc.stdout):
             try:
                 f.close()
@@ -89,13 +101,14 @@ class VerifierPool:
         self.kind, self.mode, self.timeout_s = kind, mode, timeout_s
         self.batch_timeout_s, self.recycle_after = batch_timeout_s, recycle_after
         self._codec = SANDBOXED.get(kind)
-        self._cgroups = []
+        self._cgroups = []  # of live workers, and of replaced ones not yet removed
         self._cg_made = 0  # names must never repeat: a replaced worker's cgroup may outlive it
         self._cg_args = (memory_mb_per_sandbox << 20, pids_per_sandbox)
         self._workers = [self._new_worker() for _ in range(workers)]
         self._cache: collections.OrderedDict = collections.OrderedDict()
         self._cache_size = cache_size
         self._executor = ThreadPoolExecutor(1)
+        self._next_id = 0
         self.restarts = 0
 
     # ------------------------------------------------------------------ public
@@ -127,8 +140,7 @@ class VerifierPool:
         for w in self._workers:
             w.kill()
         self._workers = []
-        for cg in self._cgroups:
-            cg.remove()
+        self._cgroups = [cg for cg in self._cgroups if not cg.remove()]
 
     @property
     def containment(self) -> str:
@@ -148,50 +160,72 @@ class VerifierPool:
             self._cg_made += 1
             cgroup = sandbox.Cgroup(f"{os.getpid()}_{id(self)}_{self._cg_made}", *self._cg_args)
             self._cgroups.append(cgroup)
-        w = _Worker(self.kind, self.mode, cgroup)
-        w.cgroup = cgroup
-        return w
+        return _Worker(self.kind, self.mode, cgroup)
 
     def _replace(self, w: _Worker) -> _Worker:
         w.kill()
-        if getattr(w, "cgroup", None) is not None:
-            w.cgroup.remove()
-            self._cgroups.remove(w.cgroup)
+        if w.cgroup is not None and w.cgroup.remove(timeout_s=0.5):
+            self._cgroups.remove(w.cgroup)  # else kept, and removed again at close
         self.restarts += 1
         fresh = self._new_worker()
         self._workers[self._workers.index(w)] = fresh
         return fresh
 
     def _run(self, jobs, pending: collections.deque, results: list) -> None:
+        busy: dict = {}  # worker -> (job index, attempt, sent at, job id)
+        try:
+            self._schedule(jobs, pending, results, busy)
+        except BaseException:
+            # Aborted with replies in flight: those workers are out of step. Replace them so
+            # the next batch never reads this one's replies.
+            for w in list(busy):
+                self._replace(w)
+            raise
+
+    def _schedule(self, jobs, pending: collections.deque, results: list, busy: dict) -> None:
         start = time.monotonic()
         batch_deadline = start + self.batch_timeout_s if self.batch_timeout_s else float("inf")
         idle = collections.deque(self._workers)
-        busy: dict = {}  # worker -> (job index, attempt, sent at)
         while pending or busy:
             while pending and idle:
                 w = idle.popleft()
                 i, attempt = pending.popleft()
+                self._next_id += 1
+                wired = self._codec.wire(jobs[i]) if self._codec else jobs[i]
                 try:
-                    w.send(self._codec.wire(jobs[i]) if self._codec else jobs[i])
+                    w.send(dict(wired, id=self._next_id))
                 except (BrokenPipeError, OSError):
                     pending.appendleft((i, attempt))
                     idle.append(self._replace(w))
                     continue
-                busy[w] = (i, attempt, time.monotonic())
+                busy[w] = (i, attempt, time.monotonic(), self._next_id)
             now = time.monotonic()
-            next_deadline = min([t + self.timeout_s for _, _, t in busy.values()]
+            next_deadline = min([t + self.timeout_s for _, _, t, _ in busy.values()]
                                 + [batch_deadline])
             ready, _, _ = select.select([w.proc.stdout for w in busy], [], [],
                                         max(0.0, next_deadline - now))
             by_fd = {w.proc.stdout: w for w in busy}
             for f in ready:
                 w = by_fd[f]
-                i, attempt, sent = busy.pop(w)
+                i, attempt, sent, job_id = busy.pop(w)
                 line = f.readline()
                 try:  # a reply that is not one JSON object counts as a dead worker
                     msg = json.loads(line) if line else None
-                except ValueError:
+                except (ValueError, RecursionError, MemoryError):
                     msg = None
+                if isinstance(msg, dict) and "status" in msg and msg.get("id") != job_id:
+                    # Another job's reply: this worker is out of step. A fresh one retries
+                    # the job; the retry is not counted against it (not its failure).
+                    idle.append(self._replace(w))
+                    pending.appendleft((i, attempt))
+                    continue
+                if isinstance(msg, dict) and "status" in msg and (
+                        time.monotonic() > sent + self.timeout_s):
+                    # Reading and parsing the reply count inside the job's deadline.
+                    results[i] = Verdict(Status.TIMEOUT, "reply read past the job deadline",
+                                         time.monotonic() - sent)
+                    idle.append(self._replace(w))
+                    continue
                 if isinstance(msg, dict) and "status" in msg:
                     if self._codec:
                         v = self._codec.verdict(jobs[i], msg)
@@ -219,7 +253,7 @@ class VerifierPool:
                                          f"worker {why} twice (exit code {code})",
                                          time.monotonic() - sent)
             now = time.monotonic()
-            for w, (i, attempt, sent) in list(busy.items()):
+            for w, (i, attempt, sent, _) in list(busy.items()):
                 if now >= sent + self.timeout_s or now >= batch_deadline:
                     busy.pop(w)
                     idle.append(self._replace(w))

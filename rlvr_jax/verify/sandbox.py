@@ -7,20 +7,28 @@ or ptrace its supervisor, or escalate privileges. The sandbox isolates:
     since a root-launched bwrap maps to host root) in a new user namespace with every
     capability dropped and nested user namespaces disabled (`--disable-userns`); setuid fails;
   * filesystem: only /usr (read-only; /bin, /lib, /lib64 are symlinks into it on merged-/usr
-    systems), the loader cache and the one worker script are visible; the root is read-only
-    (no /var/tmp, no new top-level paths); no /etc/shadow, no home,
-    no project files, no answer files; /tmp is a size-capped tmpfs emptied after every job;
-    /proc is the sandbox's own (new pid namespace), /dev the minimal set;
+    systems), the loader cache and the one worker script are visible (the script is handed to
+    bwrap through a file descriptor, so it works wherever the package is installed, a private
+    0700 checkout included); the root is read-only (no /var/tmp, no new top-level paths); no
+    /etc/shadow, no home, no project files, no answer files; /proc is the sandbox's own (new
+    pid namespace); /dev the minimal set, read-only. The only writable mounts are /tmp and
+    /dev/shm, each a size-capped tmpfs emptied after every job (whatever modes the candidate
+    set), and System V IPC objects are removed after every job (POSIX queues: RLIMIT_MSGQUEUE 0);
   * environment: `--clearenv` (the trainer's variables, tokens and PYTHON* never enter);
   * network: a new network namespace (no interface but a down loopback);
   * processes: pid namespace with our worker as pid 1 (`--as-pid-1`): after each job it kills
-    every other process in the namespace; `--die-with-parent`, `--new-session` (no TIOCSTI);
-    the worker and its children are non-dumpable (no ptrace, no /proc/pid/mem);
+    every other process in the namespace; every signal handler of the worker is SIG_DFL, so
+    the kernel drops what the namespace's processes send it; `--die-with-parent`,
+    `--new-session` (no TIOCSTI); the worker and its children are non-dumpable (no ptrace, no
+    /proc/pid/mem). On the host, bwrap runs in a process group of its own, killed whole with
+    its cgroup when the worker is replaced or the pool closes;
   * the verdict channel: a job's child holds only its own three pipes (none of the worker's
     descriptors, so it cannot write reply lines to the host), and what it reports is checked
-    by the worker: a malformed result, or a claim of an infrastructure failure from a Python
-    candidate (which would mask the sample out of the loss instead of scoring it), is a
-    runtime error. The host compares outputs with expected values, which never enter;
+    by the worker: a malformed result (any type, any nesting past 100 levels), or a claim of
+    an infrastructure failure from a Python candidate (which would mask the sample out of the
+    loss instead of scoring it), is a runtime error; a result over 1 MiB is an output limit.
+    Every reply carries its job's id and the host matches by id. The host compares outputs with
+    expected values, which never enter;
   * resources per job: RLIMIT_CPU, RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_NOFILE,
     core 0, a wall deadline and a stdout/stderr cap enforced by the worker, and the host pool's
     own deadline that kills the whole sandbox. Where the host allows it (root with a writable
@@ -36,19 +44,32 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import time
 from typing import Optional
 
 WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_worker.py")
 PYTHON = "/usr/bin/python3"  # the system interpreter: root-only paths (pyenv in /root) are not
 NOBODY = 65534               # readable by the sandbox's unprivileged uid
+SHM_MB = 64  # the /dev/shm tmpfs's cap
 
 
 class SandboxUnavailable(RuntimeError):
     """bwrap is missing or cannot create namespaces here; the message says how to fix it."""
 
 
-def bwrap_argv(once: bool, tmp_mb: int = 64) -> list[str]:
+def worker_fd() -> int:
+    """A memory file holding the worker script, for `--ro-bind-data`: bwrap copies it into the
+    sandbox, so the sandbox's unprivileged uid never needs to read the install path."""
+    fd = os.memfd_create("rlvr-sandbox-worker", 0)
+    with open(WORKER_SCRIPT, "rb") as f:
+        os.write(fd, f.read())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def bwrap_argv(once: bool, script_fd: int, tmp_mb: int = 64) -> list[str]:
     argv = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
             "--new-session", "--as-pid-1", "--clearenv", "--cap-drop", "ALL",
             "--ro-bind", "/usr", "/usr"]
@@ -60,8 +81,10 @@ def bwrap_argv(once: bool, tmp_mb: int = 64) -> list[str]:
             argv += ["--ro-bind", target, target]
     if os.path.exists("/etc/ld.so.cache"):
         argv += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    argv += ["--ro-bind", WORKER_SCRIPT, "/opt/rlvr/worker.py",
+    argv += ["--ro-bind-data", str(script_fd), "/opt/rlvr/worker.py",
              "--proc", "/proc", "--dev", "/dev",
+             # /dev/shm: its own capped tmpfs; /dev itself read-only (its tmpfs had no cap).
+             "--size", str(SHM_MB << 20), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
              "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
              # bwrap's root is a tmpfs the sandbox could write (e.g. create /var/tmp): make
              # everything but /tmp read-only.
@@ -80,25 +103,36 @@ def _drop_privileges() -> dict:
 
 
 def check_available() -> None:
-    """Raise SandboxUnavailable with a fix unless a trivial sandboxed command runs."""
+    """Raise SandboxUnavailable, naming what is missing and how to fix it, unless a sandboxed
+    Python runs the worker script here."""
     if shutil.which("bwrap") is None:
         raise SandboxUnavailable("bubblewrap (bwrap) is not installed: install it, e.g. "
                                  "`apt-get install -y bubblewrap` (Debian/Ubuntu) or `dnf "
                                  "install bubblewrap`; there is no unsandboxed fallback")
     if not os.path.exists(PYTHON):
         raise SandboxUnavailable(f"{PYTHON} not found: the sandbox runs the system Python 3")
-    argv = bwrap_argv(once=True)
+    fd = worker_fd()
     try:
-        probe = subprocess.run(argv[: argv.index("--")] + ["--", "/usr/bin/true"],
-                               capture_output=True, text=True, timeout=20, **_drop_privileges())
+        argv = bwrap_argv(once=True, script_fd=fd)
+        probe = subprocess.run(argv[: argv.index("--")] + ["--", PYTHON, "-I", "-S", "-c",
+                                                           "import json, resource"],
+                               capture_output=True, text=True, timeout=20, pass_fds=(fd,),
+                               **_drop_privileges())
     except subprocess.TimeoutExpired:
         raise SandboxUnavailable("bwrap did not start within 20 s") from None
+    finally:
+        os.close(fd)
     if probe.returncode != 0:
-        raise SandboxUnavailable(
-            f"bwrap cannot create its namespaces here ({probe.stderr.strip()}). Enable "
-            "unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or "
-            "user.max_user_namespaces > 0; in Docker, run with a seccomp profile that allows "
-            "clone(CLONE_NEWUSER)).")
+        err = probe.stderr.strip()
+        if any(s in err for s in ("namespace", "uid map", "setting up uid", "Operation not "
+                                                                            "permitted")):
+            raise SandboxUnavailable(
+                f"bwrap cannot create its namespaces here ({err}). Enable unprivileged user "
+                "namespaces (sysctl kernel.unprivileged_userns_clone=1, or "
+                "user.max_user_namespaces > 0; in Docker, run with a seccomp profile that "
+                "allows clone(CLONE_NEWUSER)).")
+        raise SandboxUnavailable(f"bwrap could not start the sandbox: {err or 'no message'} "
+                                 f"(exit code {probe.returncode}; {PYTHON} inside it)")
 
 
 class Cgroup:
@@ -149,21 +183,76 @@ class Cgroup:
         """Shell lines that move the running shell into every controller's cgroup."""
         return "".join(f'echo $$ > "{p}/cgroup.procs" && ' for p in self.paths)
 
-    def remove(self) -> None:
+    def kill(self) -> None:
+        """SIGKILL every process in the cgroup (an orphan of a half-started bwrap included)."""
         for path in self.paths:
-            try:
-                os.rmdir(path)
-            except OSError:
-                pass
-        self.paths = []
+            if os.path.exists(os.path.join(path, "cgroup.kill")):  # v2: the kernel does it
+                try:
+                    with open(os.path.join(path, "cgroup.kill"), "w") as f:
+                        f.write("1")
+                    continue
+                except OSError:
+                    pass
+            for pid in _pids(path):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+    def remove(self, timeout_s: float = 3.0) -> bool:
+        """Kill what is left in it, wait until it is empty, delete it; False if it stays (the
+        caller retries at close)."""
+        self.kill()
+        deadline = time.monotonic() + timeout_s
+        left = []
+        for path in self.paths:
+            while True:
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # EBUSY: processes are still exiting
+                    if time.monotonic() > deadline:
+                        left.append(path)
+                        break
+                    self.kill()
+                    time.sleep(0.01)
+        self.paths = left
+        return not left
+
+
+def _pids(cgroup_path: str) -> list[int]:
+    try:
+        with open(os.path.join(cgroup_path, "cgroup.procs")) as f:
+            return [int(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        return []
 
 
 def spawn(once: bool, cgroup: Optional[Cgroup] = None, tmp_mb: int = 64) -> subprocess.Popen:
     """Start a sandboxed worker; its stdin/stdout speak the JSON-lines protocol. With a
-    working cgroup, a shell joins it and execs bwrap, so nothing runs outside it."""
-    argv = bwrap_argv(once, tmp_mb)
+    working cgroup, a shell joins it and execs bwrap, so nothing runs outside it. bwrap starts
+    a session (and process group) of its own: `kill` takes the whole group, so a bwrap child
+    still setting up (before its die-with-parent is armed) cannot outlive it."""
+    fd = worker_fd()
+    argv = bwrap_argv(once, fd, tmp_mb)
     if cgroup is not None and cgroup.paths:
         argv = ["/bin/sh", "-c", cgroup.join_script() + 'exec "$@"', "sh", *argv]
-    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, bufsize=1,
-                            **_drop_privileges())
+    try:
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, bufsize=1,
+                                pass_fds=(fd,), start_new_session=True, **_drop_privileges())
+    finally:
+        os.close(fd)  # bwrap holds its own copy until it has read the script
+
+
+def kill(proc: subprocess.Popen) -> None:
+    """SIGKILL a worker's whole process group, then reap its leader."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()

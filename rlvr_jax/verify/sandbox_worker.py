@@ -10,10 +10,17 @@ a dummy program so fork's copy-on-write faults are paid while idle) that waits f
 child then sets its rlimits, compiles and runs the candidate program with stdout/stderr on a
 capped pipe, then calls the requested functions and writes their JSON-serialised return values
 as one line on a separate result pipe. The worker enforces the wall deadline and the output
-cap, checks the result line (the child runs the candidate: nothing it says is trusted, see
-`_checked`), answers one JSON line, and only then kills every other process in the namespace
-(the child, leftover daemons, fork bombs) and empties /tmp, before it reads the next job. It
-never sees expected values: outputs are compared on the host.
+and result caps, checks the result line (the child runs the candidate: nothing it says is
+trusted, see `_checked`), answers one JSON line carrying the job's id, and only then kills every
+other process in the namespace (the child, leftover daemons, fork bombs), empties /tmp and
+/dev/shm and removes every System V IPC object, before it reads the next job. It never sees
+expected values: outputs are compared on the host.
+
+Signals: as pid 1 of its namespace with every handler at SIG_DFL (or SIG_IGN), the worker is
+immune to signals sent from inside the namespace (the kernel drops them for a namespace's init),
+so a candidate cannot kill or interrupt it. Whatever a candidate does is its own verdict: every
+path from the child's result to the reply is guarded, and only the worker's own bugs can end in
+`sandbox_error`.
 """
 
 import ctypes
@@ -21,12 +28,16 @@ import json
 import os
 import resource
 import select
-import shutil
 import signal
+import stat
 import sys
 import time
 
 PR_SET_DUMPABLE = 4
+IPC_RMID = 0
+# What the worker parses and answers: nesting deeper than this in a result is the candidate's
+# runtime error (JSON parsers recurse per level; the host's must never be reached past this).
+MAX_RESULT_DEPTH = 100
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once: dlopen in every child cost ~0.7 ms
@@ -55,6 +66,7 @@ def _child(job, out_w, res_w):
                        (resource.RLIMIT_NPROC, lim["processes"]),
                        (resource.RLIMIT_FSIZE, lim["file_mb"] << 20),
                        (resource.RLIMIT_NOFILE, lim["open_files"]),
+                       (resource.RLIMIT_MSGQUEUE, 0),  # no POSIX message queues
                        (resource.RLIMIT_CORE, 0)):
         resource.setrlimit(res, (value, value))
     os.dup2(out_w, 1)
@@ -151,16 +163,61 @@ def _kill_others():
             break
 
 
-def _wipe_tmp():
-    for name in os.listdir("/tmp"):
-        path = os.path.join("/tmp", name)
+def _remove_tree(path):
+    """Delete `path` whatever modes the candidate left on it: it runs as our uid, so every
+    directory can be given back its owner's rwx before it is listed and emptied."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISDIR(st.st_mode):
         try:
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.unlink(path)
+            os.chmod(path, 0o700)
+            names = os.listdir(path)
+        except OSError:
+            names = []
+        for name in names:
+            _remove_tree(os.path.join(path, name))
+        try:
+            os.rmdir(path)
         except OSError:
             pass
+    else:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def _wipe(directory):
+    """Empty a writable mount (its own mode restored too)."""
+    try:
+        os.chmod(directory, 0o1777)
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        _remove_tree(os.path.join(directory, name))
+
+
+def _remove_ipc():
+    """Remove every System V shared memory segment, message queue and semaphore set of the
+    sandbox's IPC namespace: they outlive the processes that made them."""
+    for kind, ctl in (("shm", "shmctl"), ("msg", "msgctl"), ("sem", "semctl")):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            try:
+                ipc_id = int(row.split()[1])
+                if kind == "sem":
+                    _LIBC.semctl(ipc_id, 0, IPC_RMID)
+                else:
+                    getattr(_LIBC, ctl)(ipc_id, IPC_RMID, None)
+            except (ValueError, IndexError, AttributeError):
+                pass
 
 
 def _drain(fd, buf, limit):
@@ -210,24 +267,47 @@ _CHILD_STATUSES = {"ok", "syntax_error", "runtime_error", "memory_limit"}
 _SQL_STATUSES = _CHILD_STATUSES | {"timeout", "output_limit", "sandbox_error"}
 
 
+def _depth(value, limit):
+    """Nesting depth of a parsed JSON value, counted without recursion, up to `limit` + 1."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (list, dict)):
+            if d > limit:
+                return d
+            deepest = max(deepest, d)
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
 def _checked(job, raw):
-    """The child's result line as a reply, or a runtime error when it is not a well-formed one."""
+    """The child's result line as a reply, or the candidate's runtime error when it is not a
+    well-formed one. Nothing in `raw` can make this raise: the child runs the candidate, which
+    can write any bytes there (a wrong type, a nesting past any parser's recursion)."""
+    malformed = {"status": "runtime_error", "detail": "malformed result"}
     try:
         reply = json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        return {"status": "runtime_error", "detail": "malformed result"}
-    sql = job.get("kind") == "sql"
-    if not isinstance(reply, dict) or reply.get("status") not in (
-            _SQL_STATUSES if sql else _CHILD_STATUSES):
-        return {"status": "runtime_error", "detail": "malformed result"}
-    outputs = reply.get("outputs", [])
-    n_calls = 1 if sql else len(job.get("calls", []))
-    if not isinstance(outputs, list) or not all(
-            isinstance(o, dict) and len(o) == 1 and ("value" in o or "error" in o)
-            for o in outputs) or (reply["status"] == "ok" and len(outputs) != n_calls):
-        return {"status": "runtime_error", "detail": "malformed result"}
-    return {"status": reply["status"], "detail": str(reply.get("detail", ""))[:500],
-            "outputs": outputs}
+    except (ValueError, UnicodeDecodeError, RecursionError, MemoryError):
+        return malformed
+    try:
+        sql = job.get("kind") == "sql"
+        status = reply.get("status") if isinstance(reply, dict) else None
+        if not isinstance(status, str) or status not in (
+                _SQL_STATUSES if sql else _CHILD_STATUSES):
+            return malformed
+        outputs = reply.get("outputs", [])
+        n_calls = 1 if sql else len(job.get("calls", []))
+        if not isinstance(outputs, list) or not all(
+                isinstance(o, dict) and len(o) == 1 and ("value" in o or "error" in o)
+                for o in outputs) or (status == "ok" and len(outputs) != n_calls):
+            return malformed
+        if _depth(outputs, MAX_RESULT_DEPTH) > MAX_RESULT_DEPTH:
+            return {"status": "runtime_error",
+                    "detail": f"result nested deeper than {MAX_RESULT_DEPTH} levels"}
+        return {"status": status, "detail": str(reply.get("detail", ""))[:500],
+                "outputs": outputs}
+    except Exception as e:  # noqa: BLE001 - whatever the shape, it is the candidate's doing
+        return {"status": "runtime_error", "detail": f"malformed result ({type(e).__name__})"}
 
 
 def run_job(job, spare):
@@ -256,10 +336,10 @@ def run_job(job, spare):
             elif fd == out_r:
                 if not _drain(out_r, out, lim["output_bytes"]):
                     status = "output_limit"
-            elif not _drain(res_r, res, 16 * lim["output_bytes"]):
+            elif not _drain(res_r, res, lim.get("result_bytes", 1 << 20)):
                 status = "output_limit"
     if status is None and not (_drain(out_r, out, lim["output_bytes"])
-                               and _drain(res_r, res, 16 * lim["output_bytes"])):
+                               and _drain(res_r, res, lim.get("result_bytes", 1 << 20))):
         status = "output_limit"
     elapsed = time.monotonic() - t0
     stdout = bytes(out[:2000]).decode("utf-8", "replace")
@@ -282,12 +362,29 @@ def run_job(job, spare):
 
 
 def cleanup(spare):
-    """Kill the job's child and whatever it left behind, close its pipes, empty /tmp."""
+    """Kill the job's child and whatever it left behind, close its pipes, empty /tmp and
+    /dev/shm, remove System V IPC objects: nothing of this job is there for the next."""
     _kill_others()
     for fd in (spare.out_r, spare.res_r, getattr(spare, "pidfd", None)):
         if fd is not None:
             os.close(fd)
-    _wipe_tmp()
+    _wipe("/tmp")
+    _wipe("/dev/shm")
+    _remove_ipc()
+
+
+def _immune_to_signals():
+    """Every catchable signal at SIG_DFL (SIG_IGN stays SIG_IGN): the kernel then drops the
+    signals that processes of the namespace send to its pid 1. Python's own SIGINT handler
+    (KeyboardInterrupt) would otherwise let a candidate stop the worker."""
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError, RuntimeError):
+            pass
 
 
 def main():
@@ -296,6 +393,7 @@ def main():
     # anywhere else, it would kill the host's processes. Refuse.
     if os.getpid() != 1:
         sys.exit("sandbox_worker.py runs only as pid 1 of a bubblewrap sandbox (--as-pid-1)")
+    _immune_to_signals()
     _no_dump()
     once = "--once" in sys.argv
     out = os.fdopen(os.dup(1), "w", buffering=1)
@@ -307,10 +405,14 @@ def main():
     _warm()
     spare = _Spare()
     for line in sys.stdin:
+        job_id = None
         try:
-            reply = run_job(json.loads(line), spare)
+            job = json.loads(line)  # from the host: trusted
+            job_id = job.get("id")
+            reply = run_job(job, spare)
         except Exception as e:  # a worker bug: the host reports a sandbox error
             reply = {"status": "sandbox_error", "detail": f"{type(e).__name__}: {e}"}
+        reply["id"] = job_id  # the host matches replies to jobs by id, never by order
         out.write(json.dumps(reply) + "\n")
         cleanup(spare)  # before the next job is read
         if once:

@@ -56,15 +56,17 @@ def main(kind: str) -> None:
     sys.stdout = sys.stderr
     for line in sys.stdin:
         t0 = time.perf_counter()
+        job_id = None
         try:
             job = json.loads(line)
+            job_id = job.pop("id", None)  # echoed: the pool matches replies to jobs by id
             if kind == "test_sleep" and job.get("garble"):  # tests of the pool itself
                 out.write("not a verdict\n")
                 continue
             v = check(job)
         except Exception as e:  # a checker bug is the verifier's failure, not the answer's
             v = Verdict(Status.SANDBOX_ERROR, f"checker raised {type(e).__name__}: {e}")
-        out.write(json.dumps({"status": int(v.status), "detail": v.detail,
+        out.write(json.dumps({"status": int(v.status), "detail": v.detail, "id": job_id,
                               "latency_s": time.perf_counter() - t0}) + "\n")
 
 

@@ -1,0 +1,30 @@
+"""The package's import structure: nothing in verify/ imports a task, and the loop, stages,
+evaluation and warm start see tasks only through the protocol (tasks/base.py)."""
+
+import ast
+import pathlib
+
+PKG = pathlib.Path(__file__).resolve().parent.parent / "rlvr_jax"
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+    return out
+
+
+def test_verify_never_imports_tasks():
+    for path in (PKG / "verify").glob("*.py"):
+        assert not any(m.startswith("rlvr_jax.tasks") for m in _imports(path)), path.name
+
+
+def test_the_loop_sees_tasks_only_through_the_protocol():
+    for name in ("loop.py", "stages.py", "evaluation.py", "warmstart.py", "train_step.py"):
+        task_imports = {m for m in _imports(PKG / name) if m.startswith("rlvr_jax.tasks")}
+        assert task_imports <= {"rlvr_jax.tasks.base", "rlvr_jax.tasks.base.Task",
+                                "rlvr_jax.tasks.base.repeat_each"}, (name, task_imports)
