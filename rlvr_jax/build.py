@@ -51,6 +51,9 @@ def task_setup(task_cfg: TaskConfig, model_cfg: ModelConfig, max_new_tokens: int
     """The tokenizer (a HF directory's own, or our character tokenizer saved in
     `tokenizer_dir`), the task, and the sizes they fix."""
     if model_cfg.path:
+        if not os.path.isdir(model_cfg.path):
+            raise hf.HFImportError(f"model.path={model_cfg.path}: does not exist (a local "
+                                   "Hugging Face directory: config.json, safetensors, tokenizer)")
         tokenizer = load_pretrained_tokenizer(model_cfg.path)
         model_cfg = hf.read_config(model_cfg.path, model_cfg)
     else:

@@ -63,9 +63,10 @@ class Checkpointer:
             out = self._manager.restore(step, args=ocp.args.Composite(
                 state=ocp.args.StandardRestore(abstract_state), loop=ocp.args.JsonRestore()))
         except Exception as e:  # orbax raises many types; the user needs the path and the cause
-            raise CheckpointError(f"cannot restore checkpoint {path}: {type(e).__name__}: {e}. "
-                                  "Delete that step directory to fall back to the previous "
-                                  "checkpoint.") from e
+            cause = (str(e).strip().splitlines() or [""])[0][:200]  # orbax's first line only
+            raise CheckpointError(f"cannot restore checkpoint {path}: {type(e).__name__}: "
+                                  f"{cause}. Delete that step directory to fall back to the "
+                                  "previous checkpoint.") from e
         loop = out["loop"]
         return TrainState(*out["state"]), LoopState(
             int(loop["step"]), int(loop["problems_consumed"]),

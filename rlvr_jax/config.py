@@ -17,7 +17,7 @@ import enum
 import hashlib
 import os
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -571,3 +571,34 @@ def to_run_config(cfg: DictConfig | RunConfig | dict[str, Any]) -> RunConfig:
 def as_dict(cfg: RunConfig) -> dict[str, Any]:
     """Plain JSON-able values (choices as their names)."""
     return dataclasses.asdict(cfg)
+
+
+def conf_dir() -> str:
+    """conf/ at the top of the repository (a checkout or an editable install), else the copy
+    shipped inside the installed package (`rlvr_jax.conf`, see pyproject.toml)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.join(os.path.dirname(here), "conf")
+    if os.path.isfile(os.path.join(repo, "config.yaml")):
+        return repo
+    return os.path.join(here, "conf")
+
+
+def compose(overrides: Sequence[str] = (), run_dir: str = ".") -> RunConfig:
+    """The RunConfig that `python -m rlvr_jax.train OVERRIDES...` would run, composed by Hydra
+    from the same conf/ (same defaults, same checks), for notebooks and scripts:
+
+        cfg = rlvr_jax.compose(["+experiment=math_grpo", "num_steps=10"], run_dir="runs/nb")
+        summary = rlvr_jax.run(cfg)
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+        cfg = hydra_compose(config_name="config", overrides=list(overrides))
+    OmegaConf.set_struct(cfg, False)
+    cfg.run_dir = str(run_dir)
+    return to_run_config(cfg)
+

@@ -6,7 +6,9 @@
 One RL step, one stage per line (stages in rlvr_jax/stages.py): prompts -> sample (jit) |
 verify (worker processes, overlapping) -> rewards -> dynamic sampling -> advantages ->
 update (jit, donated) -> log -> checkpoint. Rerunning the same command in the same run directory
-resumes from the last checkpoint (and says so); it never silently restarts at step 0.
+resumes from the last checkpoint (and says so); it never silently restarts at step 0. One run
+holds a directory at a time (run_control.RunLock); SIGTERM or a first Ctrl-C ends the run after
+the step in flight with a checkpoint (run_control.StopSignals); a finished run says so.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from functools import partial
 
 import jax
 
-from rlvr_jax import build, rewards, stages, warmstart
+from rlvr_jax import build, rewards, run_control, stages, warmstart
 from rlvr_jax.checkpoint import Checkpointer
 from rlvr_jax.config import RunConfig, as_dict, warmstart_key
 from rlvr_jax.tracking import Tracker
@@ -31,8 +33,37 @@ SUMMARY_KEYS = ("eval/sampled_accuracy_start", "eval/sampled_accuracy_end",
 
 
 def run(cfg: RunConfig) -> dict:
-    t_start = time.perf_counter()
+    """Train as `cfg` says in `cfg.run_dir`, resuming what is there. Returns the summary, or
+    {"stopped_at_step": k, ...} when stopped early (stop_after_steps, SIGTERM, Ctrl-C)."""
     os.makedirs(cfg.run_dir, exist_ok=True)
+    with run_control.RunLock(cfg.run_dir), run_control.StopSignals() as stop:
+        done = finished_summary(cfg.run_dir, cfg.num_steps)
+        if done is not None:
+            table = format_table(done, cfg.eval.num_problems, cfg.eval.sampled_per_problem,
+                                 cfg.num_steps)
+            print(f"run {os.path.abspath(cfg.run_dir)} is complete ({cfg.num_steps} steps):\n"
+                  f"{table}\nnothing to do (delete the directory, or change the command, to "
+                  "run again)", flush=True)
+            return done
+        try:
+            return _build_and_run(cfg, stop)
+        except run_control.Stopped as e:
+            print(e, flush=True)
+            return {"stopped_at_step": 0, "reason": str(e)}
+
+
+def finished_summary(run_dir: str, num_steps: int) -> dict | None:
+    """The summary of a run in `run_dir` that completed `num_steps` steps, else None."""
+    path = os.path.join(run_dir, "summary.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        summary = json.load(f)
+    return summary if summary.get("train/steps") == num_steps else None
+
+
+def _build_and_run(cfg: RunConfig, stop: run_control.StopSignals) -> dict:
+    t_start = time.perf_counter()
     traces = build.Traces()
     setup = build.task_setup(cfg.task, cfg.model, cfg.sampling.max_new_tokens,
                              os.path.join(cfg.run_dir, "tokenizer"))
@@ -53,13 +84,13 @@ def run(cfg: RunConfig) -> dict:
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
                              batch_timeout_s=v.batch_timeout_s, mode=v.mode)
     try:
-        return _run(cfg, setup, policy, updates, verifier, traces, t_start)
+        return _run(cfg, setup, policy, updates, verifier, traces, t_start, stop)
     finally:
         verifier.close()  # worker processes, if any
 
 
 def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: build.Updates,
-         verifier, traces: build.Traces, t_start: float) -> dict:
+         verifier, traces: build.Traces, t_start: float, stop: run_control.StopSignals) -> dict:
     a, w, P, G = cfg.algo, cfg.warmup, cfg.algo.prompts_per_step, cfg.algo.samples_per_prompt
     with open(os.path.join(cfg.run_dir, "run_config.json"), "w") as f:
         json.dump(as_dict(cfg), f, indent=2)  # resolved (model read from model.path): for export
@@ -68,6 +99,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
     tracker = Tracker(cfg.run_dir, mode=cfg.logger.mode, project=cfg.logger.project,
                       entity=cfg.logger.entity, name=cfg.name, config=as_dict(cfg),
                       total_steps=cfg.num_steps, progress_bar=cfg.logger.progress_bar)
+    tracker.write(f"resolved config: {os.path.abspath(os.path.join(cfg.run_dir, 'run_config.json'))}")
     tracker.write(f"run dir {os.path.abspath(cfg.run_dir)} | devices {policy.mesh.devices.size} "
                   f"({jax.default_backend()}) mesh {dict(policy.mesh.shape)} | batch {P}x{G}="
                   f"{P * G} sequences | prompt {setup.prompt_len} + response "
@@ -75,7 +107,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
     start = warmstart.start_or_resume(
         policy, setup, updates, verifier, warmup=w, eval_cfg=cfg.eval, seed=cfg.seed,
         kl_coef=a.loss.kl_coef, num_steps=cfg.num_steps, run_dir=cfg.run_dir, ckpt=ckpt,
-        tracker=tracker)
+        tracker=tracker, should_stop=lambda: stop.requested is not None)
     state, loop, ref_params = start.state, start.loop, start.ref_params
     held_out = partial(warmstart.evaluate_policy, policy, setup, verifier, cfg.eval)
     tracker.start_at(loop.step)
@@ -127,20 +159,30 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
                | {f"compiles/{k}": v for k, v in traces.items()})
         tracker.log(step + 1, row)                                                     # log
         tracker.advance({"acc": row["reward/accuracy"], "kl": row["train/approx_kl_old"]})
+        if not cfg.logger.progress_bar:  # a compact line per step instead of the bar
+            tracker.write(f"step {step + 1}/{cfg.num_steps}  reward {row['reward/mean']:.3f}  "
+                          f"acc {row['reward/accuracy']:.3f}  kl {row['train/approx_kl_old']:.4f}"
+                          f"  {row['time/step_s']:.2f}s")
         loop = LoopState(step + 1, (step + 1) * sampled, loop.rng_key, kl_coef, carry)
-        if ckpt.maybe_save(step + 1, state, loop, force=step + 1 == last):             # checkpoint
+        stopping = stop.requested is not None                                          # SIGTERM
+        if ckpt.maybe_save(step + 1, state, loop, force=step + 1 == last or stopping):  # checkpoint
             warmstart.write_wall(cfg.run_dir, start.wall_before + time.perf_counter() - t_start)
+        if stopping:
+            last = step + 1
+            break
         if (cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0
                 and step + 1 < cfg.num_steps):  # the last step gets the final evaluation
             tracker.log(step + 1, {f"eval/{k}": v for k, v in
                                    held_out(state.params["policy"], eval_key).items()})
 
-    if last < cfg.num_steps:
-        ckpt.close()
+    if last < cfg.num_steps or stop.requested:
+        ckpt.close()  # waits for the checkpoint being written
         warmstart.write_wall(cfg.run_dir, start.wall_before + time.perf_counter() - t_start)
-        tracker.write(f"stopping after step {last} (stop_after_steps); rerun to resume")
+        why = stop.requested or "stop_after_steps"
+        tracker.write(f"stopped after step {last} ({why}); checkpoint in {ckpt.directory}; "
+                      "rerun the same command to resume")
         tracker.close()
-        return {"stopped_at_step": last}
+        return {"stopped_at_step": last, "reason": why}
     eval_end = held_out(state.params["policy"], eval_key)
     tracker.log(cfg.num_steps, {f"eval/{k}": v for k, v in eval_end.items()})
     ckpt.close()

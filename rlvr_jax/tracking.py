@@ -2,19 +2,24 @@
 
 Every logged row goes to `metrics.jsonl` in the run directory (always), to W&B (offline by
 default: no network, nothing hangs; `logger.mode=online` to sync) and to a console progress bar.
-On resume the W&B run id stored in the run directory is reused, and metrics.jsonl is appended
-to (a step logged twice around a crash appears twice; the later row wins).
+On resume the W&B run id stored in the run directory is reused, and metrics.jsonl keeps the
+rows up to the restored step (`truncate_after`), so every step appears once. Lines for people go
+through `logging` (Hydra writes them to the run's train.log as well as the console) or, when
+nothing configured logging (a notebook, a test), to the console.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import uuid
 from typing import Any, Mapping, Optional
 
 from tqdm import tqdm
+
+_LOG = logging.getLogger("rlvr_jax")
 
 
 def _jsonable(v: Any) -> Any:
@@ -62,8 +67,25 @@ class Tracker:
         self._bar.set_postfix({k: f"{v:.3f}" for k, v in postfix.items()}, refresh=False)
 
     def write(self, text: str) -> None:
-        """Print without breaking the progress bar."""
-        tqdm.write(text)
+        """A line for people: through `logging` when it is configured (Hydra: console and
+        train.log), else printed without breaking the progress bar."""
+        if logging.getLogger().handlers:
+            _LOG.info(text)
+        else:
+            tqdm.write(text)
+
+    def truncate_after(self, step: int) -> None:
+        """Drop metrics.jsonl rows of steps after `step` (a resumed run logs them again)."""
+        path = self._jsonl.name
+        self._jsonl.close()
+        with open(path) as f:
+            rows = [line for line in f if line.strip()]
+        kept = [line for line in rows if json.loads(line).get("step", 0) <= step]
+        if len(kept) != len(rows):
+            with open(path + ".tmp", "w") as f:
+                f.writelines(kept)
+            os.replace(path + ".tmp", path)
+        self._jsonl = open(path, "a", buffering=1)
 
     def summary(self, values: Mapping[str, Any]) -> None:
         if self._wandb is not None:

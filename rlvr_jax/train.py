@@ -1,13 +1,16 @@
 """Entry point: `python -m rlvr_jax.train +experiment=math_grpo [key=value ...]`.
 
 Hydra composes conf/ on top of the typed schemas in rlvr_jax/config.py; the run directory is
-`runs/<name>/<overrides>`, so rerunning the same command resumes the same run.
+`runs/<name>/<overrides that change the result>`, so rerunning the same command resumes the
+same run. User errors (config, data, paths, checkpoints, the sandbox's host requirements, a run
+directory in use) print one message and exit 2; tracebacks are for bugs (or HYDRA_FULL_ERROR=1).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub lookups: they hang ~50 s offline
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -18,23 +21,43 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from rlvr_jax import config as config_lib  # noqa: E402
 
-CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+
+CONF_DIR = config_lib.conf_dir()
 config_lib.register_configs()
 
 
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean bad input or a host requirement, not a bug: one line each."""
+    from rlvr_jax.checkpoint import CheckpointError
+    from rlvr_jax.data.loaders import DatasetError
+    from rlvr_jax.models.hf import HFImportError
+    from rlvr_jax.run_control import RunLocked
+    from rlvr_jax.verify.sandbox import SandboxUnavailable
+
+    return (config_lib.ConfigError, DatasetError, HFImportError, CheckpointError, RunLocked,
+            SandboxUnavailable, FileNotFoundError)
+
+
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> float:
+def main(cfg: DictConfig) -> float | None:
     # Hydra sets the root logger to INFO; JAX's backend probing ("no libtpu") is noise there.
     # orbax logs every save step at INFO through absl.
     for name in ("jax._src.xla_bridge", "absl"):
         logging.getLogger(name).setLevel(logging.WARNING)
     OmegaConf.set_struct(cfg, False)
     cfg.run_dir = HydraConfig.get().runtime.output_dir
-    run_cfg = config_lib.to_run_config(cfg)
-    from rlvr_jax import loop  # after config validation: a bad key fails before JAX starts
+    try:
+        run_cfg = config_lib.to_run_config(cfg)
+        from rlvr_jax import loop  # after config validation: a bad key fails before JAX starts
 
-    summary = loop.run(run_cfg)
-    return summary["eval/sampled_accuracy_end"]  # the value a Hydra sweeper would optimise
+        summary = loop.run(run_cfg)
+    except user_errors() as e:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    # The value a Hydra sweeper would optimise; None for a run stopped early (it resumes).
+    return summary.get("eval/sampled_accuracy_end")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from rlvr_jax.build import Policy, TaskSetup, Updates
 from rlvr_jax.checkpoint import Checkpointer, abstract_like
 from rlvr_jax.config import EvalConfig, WarmupConfig
 from rlvr_jax.models import hf
+from rlvr_jax.run_control import Stopped
 from rlvr_jax.tasks.base import Task
 from rlvr_jax.tracking import Tracker
 from rlvr_jax.types import LoopState, SFTBatch, TrainState
@@ -48,9 +49,14 @@ def demonstration_batch(task: Task, tokenizer, *, seed: int, batch_index: int,
 
 
 def run_warmup(sft_step: Callable, state, make_batch: Callable[[int], SFTBatch], steps: int,
-               put: Callable, on_log: Callable[[int, dict], None], log_every: int = 100):
-    """`steps` supervised updates; `make_batch(i)` builds batch i on the host."""
+               put: Callable, on_log: Callable[[int, dict], None], log_every: int = 100,
+               should_stop: Callable[[], bool] = lambda: False):
+    """`steps` supervised updates; `make_batch(i)` builds batch i on the host. A stop request
+    abandons the warm-up (it is not checkpointed: the rerun starts it again)."""
     for i in range(steps):
+        if should_stop():
+            raise Stopped(f"stopped during the warm-up, at step {i} of {steps}; the rerun "
+                          "starts the warm-up again")
         state, metrics = sft_step(state, put(make_batch(i)))
         if (i + 1) % log_every == 0 or i + 1 == steps:
             on_log(i + 1, metrics)
@@ -58,7 +64,7 @@ def run_warmup(sft_step: Callable, state, make_batch: Callable[[int], SFTBatch],
 
 
 def warm_start(policy: Policy, setup: TaskSetup, updates: Updates, w: WarmupConfig, seed: int,
-               key: jax.Array, tracker: Tracker):
+               key: jax.Array, tracker: Tracker, should_stop: Callable[[], bool]):
     """Supervised warm-up from freshly initialised params; returns the warm params."""
     state = optim.init_train_state(policy.init_params(key), updates.sft_tx)
     state = jax.device_put(state, policy.shardings(state))  # the step's out_shardings: 1 compile
@@ -74,7 +80,8 @@ def warm_start(policy: Policy, setup: TaskSetup, updates: Updates, w: WarmupConf
                       f"{time.perf_counter() - t0:.0f}s")
         tracker.log(0, {f"warmup/{k}": v for k, v in metrics.items()} | {"warmup/step": i})
 
-    return run_warmup(updates.sft_step, state, make, w.steps, policy.put, on_log).params
+    return run_warmup(updates.sft_step, state, make, w.steps, policy.put, on_log,
+                      should_stop=should_stop).params
 
 
 class Start(NamedTuple):
@@ -99,7 +106,11 @@ def evaluate_policy(policy: Policy, setup: TaskSetup, verifier: Verifier, e: Eva
 
 def start_or_resume(policy: Policy, setup: TaskSetup, updates: Updates, verifier: Verifier, *,
                     warmup: WarmupConfig, eval_cfg: EvalConfig, seed: int, kl_coef: float,
-                    num_steps: int, run_dir: str, ckpt: Checkpointer, tracker: Tracker) -> Start:
+                    num_steps: int, run_dir: str, ckpt: Checkpointer, tracker: Tracker,
+                    should_stop: Callable[[], bool] = lambda: False) -> Start:
+    """The train state and loop state to start the RL loop from: a fresh start from the warm
+    params, or the last checkpoint. metrics.jsonl loses the rows after that checkpoint (the
+    resumed run logs those steps again), and the start evaluation is logged once."""
     base_key = jax.random.key(seed)
     shapes = jax.eval_shape(policy.init_params, base_key)
     abstract_params = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
@@ -115,7 +126,7 @@ def start_or_resume(policy: Policy, setup: TaskSetup, updates: Updates, verifier
         tracker.write(f"found warm-start params in {ckpt.warmstart_dir}; skipping the warm-up")
     else:
         warm = warm_start(policy, setup, updates, warmup, seed, jax.random.fold_in(base_key, 1),
-                          tracker)
+                          tracker, should_stop)
         ckpt.save_warmstart(warm)
     eval_path = os.path.join(run_dir, "eval_start.json")
     if os.path.exists(eval_path):
@@ -126,7 +137,7 @@ def start_or_resume(policy: Policy, setup: TaskSetup, updates: Updates, verifier
                                      jax.random.fold_in(base_key, 2))
         with open(eval_path, "w") as f:
             json.dump(eval_start, f)
-    tracker.log(0, {f"eval/{k}": v for k, v in eval_start.items()})
+        tracker.log(0, {f"eval/{k}": v for k, v in eval_start.items()})
     state = optim.init_train_state(
         updates.init_rl_params(warm, jax.random.fold_in(base_key, 4)), updates.rl_tx)
     state = jax.device_put(state, policy.shardings(state))
@@ -138,6 +149,7 @@ def start_or_resume(policy: Policy, setup: TaskSetup, updates: Updates, verifier
         wall_before = read_wall(run_dir)
         tracker.write(f"RESUMING from checkpoint step {latest} in {ckpt.directory} "
                       f"({num_steps - loop.step} of {num_steps} steps left)")
+    tracker.truncate_after(loop.step)  # rows of steps this run will do again
     return Start(state, loop, warm, eval_start, wall_before)
 
 

@@ -45,5 +45,6 @@ def test_corrupt_checkpoint_names_its_path(tmp_path):
             with open(os.path.join(root, f), "wb") as fh:
                 fh.write(b"garbage")
     again = Checkpointer(str(tmp_path), every_steps=1, max_to_keep=2)
-    with pytest.raises(CheckpointError, match=str(tmp_path / "checkpoints" / "1")):
+    with pytest.raises(CheckpointError, match=str(tmp_path / "checkpoints" / "1")) as e:
         again.restore(1, abstract_like(state))
+    assert "\n" not in str(e.value) and len(str(e.value)) < 500  # one line for the user

@@ -4,6 +4,8 @@ evaluation and warm start see tasks only through the protocol (tasks/base.py).""
 import ast
 import pathlib
 
+import pytest
+
 PKG = pathlib.Path(__file__).resolve().parent.parent / "rlvr_jax"
 
 
@@ -28,3 +30,13 @@ def test_the_loop_sees_tasks_only_through_the_protocol():
         task_imports = {m for m in _imports(PKG / name) if m.startswith("rlvr_jax.tasks")}
         assert task_imports <= {"rlvr_jax.tasks.base", "rlvr_jax.tasks.base.Task",
                                 "rlvr_jax.tasks.base.repeat_each"}, (name, task_imports)
+
+
+def test_the_wheel_lists_every_subpackage():
+    """pyproject.toml lists the packages (conf/ ships as rlvr_jax.conf): a new subpackage must
+    be added there, or a non-editable install would lack it."""
+    tomllib = pytest.importorskip("tomllib", reason="Python >= 3.11 parses TOML itself")
+    listed = set(tomllib.loads((PKG.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+                 ["packages"])
+    found = {"rlvr_jax"} | {f"rlvr_jax.{p.parent.name}" for p in PKG.glob("*/__init__.py")}
+    assert found | {"rlvr_jax.conf"} == listed

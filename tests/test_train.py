@@ -76,7 +76,7 @@ def test_resume_is_exact(tmp_path, extra):
     once = loop.run(run_config(overrides, tmp_path / "once"))
     twice_dir = tmp_path / "twice"
     first = loop.run(run_config(overrides + ["stop_after_steps=2"], twice_dir))
-    assert first == {"stopped_at_step": 2}
+    assert first == {"stopped_at_step": 2, "reason": "stop_after_steps"}
     assert not (twice_dir / "summary.json").exists()
     second = loop.run(run_config(overrides, twice_dir))
     assert once["eval/sampled_accuracy_end"] == second["eval/sampled_accuracy_end"]

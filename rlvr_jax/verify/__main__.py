@@ -20,40 +20,88 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from rlvr_jax.rewards import REWARD_TABLES
 from rlvr_jax.types import Status
 from rlvr_jax.verify.pool import VerifierPool
+from rlvr_jax.verify.sandbox import SandboxUnavailable
 
-REQUIRED = {"math": ("gold",), "code": ("entry_point", "inputs", "expected"),
-            "sql": ("schema", "expected"), "tool": ("expected",), "logic": ("premises",),
-            "retrieval": ("document", "answer")}
 SANDBOXED = ("code", "sql", "tool")
+_STR, _NUM = (str,), (int, float)
+_LIST = (list,)
+
+
+def _list_of(kinds):
+    return lambda v: isinstance(v, list) and all(isinstance(x, kinds) for x in v)
+
+
+# kind -> {field: (required, check, what it must be)}
+FIELDS = {
+    "math": {"gold": (True, lambda v: isinstance(v, _STR + _NUM), "a string or a number")},
+    "code": {"entry_point": (True, lambda v: isinstance(v, _STR), "a string"),
+             "inputs": (True, _list_of(_LIST), "a list of argument lists"),
+             "expected": (True, lambda v: isinstance(v, _LIST), "a list of return values"),
+             "prefix": (False, lambda v: isinstance(v, _STR), "a string"),
+             "tolerance": (False, lambda v: isinstance(v, _NUM) and not isinstance(v, bool),
+                           "a number")},
+    "sql": {"schema": (True, lambda v: isinstance(v, _STR), "a string (an SQL script)"),
+            "expected": (True, _list_of(_LIST), "a list of rows (lists)"),
+            "ordered": (False, lambda v: isinstance(v, bool), "true or false")},
+    "tool": {"expected": (True, lambda v: True, "any JSON value"),
+             "tools": (False, _list_of(_STR), "a list of tool names")},
+    "logic": {"premises": (True, _list_of(_STR), "a list of formulas (strings)"),
+              "target": (False, lambda v: isinstance(v, _STR), "a string")},
+    "retrieval": {"document": (True, lambda v: isinstance(v, _STR), "a string"),
+                  "answer": (True, lambda v: isinstance(v, _STR) or _list_of(_STR)(v),
+                             "a string or a list of strings")},
+}
 
 
 def _parse(line: str, kind: str) -> dict:
+    """One input line as a job, or ValueError saying what is wrong with it."""
     row = json.loads(line)
     if not isinstance(row, dict):
         raise ValueError("expected a JSON object")
-    missing = [k for k in ("id", "completion", *REQUIRED[kind]) if k not in row]
+    fields = FIELDS[kind]
+    missing = [k for k in ("id", "completion") if k not in row] + [
+        k for k, (required, _, _) in fields.items() if required and k not in row]
     if missing:
         raise ValueError(f"missing field(s) {', '.join(missing)}")
+    if not isinstance(row["completion"], str):
+        raise ValueError("field 'completion' must be a string")
+    for k, (_, ok, what) in fields.items():
+        if k in row and not ok(row[k]):
+            raise ValueError(f"field {k!r} must be {what}")
     if kind == "code" and len(row["inputs"]) != len(row["expected"]):
         raise ValueError("'inputs' and 'expected' differ in length")
     return row
 
 
+def _positive(kind):
+    def parse(text):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    return parse
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kind", required=True, choices=sorted(REQUIRED))
+    ap = argparse.ArgumentParser(prog="python -m rlvr_jax.verify", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kind", required=True, choices=sorted(FIELDS))
     ap.add_argument("--input", required=True)
     ap.add_argument("--output", required=True)
     ap.add_argument("--mode", choices=("fresh", "forkserver"), default=None)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--timeout", type=float, default=10.0)
+    ap.add_argument("--workers", type=_positive(int), default=2)
+    ap.add_argument("--timeout", type=_positive(float), default=10.0, help="seconds per job")
     args = ap.parse_args(argv)
     rows, bad = [], {}
+    if not os.path.isfile(args.input):
+        print(f"error: {args.input}: no such file", file=sys.stderr)
+        return 2
     with open(args.input) as f:
         for n, line in enumerate(f, start=1):
             if not line.strip():
@@ -64,7 +112,12 @@ def main(argv=None) -> int:
                 bad[n] = f"{args.input}:{n}: {e}"
                 print(f"error: {bad[n]}", file=sys.stderr)
     mode = args.mode if args.kind in SANDBOXED else None
-    with VerifierPool(args.kind, workers=args.workers, timeout_s=args.timeout, mode=mode) as pool:
+    try:
+        pool = VerifierPool(args.kind, workers=args.workers, timeout_s=args.timeout, mode=mode)
+    except SandboxUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with pool:
         jobs = [{k: v for k, v in row.items() if k != "id"} for _, row in rows]
         verdicts = dict(zip([n for n, _ in rows], pool.verify(jobs)))
     table = REWARD_TABLES["binary"]

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import ROOT
 
 
@@ -24,3 +26,46 @@ def test_math_cli_scores_the_good_lines_and_names_the_bad(tmp_path):
     assert [(r["id"], r["status"]) for r in out] == [(1, "pass"), (2, "pass"), (None, "malformed"),
                                                       (None, "malformed"), (5, "unparseable")]
     assert [r.get("line") for r in out if r["status"] == "malformed"] == [3, 4]
+
+
+def test_code_cli_scores_the_rows_around_a_badly_shaped_one(tmp_path):
+    """A row whose fields have the wrong types (`"inputs": [1, 2]`) is named and written as
+    malformed; the valid rows around it are scored (in the sandbox)."""
+    from tests.helpers import UNAVAILABLE
+
+    if UNAVAILABLE:
+        pytest.skip(f"no sandbox: {UNAVAILABLE}")
+    good = {"completion": "def f(x):\n    return x + 1", "entry_point": "f",
+            "inputs": [[1]], "expected": [2]}
+    rows = [dict(good, id="a"), dict(good, id="b", inputs=[1, 2], expected=[2, 3]),
+            dict(good, id="c", completion=7), dict(good, id="d", expected=[5])]
+    src, dst = tmp_path / "jobs.jsonl", tmp_path / "verdicts.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = subprocess.run([sys.executable, "-m", "rlvr_jax.verify", "--kind", "code",
+                           "--input", str(src), "--output", str(dst)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "jobs.jsonl:2: field 'inputs' must be a list of argument lists" in proc.stderr
+    assert "jobs.jsonl:3: field 'completion' must be a string" in proc.stderr
+    out = [json.loads(line) for line in dst.read_text().splitlines()]
+    assert [(r["id"], r["status"]) for r in out] == [("a", "pass"), (None, "malformed"),
+                                                      (None, "malformed"), ("d", "wrong")]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--workers", "0"], "--workers: must be > 0"),
+    (["--timeout", "0"], "--timeout: must be > 0"),
+])
+def test_bad_arguments_are_one_clear_line(tmp_path, args, message):
+    proc = subprocess.run([sys.executable, "-m", "rlvr_jax.verify", "--kind", "math", "--input",
+                           str(tmp_path / "none.jsonl"), "--output", str(tmp_path / "o"), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_missing_input_file_is_named(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "rlvr_jax.verify", "--kind", "math", "--input",
+                           str(tmp_path / "none.jsonl"), "--output", str(tmp_path / "o")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "none.jsonl: no such file" in proc.stderr
+    assert "Traceback" not in proc.stderr

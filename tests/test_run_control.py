@@ -1,0 +1,155 @@
+"""A run's life through the entry point, as a user meets it (subprocesses: exit codes and
+signals are the point): stop_after_steps then the plain command resumes in the same directory;
+SIGTERM mid-run checkpoints and the rerun ends with the uninterrupted run's parameters; a
+finished run says so; one run per directory; user errors in one line; a wheel trains."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from rlvr_jax import run_control
+from tests.helpers import ROOT, TINY
+
+pytestmark = pytest.mark.slow  # see pyproject.toml: not in the daily `-m "not slow"` run
+
+ENV = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+
+
+def _train(args, cwd=ROOT, timeout=600, **kw):
+    return subprocess.run([sys.executable, "-m", "rlvr_jax.train", *args], cwd=cwd, env=ENV,
+                          capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def _cmd(tmp_path, steps=4):
+    """A tiny run; its directory is Hydra's, from the overrides (no hydra.run.dir)."""
+    return ["+experiment=math_grpo", f"num_steps={steps}", *TINY,
+            "verifier.reward_scheme=format_penalty", f"warmup.shared_dir={tmp_path / 'warm'}",
+            f"name=t{os.getpid()}"]
+
+
+def _run_dir(cwd):
+    dirs = [os.path.join(r, d) for r, ds, _ in os.walk(os.path.join(cwd, "runs")) for d in ds
+            if os.path.exists(os.path.join(r, d, "run_config.json"))]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def _final_params(run_dir, step):
+    with ocp.StandardCheckpointer() as c:
+        state = c.restore(os.path.join(run_dir, "checkpoints", str(step), "state"))
+    return state["params"] if isinstance(state, dict) else state[1]
+
+
+def _steps(run_dir):
+    rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    return [r["step"] for r in rows if "reward/mean" in r], rows
+
+
+def test_stop_after_steps_exits_0_and_the_plain_command_resumes(tmp_path):
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    first = _train(_cmd(tmp_path) + ["stop_after_steps=2", "logger=offline"], cwd=cwd)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "stopped after step 2 (stop_after_steps)" in first.stdout + first.stderr
+    run_dir = _run_dir(cwd)
+    second = _train(_cmd(tmp_path), cwd=cwd)  # the plain command: same directory
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert _run_dir(cwd) == run_dir
+    assert "RESUMING from checkpoint step 2" in second.stdout + second.stderr
+    steps, rows = _steps(run_dir)
+    assert steps == [1, 2, 3, 4], "every step once in metrics.jsonl"
+    log = open(os.path.join(run_dir, "train.log")).read()  # Hydra's log holds the run's lines
+    assert "RESUMING from checkpoint step 2" in log and "step 4/4" in log
+    assert sum("eval/sampled_accuracy" in r and r["step"] == 0 for r in rows) == 1
+    third = _train(_cmd(tmp_path), cwd=cwd)  # finished: says so, evaluates nothing
+    assert third.returncode == 0 and "is complete (4 steps)" in third.stdout, third.stderr[-2000:]
+    assert _steps(run_dir)[0] == [1, 2, 3, 4]
+
+
+def test_sigterm_checkpoints_and_the_rerun_matches_an_uninterrupted_run(tmp_path):
+    """SIGTERM after step 2 of 6: exit 0 with one line, a checkpoint, no orbax temp files;
+    the rerun ends bitwise where a run without the signal ends."""
+    steps = 6
+    whole = tmp_path / "whole"
+    assert _train(_cmd(tmp_path, steps) + [f"hydra.run.dir={whole}"]).returncode == 0
+    cut = tmp_path / "cut"
+    proc = subprocess.Popen([sys.executable, "-m", "rlvr_jax.train", *_cmd(tmp_path, steps),
+                             f"hydra.run.dir={cut}"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # wait for step 2's row
+        if (cut / "metrics.jsonl").exists() and 2 in _steps(cut)[0]:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    assert "SIGTERM: finishing the current step" in out and "Traceback" not in out
+    stopped_at = max(int(d) for d in os.listdir(cut / "checkpoints") if d.isdigit())
+    assert 2 <= stopped_at < steps
+    assert not list(cut.rglob("*.orbax-checkpoint-tmp*"))
+    rerun = _train(_cmd(tmp_path, steps) + [f"hydra.run.dir={cut}"])
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
+                 _final_params(cut, steps), _final_params(whole, steps))
+    assert _steps(cut)[0] == list(range(1, steps + 1))
+
+
+def test_a_second_run_on_a_locked_directory_stops_at_once(tmp_path):
+    run_dir = tmp_path / "run"
+    with run_control.RunLock(str(run_dir)):
+        t0 = time.monotonic()
+        proc = _train(_cmd(tmp_path) + [f"hydra.run.dir={run_dir}"])
+        assert time.monotonic() - t0 < 60
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: run directory") and f"process {os.getpid()}" in lines[-1]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args,words", [
+    (["model.path=/no/such/model"], "/no/such/model"),
+    (["+experiment=math_grpo", "verifier=code"], "verifier.kind"),
+    (["+experiment=math_grpo", "algo.samples_per_prompt=1"], "algo.samples_per_prompt"),
+])
+def test_user_errors_are_one_line(tmp_path, args, words):
+    proc = _train(args + [f"hydra.run.dir={tmp_path / 'run'}"], timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert words in proc.stderr.strip().splitlines()[-1]
+
+
+def test_a_built_wheel_trains_in_a_fresh_venv(tmp_path):
+    """`pip wheel` -> a venv (dependencies from this environment, nothing downloaded) -> two
+    steps from a directory that holds no conf/: the package finds its own configs."""
+    wheels = tmp_path / "wheels"
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                            "--no-build-isolation", ROOT, "-w", str(wheels)],
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-2000:]
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, timeout=120)
+    py = str(venv / "bin" / "python")
+    install = subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                              *map(str, wheels.glob("*.whl"))], capture_output=True, text=True,
+                             timeout=300)
+    assert install.returncode == 0, install.stderr[-2000:]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in ENV.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([py, "-m", "rlvr_jax.train", *_cmd(tmp_path, 2)], cwd=elsewhere,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    where = subprocess.run([py, "-c", "import rlvr_jax, os; print(os.path.dirname("
+                                      "rlvr_jax.__file__))"], cwd=elsewhere, env=env,
+                           capture_output=True, text=True, timeout=60).stdout.strip()
+    assert str(venv) in where, where  # the installed copy, not the checkout
+    assert (elsewhere / "runs").exists()
