@@ -109,7 +109,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
         kl_coef=a.loss.kl_coef, num_steps=cfg.num_steps, run_dir=cfg.run_dir, ckpt=ckpt,
         tracker=tracker, should_stop=lambda: stop.requested is not None)
     state, loop, ref_params = start.state, start.loop, start.ref_params
-    held_out = partial(warmstart.evaluate_policy, policy, setup, verifier, cfg.eval)
+    held_out = partial(warmstart.held_out_accuracy, policy, setup, verifier, cfg.eval)
     tracker.start_at(loop.step)
     base_key = jax.random.wrap_key_data(loop.rng_key)
     rl_key, eval_key = jax.random.fold_in(base_key, 3), jax.random.fold_in(base_key, 2)

@@ -52,12 +52,13 @@ def response_logp(model: Decoder, params, tokens_B_T, input_mask_B_T, prompt_len
                   temperature: float, with_hidden: bool = False):
     """(logp_B_R, entropy_B_R) of the response tokens under softmax(logits / temperature); with
     `with_hidden`, also the trunk's hidden states [B, T, D] (for a value head). The head runs on
-    the R positions that predict the response only (slots L-1 .. T-2), never the prompt's."""
+    the R positions that predict the response only (slots L-1 .. T-2), never the prompt's, in
+    chunks of `model.cfg.logits_chunk_tokens` tokens (losses.chunked_logp_and_entropy)."""
     apply = lambda method, *a: model.apply({"params": params}, *a, method=method)
     hidden_B_T_D = apply("forward", tokens_B_T, input_mask_B_T)
-    logits_B_R_V = apply("head", hidden_B_T_D[:, prompt_len - 1: -1])
-    logp_B_R, entropy_B_R = losses.token_logp_and_entropy(logits_B_R_V, tokens_B_T[:, prompt_len:],
-                                                          temperature)
+    logp_B_R, entropy_B_R = losses.chunked_logp_and_entropy(
+        hidden_B_T_D[:, prompt_len - 1: -1], lambda h: apply("head", h),
+        tokens_B_T[:, prompt_len:], temperature, model.cfg.logits_chunk_tokens)
     return (logp_B_R, entropy_B_R, hidden_B_T_D) if with_hidden else (logp_B_R, entropy_B_R)
 
 

@@ -94,7 +94,7 @@ class Start(NamedTuple):
     wall_before: float  # wall seconds of earlier invocations of this run
 
 
-def evaluate_policy(policy: Policy, setup: TaskSetup, verifier: Verifier, e: EvalConfig,
+def held_out_accuracy(policy: Policy, setup: TaskSetup, verifier: Verifier, e: EvalConfig,
                     params, key: jax.Array) -> dict:
     """The held-out evaluation the loop logs (rlvr_jax/evaluation.py)."""
     return evaluation.held_out(
@@ -133,7 +133,7 @@ def start_or_resume(policy: Policy, setup: TaskSetup, updates: Updates, verifier
         with open(eval_path) as f:
             eval_start = json.load(f)
     else:  # the key is the loop's eval key (fold 2): start and end see the same draws
-        eval_start = evaluate_policy(policy, setup, verifier, eval_cfg, warm,
+        eval_start = held_out_accuracy(policy, setup, verifier, eval_cfg, warm,
                                      jax.random.fold_in(base_key, 2))
         with open(eval_path, "w") as f:
             json.dump(eval_start, f)

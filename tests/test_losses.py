@@ -225,3 +225,31 @@ def test_value_loss_clipping_hand_computed():
     assert float(m["value_clip_frac"]) == pytest.approx(0.5)
     loss, _ = losses.value_loss(v, old, ret, mask, clip=0.0)
     assert float(loss) == pytest.approx(0.5 * (1.0 + 0.09) / 2, rel=1e-6)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 4, 16])
+def test_chunked_logp_equals_the_full_head_values_and_gradients(chunk):
+    """The head in chunks of tokens (recomputed in the backward pass) gives the full path's
+    log-probs, entropies and gradients (params and hidden) to float32 rounding, whether the
+    chunk divides R (4), does not (3: the last chunk padded), or covers it (16)."""
+    rng = np.random.default_rng(0)
+    b, r, d, v = 3, 10, 8, 37
+    hidden = jnp.asarray(rng.normal(size=(b, r, d)), jnp.float32)
+    w = jnp.asarray(rng.normal(size=(d, v)), jnp.float32)
+    targets = jnp.asarray(rng.integers(0, v, size=(b, r)), jnp.int32)
+    weights = jnp.asarray(rng.normal(size=(b, r)), jnp.float32)
+
+    def total(w, hidden, chunk):
+        logp, ent = losses.chunked_logp_and_entropy(hidden, lambda h: h @ w, targets, 0.7, chunk)
+        return jnp.sum(weights * logp) + 0.1 * jnp.sum(ent), (logp, ent)
+
+    grad = jax.jit(jax.grad(total, argnums=(0, 1), has_aux=True), static_argnums=2)
+    (gw_full, gh_full), (logp_full, ent_full) = grad(w, hidden, 0)
+    (gw, gh), (logp, ent) = grad(w, hidden, chunk)
+    ref_logp, ref_ent = losses.token_logp_and_entropy(hidden @ w, targets, 0.7)
+    np.testing.assert_allclose(np.asarray(logp_full), np.asarray(ref_logp), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(logp), np.asarray(logp_full), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(ent), np.asarray(ent_full), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(gw), np.asarray(gw_full), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(gh), np.asarray(gh_full), rtol=1e-5, atol=1e-6)
+    assert float(jnp.abs(gh_full).max()) > 1e-3

@@ -1,5 +1,7 @@
 """Sampler: top-k / top-p masking against numpy; EOS stopping, masks and log-probs; one compile."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -81,11 +83,20 @@ def test_inverse_cdf_draws_match_probabilities_and_never_masked_tokens():
         assert np.all(np.abs(freq - p[r]) <= band), (r, freq, p[r])
 
 
+@functools.lru_cache(maxsize=None)  # one model, one init and one jitted forward per module
 def _tiny():
     cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64)
     model = Decoder(cfg, 20)
     params = init_params(model, jax.random.key(0))
     return cfg, model, jax.tree.map(lambda x: x * 8.0 if x.ndim == 2 else x, params)
+
+
+@functools.lru_cache(maxsize=None)
+def _forward():
+    """Full-forward logits of the tiny model, jitted once for every test that checks against
+    them (shapes differ per test: one compile per shape)."""
+    _, model, params = _tiny()
+    return jax.jit(lambda t, m: model.apply({"params": params}, t, m, method="logits"))
 
 
 def test_sampler_eos_masks_logp_and_single_compile():
@@ -117,7 +128,7 @@ def test_sampler_eos_masks_logp_and_single_compile():
     # The returned log-probs are those of a full forward pass over prompt ++ response.
     full_tokens = jnp.concatenate([prompt, jnp.asarray(tokens)], 1)
     full_mask = jnp.concatenate([pmask, jnp.asarray(mask, jnp.int32)], 1)
-    logits = model.apply({"params": params}, full_tokens, full_mask, method="logits")
+    logits = _forward()(full_tokens, full_mask)
     ref = jax.nn.log_softmax(logits[:, p - 1:-1], -1)
     ref = np.take_along_axis(np.asarray(ref), tokens[..., None], -1)[..., 0]
     np.testing.assert_allclose(logp[mask == 1], ref[mask == 1], rtol=1e-4, atol=1e-5)
@@ -131,7 +142,7 @@ def test_greedy_is_deterministic_and_argmax():
     a = sample(params, prompt, pmask, jax.random.key(0))
     b = sample(params, prompt, pmask, jax.random.key(1))
     np.testing.assert_array_equal(np.asarray(a.tokens_B_R), np.asarray(b.tokens_B_R))
-    logits = model.apply({"params": params}, prompt, pmask, method="logits")
+    logits = _forward()(prompt, pmask)
     np.testing.assert_array_equal(np.asarray(a.tokens_B_R)[:, 0],
                                   np.asarray(jnp.argmax(logits[:, -1], -1)))
 
@@ -149,7 +160,7 @@ def test_greedy_every_token_is_the_full_forward_argmax():
     assert np.all(np.asarray(ro.mask_B_R) == 1)
     full_tokens = jnp.concatenate([prompt, jnp.asarray(tokens)], 1)
     full_mask = jnp.concatenate([pmask, jnp.ones((8, n), jnp.int32)], 1)
-    logits = model.apply({"params": params}, full_tokens, full_mask, method="logits")
+    logits = _forward()(full_tokens, full_mask)
     np.testing.assert_array_equal(tokens, np.asarray(jnp.argmax(logits[:, 3:-1], -1)))
     assert len(np.unique(tokens)) > 2
 
@@ -180,7 +191,7 @@ def test_temperature_sampling_matches_distribution():
     prompt = jnp.tile(jnp.array([[5, 6, 7]]), (b, 1))
     pmask = jnp.ones_like(prompt)
     ro = sample(params, prompt, pmask, jax.random.key(0))
-    logits = model.apply({"params": params}, prompt[:1], pmask[:1], method="logits")
+    logits = _forward()(prompt[:1], pmask[:1])
     probs = np.asarray(jax.nn.softmax(logits[0, -1] / temperature))
     freq = np.bincount(np.asarray(ro.tokens_B_R)[:, 0], minlength=20) / b
     # 4096 draws: a binomial std is at most 0.008; a wrong temperature shifts mass by >> 0.03.

@@ -223,6 +223,23 @@ class MLP(nn.Module):
         return self.down_proj(nn.silu(gate) * up)
 
 
+def fused_attend(q_B_T_Q_H: jax.Array, k_B_S_K_H: jax.Array, v_B_S_K_H: jax.Array,
+                 mask_B_T_S: jax.Array) -> jax.Array:
+    """`attend`'s maths through `jax.nn.dot_product_attention`, for training and prefill: cuDNN's
+    fused (flash) attention on GPUs where it applies (no [B, Q, T, S] scores held for the
+    backward pass), XLA's own elsewhere; [B, T, Q * H]."""
+    b, t, nh, hd = q_B_T_Q_H.shape
+    out = jax.nn.dot_product_attention(q_B_T_Q_H, k_B_S_K_H.astype(q_B_T_Q_H.dtype),
+                                       v_B_S_K_H.astype(q_B_T_Q_H.dtype),
+                                       mask=mask_B_T_S[:, None])
+    return out.reshape(b, t, nh * hd)
+
+
+# model.remat -> what the backward pass keeps of each block (nothing else is stored).
+REMAT_POLICIES = {"full": jax.checkpoint_policies.nothing_saveable,
+                  "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
+
+
 class Block(nn.Module):
     """Pre-norm transformer block. `__call__` attends within its own T tokens (training,
     prefill); `decode` writes its one token's keys/values into a cache and attends to it."""
@@ -244,7 +261,7 @@ class Block(nn.Module):
     def __call__(self, x_B_T_D, rope_B_T, mask_B_T_T):
         """-> (x_B_T_D, (k_B_T_K_H, v_B_T_K_H)): the keys/values a prefill caches."""
         q, k, v = self.self_attn.qkv(self.input_layernorm(x_B_T_D), rope_B_T)
-        return self._finish(x_B_T_D, attend(q, k, v, mask_B_T_T)), (k, v)
+        return self._finish(x_B_T_D, fused_attend(q, k, v, mask_B_T_T)), (k, v)
 
     def decode(self, x_B_1_D, rope_B_1, k_B_S_K_H, v_B_S_K_H, index, mask_B_1_S):
         """Writes slot `index` of this layer's cache, attends over its slots under the mask;
@@ -274,7 +291,10 @@ class Decoder(nn.Module):
         dt, pdt = jnp.dtype(cfg.compute_dtype), jnp.dtype(cfg.param_dtype)
         self.embed_tokens = nn.Embed(self.vocab_size, cfg.hidden_size, dtype=dt, param_dtype=pdt,
                                      embedding_init=nn.initializers.normal(cfg.init_std))
-        self.layers = [Block(cfg) for _ in range(cfg.num_layers)]  # params layers_0, layers_1, ..
+        block = Block
+        if cfg.remat != "none":  # the training forward's blocks; decode steps are not remat'd
+            block = nn.remat(Block, policy=REMAT_POLICIES[cfg.remat], methods=["__call__"])
+        self.layers = [block(cfg) for _ in range(cfg.num_layers)]  # params layers_0, layers_1, ..
         self.norm = RMSNorm(cfg.rms_norm_eps, dt, pdt)
         if not cfg.tie_embeddings:
             self.lm_head = Linear(self.vocab_size, False, pdt, dt, cfg.init_std)

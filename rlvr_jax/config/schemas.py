@@ -1,73 +1,16 @@
-"""Typed run configuration: dataclass schemas registered in Hydra's ConfigStore, split by
-concern, each with its checks beside its fields.
-
-Hydra composes `conf/` on top of these schemas in struct mode, so an unknown key (`algo.lr=1`),
-a wrongly typed value or a name outside an enum (`algo.loss.agg=sum`) stops at composition with
-an error naming the key. `validate` then runs each part's `check` (ranges, naming the key) and
-the cross-part constraints. Everything below `RunConfig` is unpacked into plain arguments in one
-place (`build.py`, `loop.py`): the maths never see a config object.
-
-In Python, compose exactly what the command line composes with `rlvr_jax.compose_config`.
-"""
+"""The typed schemas, one dataclass per concern, each with its checks beside its fields."""
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-import hashlib
-import os
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING
 
-
-class ConfigError(ValueError):
-    """A config value is out of range or inconsistent; the message names the key."""
-
-
-def _check(ok: bool, key: str, msg: str) -> None:
-    if not ok:
-        raise ConfigError(f"config key '{key}': {msg}")
-
-
-class Choice(str, enum.Enum):
-    """A config value from a fixed set of names. A str (compares, hashes and formats as its
-    name), so the maths take it as the plain string; Hydra rejects any other name at
-    composition, naming the key and the allowed names. Built with `choice` because some names
-    ("token-mean") are not Python identifiers."""
-
-    def __str__(self) -> str:
-        return str.__str__(self)
-
-    def __format__(self, spec: str) -> str:
-        return str.__format__(self, spec)
-
-
-def choice(name: str, *values: str) -> type[Choice]:
-    return Choice(name, [(v, v) for v in values])  # type: ignore[return-value]
-
-
-# Each set below is also defined where it is implemented; tests/test_config.py checks they agree.
-Dtype = choice("Dtype", "float32", "bfloat16", "float16")
-RopeScaling = choice("RopeScaling", "none", "linear", "llama3")
-Algorithm = choice("Algorithm", "grpo", "ppo")  # group baselines | critic + GAE
-AdvEstimator = choice("AdvEstimator", "grpo", "drgrpo", "rloo", "batch_std", "reinforce_pp",
-                      "reinforce_pp_baseline", "gae")  # advantages.ESTIMATORS + gae
-LossAgg = choice("LossAgg", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
-                 "seq-mean-token-sum-norm")  # losses.AGGREGATIONS
-PolicyLoss = choice("PolicyLoss", "clip", "gspo")  # token ratios | one ratio per sequence
-KLEstimator = choice("KLEstimator", "k1", "k2", "k3")  # losses.kl_estimate
-LRSchedule = choice("LRSchedule", "constant", "cosine")
-CriticLayout = choice("CriticLayout", "separate", "head")
-VerifierKind = choice("VerifierKind", "inprocess", "math", "code")
-SandboxMode = choice("SandboxMode", "forkserver", "fresh")
-RewardScheme = choice("RewardScheme", "binary", "signed", "format_penalty", "code_penalty",
-                      "graded")  # rewards.REWARD_TABLES
-DataFormat = choice("DataFormat", "auto", "gsm8k", "math", "verl")
-OnBadRow = choice("OnBadRow", "raise", "skip")
-LoggerMode = choice("LoggerMode", "offline", "online", "disabled")
+from rlvr_jax.config.choices import (AdvEstimator, Algorithm, CriticLayout, DataFormat, Dtype,
+                                     KLEstimator, LoggerMode, LossAgg, LRSchedule, OnBadRow,
+                                     PolicyLoss, Remat, RewardScheme, RopeScaling, SandboxMode,
+                                     VerifierKind, _check)
 
 
 # ------------------------------------------------------------------------------------ model
@@ -99,6 +42,14 @@ class ModelConfig:
     init_std: float = 0.02  # normal init of every weight matrix
     param_dtype: Dtype = Dtype["float32"]
     compute_dtype: Dtype = Dtype["float32"]  # activations; logits and losses are always float32
+    # Activation rematerialisation per block in the training forward: none (keep every
+    # activation for the backward pass), full (keep each block's input only, recompute the
+    # rest), dots (keep the matmul outputs, recompute the elementwise ops).
+    remat: Remat = Remat["none"]
+    # The head (lm_head + log-softmax) over this many response tokens at a time in the update,
+    # recomputed in the backward pass: [B, chunk, V] float32 logits live at once instead of
+    # [B, R, V]. 0: all response tokens at once.
+    logits_chunk_tokens: int = 0
 
     @property
     def resolved_head_dim(self) -> int:
@@ -113,6 +64,7 @@ class ModelConfig:
                f"{key}.num_heads")
         _check(self.resolved_head_dim % 2 == 0, f"{key}.head_dim",
                "must be even for rotary embeddings")
+        _check(self.logits_chunk_tokens >= 0, f"{key}.logits_chunk_tokens", "must be >= 0")
         _check(self.vocab_size == 0 or bool(self.path), f"{key}.path",
                f"model '{self.name}' is a pretrained architecture (vocab_size "
                f"{self.vocab_size}): set {key}.path to a local Hugging Face directory with its "
@@ -457,148 +409,3 @@ class RunConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
-
-
-def warmstart_key(cfg: "RunConfig") -> str:
-    """A stable name for the warm start `cfg` would train (see WarmupConfig.shared_dir)."""
-    import json
-
-    w = dataclasses.asdict(cfg.warmup)
-    w.pop("shared_dir")
-    key = {"seed": cfg.seed, "model": dataclasses.asdict(cfg.model), "warmup": w,
-           "task": dataclasses.asdict(cfg.task), "max_new_tokens": cfg.sampling.max_new_tokens}
-    return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def run_dirname(overrides: str, max_chars: int = 120) -> str:
-    """A directory name for a list of overrides: deterministic (the same command resumes the same
-    run), a single path component, and short enough for any filesystem (255 bytes)."""
-    name = overrides.replace("/", "_").replace(os.sep, "_")
-    if len(name) > max_chars:
-        digest = hashlib.sha1(overrides.encode()).hexdigest()[:10]
-        name = f"{name[: max_chars - 11]}~{digest}"
-    return name
-
-
-def register_configs() -> None:
-    """Register the schemas so `conf/config.yaml` composes on top of them (struct mode), and the
-    `run_dirname` resolver used by hydra.run.dir / hydra.sweep.subdir."""
-    if not OmegaConf.has_resolver("run_dirname"):
-        OmegaConf.register_new_resolver("run_dirname", run_dirname)
-    cs = ConfigStore.instance()
-    cs.store(name="run_schema", node=RunConfig)
-    for group, node in [("model", ModelConfig), ("sampling", SamplingConfig),
-                        ("algo", AlgoConfig), ("verifier", VerifierConfig), ("mesh", MeshConfig),
-                        ("logger", LoggerConfig)]:
-        cs.store(group=group, name=f"{group}_schema", node=node)
-    for name, node in TASK_SCHEMAS.items():
-        cs.store(group="task", name=f"{name}_schema", node=node)
-
-
-def validate(cfg: RunConfig) -> RunConfig:
-    """Each part's checks, then the constraints between parts; every error names its key."""
-    m, t, a, w, v = cfg.model, cfg.task, cfg.algo, cfg.warmup, cfg.verifier
-    m.check()
-    t.check()
-    cfg.sampling.check()
-    a.check(cfg.sampling.max_new_tokens)
-    w.check()
-    v.check()
-    cfg.mesh.check()
-    cfg.checkpoint.check()
-    cfg.eval.check()
-    _check(cfg.num_steps >= 0, "num_steps", "must be >= 0")
-    _check(cfg.stop_after_steps >= 0, "stop_after_steps", "must be >= 0 (0: no limit)")
-    _check(v.kind in TASK_VERIFIERS[t.name], "verifier.kind",
-           f"task={t.name} is checked by verifier={' or '.join(TASK_VERIFIERS[t.name])}, not "
-           f"{v.kind}")
-    _check(a.dapo.sampled_prompts(a.prompts_per_step) % v.overlap_chunks == 0,
-           "verifier.overlap_chunks", "must divide the sampled prompts per step")
-    if t.name == "dataset":
-        _check(bool(m.path) or w.steps == 0, "model.path",
-               "task=dataset has no demonstrations for a warm start: set model.path to a "
-               "Hugging Face directory (or warmup.steps=0)")
-    return cfg
-
-
-def _unknown_keys(node: Any, schema: type, prefix: str = "") -> list[str]:
-    """Keys present in `node` that the dataclass `schema` does not declare (recursively).
-
-    Needed because Hydra's `+key=value` appends past struct mode, and OmegaConf.to_object then
-    drops the stray key silently: a typo would be ignored instead of reported."""
-    fields = {f.name: f for f in dataclasses.fields(schema)}
-    out = []
-    for key in node.keys():
-        if key not in fields:
-            out.append(prefix + str(key))
-            continue
-        sub_type = fields[key].type
-        sub_type = globals().get(sub_type, sub_type) if isinstance(sub_type, str) else sub_type
-        if dataclasses.is_dataclass(sub_type) and isinstance(node[key], (DictConfig, dict)):
-            out += _unknown_keys(node[key], sub_type, f"{prefix}{key}.")
-    return out
-
-
-def _task_schema(node: Any) -> type:
-    name = node.get("name", "arithmetic") if node is not None else "arithmetic"
-    _check(name in TASK_SCHEMAS, "task.name",
-           f"unknown task '{name}' (known: {', '.join(TASK_SCHEMAS)})")
-    return TASK_SCHEMAS[name]
-
-
-def to_run_config(cfg: DictConfig | RunConfig | dict[str, Any]) -> RunConfig:
-    """Hydra's DictConfig (or a plain dict of overrides) -> validated dataclass instance
-    (OmegaConf checks types on the way)."""
-    if isinstance(cfg, RunConfig):
-        return validate(cfg)
-    if isinstance(cfg, dict):
-        cfg = OmegaConf.create(cfg)
-    task = cfg.get("task")
-    task = None if task == MISSING else task
-    schema = _task_schema(task)
-    unknown = _unknown_keys(cfg, RunConfig) + (
-        _unknown_keys(task, schema, "task.") if task is not None else [])
-    if unknown:
-        raise ConfigError(f"unknown config key(s): {', '.join(unknown)}")
-    cfg = OmegaConf.merge(cfg, {"task": OmegaConf.merge(OmegaConf.structured(schema),
-                                                        task if task is not None else {})})
-    merged = OmegaConf.merge(OmegaConf.structured(RunConfig), cfg)
-    obj = OmegaConf.to_object(merged)
-    assert isinstance(obj, RunConfig) and isinstance(obj.task, schema)
-    return validate(obj)
-
-
-def as_dict(cfg: RunConfig) -> dict[str, Any]:
-    """Plain JSON-able values (choices as their names)."""
-    return dataclasses.asdict(cfg)
-
-
-def conf_dir() -> str:
-    """conf/ at the top of the repository (a checkout or an editable install), else the copy
-    shipped inside the installed package (`rlvr_jax.conf`, see pyproject.toml)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    repo = os.path.join(os.path.dirname(here), "conf")
-    if os.path.isfile(os.path.join(repo, "config.yaml")):
-        return repo
-    return os.path.join(here, "conf")
-
-
-def compose(overrides: Sequence[str] = (), run_dir: str = ".") -> RunConfig:
-    """The RunConfig that `python -m rlvr_jax.train OVERRIDES...` would run, composed by Hydra
-    from the same conf/ (same defaults, same checks), for notebooks and scripts:
-
-        cfg = rlvr_jax.compose(["+experiment=math_grpo", "num_steps=10"], run_dir="runs/nb")
-        summary = rlvr_jax.run(cfg)
-    """
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
-        cfg = hydra_compose(config_name="config", overrides=list(overrides))
-    OmegaConf.set_struct(cfg, False)
-    cfg.run_dir = str(run_dir)
-    return to_run_config(cfg)
-

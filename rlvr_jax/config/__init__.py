@@ -1,0 +1,76 @@
+"""Typed run configuration: dataclass schemas registered in Hydra's ConfigStore, split by
+concern, each with its checks beside its fields.
+
+Hydra composes `conf/` on top of these schemas in struct mode, so an unknown key (`algo.lr=1`),
+a wrongly typed value or a name outside an enum (`algo.loss.agg=sum`) stops at composition with
+an error naming the key. `validate` then runs each part's `check` (ranges, naming the key) and
+the cross-part constraints. Everything below `RunConfig` is unpacked into plain arguments in one
+place (`build.py`, `loop.py`): the maths never see a config object.
+
+In Python, compose exactly what the command line composes with `rlvr_jax.compose`.
+Parts: `choices.py` (errors, the enum-like names), `schemas.py` (the dataclasses), `load.py`
+(Hydra registration, validation, composition, the run's directory name).
+"""
+
+from rlvr_jax.config.choices import (AdvEstimator, Algorithm, Choice, ConfigError,
+                                     CriticLayout, DataFormat, Dtype, KLEstimator, LoggerMode,
+                                     LossAgg, LRSchedule, OnBadRow, PolicyLoss, Remat,
+                                     RewardScheme, RopeScaling, SandboxMode, VerifierKind, choice)
+from rlvr_jax.config.load import (as_dict, compose, conf_dir, register_configs, run_dirname,
+                                  to_run_config, validate, warmstart_key)
+from rlvr_jax.config.schemas import (TASK_SCHEMAS, TASK_VERIFIERS, AlgoConfig,
+                                     ArithmeticTaskConfig, CheckpointConfig, CodegenTaskConfig,
+                                     DAPOConfig, DatasetTaskConfig, EvalConfig, LoggerConfig,
+                                     MeshConfig, ModelConfig, OptimConfig, PolicyLossConfig,
+                                     PPOConfig, RunConfig, SamplingConfig, TaskConfig,
+                                     VerifierConfig, WarmupConfig)
+
+__all__ = [
+    "AdvEstimator",
+    "AlgoConfig",
+    "Algorithm",
+    "ArithmeticTaskConfig",
+    "CheckpointConfig",
+    "Choice",
+    "CodegenTaskConfig",
+    "ConfigError",
+    "CriticLayout",
+    "DAPOConfig",
+    "DataFormat",
+    "DatasetTaskConfig",
+    "Dtype",
+    "EvalConfig",
+    "KLEstimator",
+    "LRSchedule",
+    "LoggerConfig",
+    "LoggerMode",
+    "LossAgg",
+    "MeshConfig",
+    "ModelConfig",
+    "OnBadRow",
+    "OptimConfig",
+    "PPOConfig",
+    "PolicyLoss",
+    "PolicyLossConfig",
+    "Remat",
+    "RewardScheme",
+    "RopeScaling",
+    "RunConfig",
+    "SamplingConfig",
+    "SandboxMode",
+    "TASK_SCHEMAS",
+    "TASK_VERIFIERS",
+    "TaskConfig",
+    "VerifierConfig",
+    "VerifierKind",
+    "WarmupConfig",
+    "as_dict",
+    "choice",
+    "compose",
+    "conf_dir",
+    "register_configs",
+    "run_dirname",
+    "to_run_config",
+    "validate",
+    "warmstart_key",
+]

@@ -1,0 +1,161 @@
+"""From Hydra (or a dict) to a validated RunConfig: registration, composition, validation,
+and the run's derived names (its directory, its warm-start key)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import typing
+from typing import Any, Sequence
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from rlvr_jax.config.choices import ConfigError, _check
+from rlvr_jax.config.schemas import (TASK_SCHEMAS, TASK_VERIFIERS, AlgoConfig, LoggerConfig,
+                                     MeshConfig, ModelConfig, RunConfig, SamplingConfig,
+                                     VerifierConfig)
+
+
+def warmstart_key(cfg: "RunConfig") -> str:
+    """A stable name for the warm start `cfg` would train (see WarmupConfig.shared_dir)."""
+    import json
+
+    w = dataclasses.asdict(cfg.warmup)
+    w.pop("shared_dir")
+    key = {"seed": cfg.seed, "model": dataclasses.asdict(cfg.model), "warmup": w,
+           "task": dataclasses.asdict(cfg.task), "max_new_tokens": cfg.sampling.max_new_tokens}
+    return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def run_dirname(overrides: str, max_chars: int = 120) -> str:
+    """A directory name for a list of overrides: deterministic (the same command resumes the same
+    run), a single path component, and short enough for any filesystem (255 bytes)."""
+    name = overrides.replace("/", "_").replace(os.sep, "_")
+    if len(name) > max_chars:
+        digest = hashlib.sha1(overrides.encode()).hexdigest()[:10]
+        name = f"{name[: max_chars - 11]}~{digest}"
+    return name
+
+
+def register_configs() -> None:
+    """Register the schemas so `conf/config.yaml` composes on top of them (struct mode), and the
+    `run_dirname` resolver used by hydra.run.dir / hydra.sweep.subdir."""
+    if not OmegaConf.has_resolver("run_dirname"):
+        OmegaConf.register_new_resolver("run_dirname", run_dirname)
+    cs = ConfigStore.instance()
+    cs.store(name="run_schema", node=RunConfig)
+    for group, node in [("model", ModelConfig), ("sampling", SamplingConfig),
+                        ("algo", AlgoConfig), ("verifier", VerifierConfig), ("mesh", MeshConfig),
+                        ("logger", LoggerConfig)]:
+        cs.store(group=group, name=f"{group}_schema", node=node)
+    for name, node in TASK_SCHEMAS.items():
+        cs.store(group="task", name=f"{name}_schema", node=node)
+
+
+def validate(cfg: RunConfig) -> RunConfig:
+    """Each part's checks, then the constraints between parts; every error names its key."""
+    m, t, a, w, v = cfg.model, cfg.task, cfg.algo, cfg.warmup, cfg.verifier
+    m.check()
+    t.check()
+    cfg.sampling.check()
+    a.check(cfg.sampling.max_new_tokens)
+    w.check()
+    v.check()
+    cfg.mesh.check()
+    cfg.checkpoint.check()
+    cfg.eval.check()
+    _check(cfg.num_steps >= 0, "num_steps", "must be >= 0")
+    _check(cfg.stop_after_steps >= 0, "stop_after_steps", "must be >= 0 (0: no limit)")
+    _check(v.kind in TASK_VERIFIERS[t.name], "verifier.kind",
+           f"task={t.name} is checked by verifier={' or '.join(TASK_VERIFIERS[t.name])}, not "
+           f"{v.kind}")
+    _check(a.dapo.sampled_prompts(a.prompts_per_step) % v.overlap_chunks == 0,
+           "verifier.overlap_chunks", "must divide the sampled prompts per step")
+    if t.name == "dataset":
+        _check(bool(m.path) or w.steps == 0, "model.path",
+               "task=dataset has no demonstrations for a warm start: set model.path to a "
+               "Hugging Face directory (or warmup.steps=0)")
+    return cfg
+
+
+def _unknown_keys(node: Any, schema: type, prefix: str = "") -> list[str]:
+    """Keys present in `node` that the dataclass `schema` does not declare (recursively).
+
+    Needed because Hydra's `+key=value` appends past struct mode, and OmegaConf.to_object then
+    drops the stray key silently: a typo would be ignored instead of reported."""
+    types = typing.get_type_hints(schema)  # the annotations are strings (future annotations)
+    out = []
+    for key in node.keys():
+        if key not in types:
+            out.append(prefix + str(key))
+            continue
+        sub_type = types[key]
+        if dataclasses.is_dataclass(sub_type) and isinstance(node[key], (DictConfig, dict)):
+            out += _unknown_keys(node[key], sub_type, f"{prefix}{key}.")
+    return out
+
+
+def _task_schema(node: Any) -> type:
+    name = node.get("name", "arithmetic") if node is not None else "arithmetic"
+    _check(name in TASK_SCHEMAS, "task.name",
+           f"unknown task '{name}' (known: {', '.join(TASK_SCHEMAS)})")
+    return TASK_SCHEMAS[name]
+
+
+def to_run_config(cfg: DictConfig | RunConfig | dict[str, Any]) -> RunConfig:
+    """Hydra's DictConfig (or a plain dict of overrides) -> validated dataclass instance
+    (OmegaConf checks types on the way)."""
+    if isinstance(cfg, RunConfig):
+        return validate(cfg)
+    if isinstance(cfg, dict):
+        cfg = OmegaConf.create(cfg)
+    task = cfg.get("task")
+    task = None if task == MISSING else task
+    schema = _task_schema(task)
+    unknown = _unknown_keys(cfg, RunConfig) + (
+        _unknown_keys(task, schema, "task.") if task is not None else [])
+    if unknown:
+        raise ConfigError(f"unknown config key(s): {', '.join(unknown)}")
+    cfg = OmegaConf.merge(cfg, {"task": OmegaConf.merge(OmegaConf.structured(schema),
+                                                        task if task is not None else {})})
+    merged = OmegaConf.merge(OmegaConf.structured(RunConfig), cfg)
+    obj = OmegaConf.to_object(merged)
+    assert isinstance(obj, RunConfig) and isinstance(obj.task, schema)
+    return validate(obj)
+
+
+def as_dict(cfg: RunConfig) -> dict[str, Any]:
+    """Plain JSON-able values (choices as their names)."""
+    return dataclasses.asdict(cfg)
+
+
+def conf_dir() -> str:
+    """conf/ at the top of the repository (a checkout or an editable install), else the copy
+    shipped inside the installed package (`rlvr_jax.conf`, see pyproject.toml)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # rlvr_jax/
+    repo = os.path.join(os.path.dirname(here), "conf")
+    if os.path.isfile(os.path.join(repo, "config.yaml")):
+        return repo
+    return os.path.join(here, "conf")
+
+
+def compose(overrides: Sequence[str] = (), run_dir: str = ".") -> RunConfig:
+    """The RunConfig that `python -m rlvr_jax.train OVERRIDES...` would run, composed by Hydra
+    from the same conf/ (same defaults, same checks), for notebooks and scripts:
+
+        cfg = rlvr_jax.compose(["+experiment=math_grpo", "num_steps=10"], run_dir="runs/nb")
+        summary = rlvr_jax.run(cfg)
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+        cfg = hydra_compose(config_name="config", overrides=list(overrides))
+    OmegaConf.set_struct(cfg, False)
+    cfg.run_dir = str(run_dir)
+    return to_run_config(cfg)
