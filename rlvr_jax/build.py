@@ -83,7 +83,7 @@ class Policy:
 def policy(setup: TaskSetup, mesh_cfg: MeshConfig, sampling: SamplingConfig,
            traces: Traces) -> Policy:
     model = Decoder(setup.model_cfg, setup.vocab_size)
-    mesh = sharding.make_mesh(mesh_cfg.data, mesh_cfg.fsdp)
+    mesh = sharding.make_mesh(mesh_cfg.data, mesh_cfg.fsdp, mesh_cfg.model)
     batch_sh = sharding.batch_sharding(mesh)
     shardings = partial(sharding.state_shardings, mesh=mesh)
     abstract_params = jax.eval_shape(partial(init_params, model), jax.random.key(0))

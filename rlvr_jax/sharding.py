@@ -1,72 +1,129 @@
-"""The only file that names mesh axes.
+"""The only file that names mesh axes, and the rules that place every array on them.
 
-Two axes: `data` (pure data parallelism: params replicated) and `fsdp` (params, gradients and
-optimizer state sharded; batch split over it too). The batch dimension of every array is split
-over both axes together, so B must be a multiple of the device count. Parameters are sharded
-by a shape rule (largest dimension divisible by the fsdp size), which also covers the optimizer
-moments, whose shapes mirror the params. On 1 CPU every sharding is trivial and the same code
-runs unchanged.
+Three mesh axes: `data` (pure data parallelism: params replicated), `fsdp` (params, gradients
+and optimizer state sharded, ZeRO-3 style; the batch split over it too) and `model` (tensor
+parallelism: attention heads, MLP columns and the vocabulary split across it, Megatron style).
+
+Placement is data, in two tables (as big_vision's `sharding_rules` or levanter's
+`axis_resources`):
+  * PARAM_AXES: a parameter's path -> the logical axis of each of its dimensions;
+  * RULES: a logical axis -> the mesh axes it is split over.
+A dimension the mesh axes do not divide stays whole (e.g. a 20-word test vocabulary on a
+model axis of 8). The optimizer's moments mirror the params' paths and get the same specs;
+anything no rule names (step counters, scalars) is replicated. On one device every sharding
+is trivial and the same code runs unchanged.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as PS
 
-DATA, FSDP = "data", "fsdp"
+DATA, FSDP, MODEL = "data", "fsdp", "model"
+
+# logical axis -> mesh axes (None: never split)
+RULES: dict[str, Any] = {
+    "batch": (DATA, FSDP),
+    "embed": FSDP,
+    "vocab": MODEL,
+    "heads": MODEL,  # q/k/v's output and o_proj's input: whole heads... when the axis divides
+    "mlp": MODEL,
+    "none": None,
+}
+
+# parameter path (its last two keys) -> logical axes of its dimensions, first match wins
+PARAM_AXES: list[tuple[str, tuple[str, ...]]] = [
+    (r"embed_tokens/embedding$", ("vocab", "embed")),
+    (r"lm_head/kernel$", ("embed", "vocab")),
+    (r"qkv_proj/kernel$", ("embed", "heads")),
+    (r"qkv_proj/bias$", ("heads",)),
+    (r"o_proj/kernel$", ("heads", "embed")),
+    (r"gate_up_proj/kernel$", ("embed", "mlp")),
+    (r"down_proj/kernel$", ("mlp", "embed")),
+    (r"v_proj/kernel$", ("embed", "none")),  # the value head
+    (r"(weight|bias)$", ("none",)),  # norms, the value head's bias
+]
 
 
-def make_mesh(data: int = -1, fsdp: int = 1, devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """A (data, fsdp) mesh; -1 on one axis takes all remaining devices.
+def make_mesh(data: int = -1, fsdp: int = 1, model: int = 1,
+              devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A (data, fsdp, model) mesh; -1 on one axis takes all remaining devices.
 
     Built with `Mesh` directly: `jax.make_mesh` defaults to Explicit axis types, under which a
     linen embedding gather on a batch-sharded input raises ShardingTypeError."""
     devices = list(jax.devices() if devices is None else devices)
     n = len(devices)
-    if data == -1 and fsdp == -1:
-        raise ValueError("config keys 'mesh.data' and 'mesh.fsdp': at most one may be -1")
-    if data == -1:
-        data = n // fsdp
-    if fsdp == -1:
-        fsdp = n // data
-    if data * fsdp != n:
-        raise ValueError(f"config keys 'mesh.data'={data} x 'mesh.fsdp'={fsdp} must equal the "
-                         f"device count {n}")
-    return Mesh(np.array(devices).reshape(data, fsdp), (DATA, FSDP))
+    sizes = {"mesh.data": data, "mesh.fsdp": fsdp, "mesh.model": model}
+    if list(sizes.values()).count(-1) > 1:
+        raise ValueError("config keys 'mesh.data', 'mesh.fsdp', 'mesh.model': at most one may "
+                         "be -1")
+    known = int(np.prod([s for s in sizes.values() if s != -1]))
+    sizes = {k: (n // known if v == -1 else v) for k, v in sizes.items()}
+    if int(np.prod(list(sizes.values()))) != n:
+        raise ValueError(" x ".join(f"'{k}'={v}" for k, v in sizes.items())
+                         + f" (config keys) must equal the device count {n}")
+    shape = tuple(sizes.values())
+    return Mesh(np.array(devices).reshape(shape), (DATA, FSDP, MODEL))
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
-    """Leading (batch) dimension split over every device; other dimensions whole."""
-    return NamedSharding(mesh, PS((DATA, FSDP)))
+    """Leading (batch) dimension split over the data-parallel axes; other dimensions whole."""
+    return NamedSharding(mesh, PS(RULES["batch"]))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PS())
 
 
-def _param_spec(shape: tuple[int, ...], fsdp_size: int) -> PS:
-    if fsdp_size == 1 or not shape:
-        return PS()
-    # Shard the largest dimension the fsdp size divides; small or indivisible leaves replicate.
-    for dim in sorted(range(len(shape)), key=lambda d: -shape[d]):
-        if shape[dim] % fsdp_size == 0:
-            spec = [None] * len(shape)
-            spec[dim] = FSDP
-            return PS(*spec)
-    return PS()
+def _path(key_path) -> str:
+    parts = []
+    for k in key_path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(k, attr):
+                parts.append(str(getattr(k, attr)))
+                break
+    return "/".join(parts)
+
+
+def logical_axes(path: str, ndim: int) -> tuple[str, ...]:
+    """The logical axes of the array at `path` (a '/'-joined key path); unnamed: 'none'."""
+    for pattern, axes in PARAM_AXES:
+        if re.search(pattern, path) and len(axes) == ndim:
+            return axes
+    return ("none",) * ndim
+
+
+def spec_for(path: str, shape: tuple[int, ...], mesh: Mesh) -> PS:
+    """The PartitionSpec RULES give the array at `path`; an axis its mesh axes do not divide
+    stays whole."""
+    spec = []
+    for axis, size in zip(logical_axes(path, len(shape)), shape):
+        mesh_axes = RULES[axis]
+        if mesh_axes is None:
+            spec.append(None)
+            continue
+        names = (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes)
+        names = tuple(a for a in names if mesh.shape[a] > 1)
+        span = int(np.prod([mesh.shape[a] for a in names])) if names else 1
+        spec.append((names[0] if len(names) == 1 else names) if names and size % span == 0
+                    else None)
+    return PS(*spec)
 
 
 def state_shardings(abstract_tree: Any, mesh: Mesh) -> Any:
     """NamedSharding for every leaf of a (params / optimizer state) pytree of shaped values."""
-    fsdp_size = mesh.shape[FSDP]
-    return jax.tree.map(lambda x: NamedSharding(mesh, _param_spec(tuple(x.shape), fsdp_size)),
-                        abstract_tree)
+    return jax.tree_util.tree_map_with_path(
+        lambda p, x: NamedSharding(mesh, spec_for(_path(p), tuple(x.shape), mesh)),
+        abstract_tree)
 
 
 def check_batch(batch_size: int, mesh: Mesh, key: str) -> None:
-    if batch_size % mesh.size:
+    """The batch splits evenly over the data-parallel axes (the model axis holds it whole)."""
+    split = mesh.shape[DATA] * mesh.shape[FSDP]
+    if batch_size % split:
         raise ValueError(f"config key '{key}': batch of {batch_size} sequences is not a multiple "
-                         f"of the {mesh.size} devices in the mesh")
+                         f"of the {split} data-parallel devices (mesh.data x mesh.fsdp)")

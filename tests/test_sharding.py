@@ -1,5 +1,7 @@
-"""The jitted RL step (GRPO options, PPO with either critic layout, several minibatch updates)
-gives the same update on 1 device, 8-way data and 2x4 data/FSDP meshes."""
+"""Placement by rules (sharding.py), and equality across meshes: the jitted RL step (GRPO
+options, PPO with either critic layout, several minibatch updates) and the sampler give the
+same results on 1 device, 8-way data, 2x4 data x FSDP, 2x2x2 data x FSDP x model and 8-way
+tensor-parallel meshes."""
 
 import jax
 import numpy as np
@@ -67,7 +69,7 @@ def test_step_is_the_same_on_1_and_8_devices(kl_coef, options):
     assert jax.device_count() == 8, "conftest sets 8 fake CPU devices"
     one, m1 = _one_step(sharding.make_mesh(devices=jax.devices()[:1]), kl_coef, **options)
     assert np.isfinite(float(m1["loss"])) and float(m1["grad_norm"]) > 0
-    for mesh in (sharding.make_mesh(data=8, fsdp=1), sharding.make_mesh(data=2, fsdp=4)):
+    for mesh in MESHES():
         many, m8 = _one_step(mesh, kl_coef, **options)
         np.testing.assert_allclose(float(m8["loss"]), float(m1["loss"]), rtol=1e-5)
         jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b),
@@ -75,18 +77,74 @@ def test_step_is_the_same_on_1_and_8_devices(kl_coef, options):
                      many.params, one.params)
 
 
-def test_fsdp_shards_params_and_data_replicates():
-    cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64)
-    params = init_params(Decoder(cfg, 20), jax.random.key(0))
+def MESHES():
+    return (sharding.make_mesh(data=8, fsdp=1), sharding.make_mesh(data=2, fsdp=4),
+            sharding.make_mesh(data=2, fsdp=2, model=2),
+            sharding.make_mesh(data=1, fsdp=1, model=8))
+
+
+def test_rules_place_params_by_their_logical_axes():
+    """fsdp splits the embedding dimension, model the heads, MLP columns and vocabulary; a
+    dimension the axis does not divide (a 20-word vocabulary over 8) stays whole; pure data
+    parallelism replicates everything; optimizer moments follow their params."""
+    PS = jax.sharding.PartitionSpec
+    cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64,
+                      tie_embeddings=False)
+    params = init_params(Decoder(cfg, 24), jax.random.key(0))
+    layer = lambda sh: sh["layers_0"]
     fsdp = sharding.state_shardings(params, sharding.make_mesh(data=1, fsdp=8))
-    kernel = fsdp["layers_0"]["mlp"]["gate_up_proj"]["kernel"]  # [32, 128]: largest dim sharded
-    assert kernel.spec == jax.sharding.PartitionSpec(None, sharding.FSDP)
+    assert layer(fsdp)["mlp"]["gate_up_proj"]["kernel"].spec == PS(sharding.FSDP, None)
+    assert layer(fsdp)["mlp"]["down_proj"]["kernel"].spec == PS(None, sharding.FSDP)
+    tp = sharding.state_shardings(params, sharding.make_mesh(data=2, fsdp=2, model=2))
+    assert layer(tp)["self_attn"]["qkv_proj"]["kernel"].spec == PS(sharding.FSDP, sharding.MODEL)
+    assert layer(tp)["self_attn"]["o_proj"]["kernel"].spec == PS(sharding.MODEL, sharding.FSDP)
+    assert layer(tp)["mlp"]["gate_up_proj"]["kernel"].spec == PS(sharding.FSDP, sharding.MODEL)
+    assert tp["embed_tokens"]["embedding"].spec == PS(sharding.MODEL, sharding.FSDP)
+    assert tp["lm_head"]["kernel"].spec == PS(sharding.FSDP, sharding.MODEL)
+    assert layer(tp)["input_layernorm"]["weight"].spec == PS(None)
+    tp8 = sharding.state_shardings(params, sharding.make_mesh(data=1, fsdp=1, model=8))
+    assert tp8["lm_head"]["kernel"].spec == PS(None, sharding.MODEL)  # 24 % 8 == 0
+    odd = init_params(Decoder(cfg, 20), jax.random.key(0))
+    assert sharding.state_shardings(odd, sharding.make_mesh(model=8, data=1))[
+        "lm_head"]["kernel"].spec == PS(None, None)  # 20 % 8 != 0: whole
     data = sharding.state_shardings(params, sharding.make_mesh(data=8, fsdp=1))
-    assert all(s.spec == jax.sharding.PartitionSpec() for s in jax.tree.leaves(data))
+    assert all(s.is_fully_replicated for s in jax.tree.leaves(data))
+    tx = optax.adam(1e-3)
+    opt = sharding.state_shardings(jax.eval_shape(tx.init, params), sharding.make_mesh(
+        data=2, fsdp=2, model=2))
+    assert layer(opt[0].mu)["self_attn"]["qkv_proj"]["kernel"].spec == PS(sharding.FSDP,
+                                                                        sharding.MODEL)
+    assert opt[0].count.spec == PS()
+
+
+def test_sampler_is_the_same_on_every_mesh():
+    """Greedy rollouts (tokens exactly) and log-probs agree between one device and every mesh,
+    params placed by the rules and prompts split over the data-parallel axes."""
+    from rlvr_jax.sampling import make_sampler
+
+    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64)
+    model = Decoder(cfg, 24)
+    params = jax.tree.map(lambda x: x * 5.0 if x.ndim == 2 else x,
+                          init_params(model, jax.random.key(0)))
+    prompt = jax.random.randint(jax.random.key(1), (16, 5), 2, 24)
+    pmask = np.ones((16, 5), np.int32)
+    pmask[:3, :2] = 0
+    sample = make_sampler(model, max_new_tokens=6, eos_id=1, pad_id=0, temperature=0.0)
+    one = sample(params, prompt, pmask, jax.random.key(0))
+    for mesh in MESHES():
+        p = jax.device_put(params, sharding.state_shardings(params, mesh))
+        rows = sharding.batch_sharding(mesh)
+        got = sample(p, jax.device_put(prompt, rows), jax.device_put(pmask, rows),
+                     jax.random.key(0))
+        np.testing.assert_array_equal(np.asarray(got.tokens_B_R), np.asarray(one.tokens_B_R))
+        np.testing.assert_allclose(np.asarray(got.logp_B_R), np.asarray(one.logp_B_R),
+                                   rtol=1e-4, atol=1e-5)
 
 
 def test_mesh_errors_name_the_config_key():
     with pytest.raises(ValueError, match="mesh.data"):
         sharding.make_mesh(data=3, fsdp=1)
+    with pytest.raises(ValueError, match="mesh.model"):
+        sharding.make_mesh(data=-1, fsdp=1, model=3)
     with pytest.raises(ValueError, match="algo.prompts_per_step"):
         sharding.check_batch(12, sharding.make_mesh(), "algo.prompts_per_step")

@@ -350,10 +350,12 @@ class MeshConfig:
 
     data: int = -1
     fsdp: int = 1
+    model: int = 1  # tensor parallelism: heads, MLP columns and the vocabulary split
 
     def check(self, key: str = "mesh") -> None:
-        _check(self.data == -1 or self.data >= 1, f"{key}.data", "must be -1 or >= 1")
-        _check(self.fsdp == -1 or self.fsdp >= 1, f"{key}.fsdp", "must be -1 or >= 1")
+        for axis in ("data", "fsdp", "model"):
+            _check(getattr(self, axis) == -1 or getattr(self, axis) >= 1, f"{key}.{axis}",
+                   "must be -1 or >= 1")
 
 
 @dataclass
