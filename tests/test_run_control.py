@@ -15,7 +15,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from rlvr_jax import run_control
+from rlvr_jax import loop, run_control
 from tests.helpers import ROOT, TINY
 
 pytestmark = pytest.mark.slow  # see pyproject.toml: not in the daily `-m "not slow"` run
@@ -145,9 +145,31 @@ def test_a_built_wheel_trains_in_a_fresh_venv(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in ENV.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([py, "-m", "rlvr_jax.train", *_cmd(tmp_path, 2)], cwd=elsewhere,
-                          env=env, capture_output=True, text=True, timeout=600)
+    # format_penalty: a 12-step warm start is never right, but the reward still separates
+    # well-formed from malformed answers, so the advantages are not all zero.
+    proc = subprocess.run([py, "-m", "rlvr_jax.train", *_cmd(tmp_path, 2), "eval.every_steps=1",
+                           "algo.optim.lr_warmup_steps=0"], cwd=elsewhere, env=env,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = _run_dir(elsewhere)
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    assert all(np.isfinite(summary[k]) for k in loop.SUMMARY_KEYS)
+    assert summary["compiles"]["train_step"] == 1 and summary["compiles"]["sampler"] == 1
+    steps, rows = _steps(run_dir)
+    assert steps == [1, 2] and [r["step"] for r in rows if "eval/sampled_accuracy" in r] == [0, 1, 2]
+    for key in ("reward/accuracy", "status/pass", "status/wrong", "status/unparseable",
+                "train/approx_kl_old", "train/clip_frac_low", "train/clip_frac_high",
+                "train/entropy", "response/length_mean", "time/sample_s", "time/verify_s",
+                "time/update_s", "throughput/generated_tokens_per_s"):
+        assert key in rows[-2] or key in rows[-1], key
+    step_rows = [r for r in rows if "reward/mean" in r]
+    assert sum(step_rows[0][f"status/{s}"] for s in ("pass", "wrong", "unparseable")) == 16
+    warm_dir = next((tmp_path / "warm").iterdir())
+    with ocp.StandardCheckpointer() as c:
+        warm = c.restore(str(warm_dir))
+    moved = jax.tree.map(lambda a, b: float(np.abs(np.asarray(a) - np.asarray(b)).max()),
+                         warm, _final_params(run_dir, 2)["policy"])
+    assert max(jax.tree.leaves(moved)) > 0, "two RL steps left every parameter unchanged"
     where = subprocess.run([py, "-c", "import rlvr_jax, os; print(os.path.dirname("
                                       "rlvr_jax.__file__))"], cwd=elsewhere, env=env,
                            capture_output=True, text=True, timeout=60).stdout.strip()

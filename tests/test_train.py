@@ -1,4 +1,6 @@
-"""The entry point end to end on a tiny model (8 fake CPU devices), and exact resume."""
+"""The loop end to end on a tiny model (8 fake CPU devices): exact resume for GRPO and for PPO
+with DAPO's pieces, and a Hydra multirun through the entry point (the entry point's own life:
+tests/test_run_control.py)."""
 
 import json
 import os
@@ -20,43 +22,6 @@ pytestmark = pytest.mark.slow  # see pyproject.toml: not in the daily `-m "not s
 def _restore(path):
     with ocp.StandardCheckpointer() as ckptr:
         return ckptr.restore(path)
-
-
-def test_entry_point_two_steps_changes_params(tmp_path):
-    run_dir = tmp_path / "run"
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
-    proc = subprocess.run(
-        # A 12-step warm start is never right: format_penalty still separates well-formed from
-        # malformed answers, so the advantages are not all zero.
-        [sys.executable, "-m", "rlvr_jax.train", "+experiment=math_grpo", "num_steps=2",
-         "verifier.reward_scheme=format_penalty", "algo.optim.lr_warmup_steps=0", "eval.every_steps=1",
-         *TINY,
-         f"hydra.run.dir={run_dir}"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    for key in loop.SUMMARY_KEYS:
-        assert key in summary and np.isfinite(summary[key])
-    assert summary["compiles"]["train_step"] == 1 and summary["compiles"]["sampler"] == 1
-
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    step_rows = [r for r in rows if "reward/mean" in r]
-    assert [r["step"] for r in rows if "eval/sampled_accuracy" in r] == [0, 1, 2]  # 2: final
-    assert [r["step"] for r in step_rows] == [1, 2]
-    for key in ("reward/accuracy", "status/pass", "status/wrong", "status/unparseable",
-                "train/approx_kl_old", "train/clip_frac_low", "train/clip_frac_high",
-                "train/entropy", "response/length_mean", "time/sample_s", "time/verify_s",
-                "time/update_s", "throughput/generated_tokens_per_s"):
-        assert key in step_rows[-1], key
-    assert sum(step_rows[0][f"status/{s}"] for s in ("pass", "wrong", "unparseable")) == 16
-
-    warm = _restore(str(run_dir / "warmstart"))
-    final = _restore(str(run_dir / "checkpoints" / "2" / "state"))
-    final_params = (final["params"] if isinstance(final, dict) else final[1])["policy"]
-    diffs = jax.tree.map(lambda a, b: float(np.abs(np.asarray(a) - np.asarray(b)).max()),
-                         warm, final_params)
-    assert max(jax.tree.leaves(diffs)) > 0, "two RL steps left every parameter unchanged"
-    assert "RESUMING" not in proc.stdout + proc.stderr
 
 
 # The loop state beyond params must survive a restart: PPO's critic, its optimizer state and

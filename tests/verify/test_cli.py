@@ -8,6 +8,8 @@ import pytest
 
 from tests.helpers import ROOT
 
+pytestmark = pytest.mark.xdist_group("sandbox")  # one worker runs every sandbox test
+
 
 def test_math_cli_scores_the_good_lines_and_names_the_bad(tmp_path):
     rows = ['{"id": 1, "completion": "so #### 12", "gold": "12"}',

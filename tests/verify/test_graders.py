@@ -9,6 +9,8 @@ from rlvr_jax.verify import logic, retrieval
 from rlvr_jax.verify.pool import VerifierPool
 from tests.helpers import UNAVAILABLE
 
+pytestmark = pytest.mark.xdist_group("sandbox")  # one worker runs every sandbox test
+
 needs_sandbox = pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")
 
 

@@ -16,6 +16,7 @@ from rlvr_jax.verify.pool import VerifierPool, child_processes
 from tests.helpers import UNAVAILABLE
 
 pytestmark = [pytest.mark.slow,  # see pyproject.toml: not in the daily `-m "not slow"` run
+              pytest.mark.xdist_group("sandbox"),  # one worker runs every sandbox test
               pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")]
 
 GOOD = {"completion": "def f(x):\n    return x * 2", "entry_point": "f", "inputs": [[1], [4]],

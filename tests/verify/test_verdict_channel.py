@@ -19,6 +19,7 @@ from rlvr_jax.verify.pool import VerifierPool
 from tests.helpers import ROOT, UNAVAILABLE
 
 pytestmark = [pytest.mark.slow,  # see pyproject.toml: not in the daily `-m "not slow"` run
+              pytest.mark.xdist_group("sandbox"),  # one worker runs every sandbox test
               pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")]
 MODES = ["forkserver", "fresh"]
 
