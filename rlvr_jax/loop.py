@@ -137,6 +137,11 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
     last = min(cfg.num_steps, loop.step + cfg.stop_after_steps) if cfg.stop_after_steps \
         else cfg.num_steps
     for step in range(loop.step, last):
+        if stop.requested:  # it came during the warm start or an evaluation: stop here
+            if step > 0:
+                ckpt.maybe_save(step, state, loop, force=True)
+            last = step
+            break
         t0 = time.perf_counter()
         key = jax.random.fold_in(rl_key, step)
         problems, prompt_B_L, pmask_B_L = prompts(step)                                # host
