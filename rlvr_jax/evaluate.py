@@ -26,7 +26,6 @@ from rlvr_jax.config import (ConfigError, DatasetTaskConfig, MeshConfig, ModelCo
                              SamplingConfig, to_run_config)
 from rlvr_jax.data.loaders import DatasetError
 from rlvr_jax.models import hf
-from rlvr_jax.sampling import make_sampler
 from rlvr_jax.verify.verifiers import make_verifier
 
 
@@ -59,8 +58,9 @@ def evaluate_model(model: str, data: str | None, *, n: int, ks: list[int], tempe
     with tempfile.TemporaryDirectory() as work:
         tok_dir = os.path.join(model, "tokenizer") if not model_cfg.path else work
         setup = build.task_setup(task_cfg, model_cfg, max_new_tokens, tok_dir)
-        policy = build.policy(setup, MeshConfig(), SamplingConfig(max_new_tokens=max_new_tokens),
-                              build.Traces())
+        # The builder's samplers: greedy, and T=`temperature` without truncation.
+        policy = build.policy(setup, MeshConfig(), SamplingConfig(
+            temperature=temperature, max_new_tokens=max_new_tokens), build.Traces())
         build.check_batches(policy.mesh, {"--batch": batch})
         verifier = make_verifier(kind, workers=2, timeout_s=10.0, batch_timeout_s=None,
                                  mode="forkserver")
@@ -71,20 +71,17 @@ def evaluate_model(model: str, data: str | None, *, n: int, ks: list[int], tempe
                 params = hf.load(model, setup.model_cfg)[1]
             params = jax.device_put(params, policy.shardings(params))
             problems = setup.task.heldout_set(num_problems or 10**9)
-            sampler = lambda t: make_sampler(policy.model, max_new_tokens=max_new_tokens,
-                                             eos_id=setup.tokenizer.eos_token_id,
-                                             pad_id=setup.tokenizer.pad_token_id, temperature=t)
             out = {"model": model, "data": data, "step": step, "problems": len(problems)}
             common = dict(prompt_len=setup.prompt_len, batch_size=batch, put=policy.put,
                           key=jax.random.key(seed))
             answer_of = setup.task.answer_of
-            v, texts = evaluation.sample_and_verify(sampler(0.0), params, setup.task,
+            v, texts = evaluation.sample_and_verify(policy.sample_greedy, params, setup.task,
                                                     setup.tokenizer, problems, verifier,
                                                     samples_per_problem=1, **common)
             out["greedy"] = evaluation.report(problems, v, texts, 1, answer_of, [1])
             if n > 0:
                 v, texts = evaluation.sample_and_verify(
-                    sampler(temperature), params, setup.task, setup.tokenizer, problems,
+                    policy.sample_train, params, setup.task, setup.tokenizer, problems,
                     verifier, samples_per_problem=n, **common)
                 out[f"sampled_T{temperature:g}_n{n}"] = evaluation.report(problems, v, texts, n,
                                                                           answer_of, ks)
