@@ -5,8 +5,14 @@ job at a time and waits on all of them with `select`. Trusted graders (kind `mat
 plain subprocesses (`python -m rlvr_jax.verify.worker KIND`, mode `none`). Untrusted programs
 (kind `code`) run in the bubblewrap sandbox (`sandbox.py`), in one of two modes with the same
 containment: `forkserver` (a long-lived sandboxed worker forks a child per job; recycled after
-`recycle_after` jobs or any limit violation) or `fresh` (one sandbox per job). A worker that misses its job's deadline is killed (SIGKILL) and replaced, and
-the job is a TIMEOUT; a worker that dies is replaced and its job retried once on the fresh
+`recycle_after` jobs or any limit violation) or `fresh` (one sandbox per job).
+
+A worker says `{"ready": 1}` once it has started (bubblewrap, Python, its imports): only then is
+it sent a job, so a job's deadline (`timeout_s`) measures the candidate, never a slow worker
+start on a loaded machine. A worker that does not become ready within `start_timeout_s` is
+replaced; when workers keep failing to start, the batch's waiting jobs are SANDBOX_ERROR (an
+infrastructure failure). A worker that misses its job's deadline is killed (SIGKILL) and
+replaced, and the job is a TIMEOUT; a worker that dies is replaced and its job retried once on the fresh
 worker, then reported as SANDBOX_ERROR (an infrastructure failure: the loop masks it out of the
 loss, never scores it). A whole call also has a deadline (`batch_timeout_s`). Verdicts of
 identical jobs are cached.
@@ -56,6 +62,8 @@ class _Worker:
             self.proc = sandbox.spawn(once=mode == "fresh", cgroup=cgroup)
         self.mode, self.cgroup = mode, cgroup
         self.jobs_done = 0
+        self.started = time.monotonic()
+        self.ready = False  # until its first line, {"ready": 1}, is read
 
     def send(self, job: dict) -> None:
         self.proc.stdin.write(json.dumps(job) + "\n")
@@ -84,7 +92,8 @@ class VerifierPool:
     def __init__(self, kind: str, workers: int = 2, timeout_s: float = 10.0,
                  batch_timeout_s: Optional[float] = None, cache_size: int = 100_000,
                  mode: Optional[str] = None, recycle_after: int = 1000,
-                 memory_mb_per_sandbox: int = 2048, pids_per_sandbox: int = 128):
+                 memory_mb_per_sandbox: int = 2048, pids_per_sandbox: int = 128,
+                 start_timeout_s: float = 60.0):
         from rlvr_jax.verify.worker import KINDS
 
         if kind not in KINDS and kind not in SANDBOXED:
@@ -100,6 +109,7 @@ class VerifierPool:
             sandbox.check_available()  # a clear error now, never a silent fallback
         self.kind, self.mode, self.timeout_s = kind, mode, timeout_s
         self.batch_timeout_s, self.recycle_after = batch_timeout_s, recycle_after
+        self.start_timeout_s = start_timeout_s
         self._codec = SANDBOXED.get(kind)
         self._cgroups = []  # of live workers, and of replaced ones not yet removed
         self._cg_made = 0  # names must never repeat: a replaced worker's cgroup may outlive it
@@ -185,7 +195,13 @@ class VerifierPool:
     def _schedule(self, jobs, pending: collections.deque, results: list, busy: dict) -> None:
         start = time.monotonic()
         batch_deadline = start + self.batch_timeout_s if self.batch_timeout_s else float("inf")
-        idle = collections.deque(self._workers)
+        idle = collections.deque(w for w in self._workers if w.ready)
+        starting = [w for w in self._workers if not w.ready]  # sent nothing until ready
+        start_failures, last_failure = 0, ""
+
+        def restart(w: _Worker) -> None:
+            starting.append(self._replace(w))
+
         while pending or busy:
             while pending and idle:
                 w = idle.popleft()
@@ -196,27 +212,41 @@ class VerifierPool:
                     w.send(dict(wired, id=self._next_id))
                 except (BrokenPipeError, OSError):
                     pending.appendleft((i, attempt))
-                    idle.append(self._replace(w))
+                    restart(w)
                     continue
                 busy[w] = (i, attempt, time.monotonic(), self._next_id)
+            if not (pending or busy):
+                break
             now = time.monotonic()
             next_deadline = min([t + self.timeout_s for _, _, t, _ in busy.values()]
+                                + [w.started + self.start_timeout_s for w in starting]
                                 + [batch_deadline])
-            ready, _, _ = select.select([w.proc.stdout for w in busy], [], [],
+            ready, _, _ = select.select([w.proc.stdout for w in [*busy, *starting]], [], [],
                                         max(0.0, next_deadline - now))
-            by_fd = {w.proc.stdout: w for w in busy}
+            by_fd = {w.proc.stdout: w for w in [*busy, *starting]}
             for f in ready:
                 w = by_fd[f]
-                i, attempt, sent, job_id = busy.pop(w)
                 line = f.readline()
                 try:  # a reply that is not one JSON object counts as a dead worker
                     msg = json.loads(line) if line else None
                 except (ValueError, RecursionError, MemoryError):
                     msg = None
+                if w in starting:
+                    starting.remove(w)
+                    if msg == {"ready": 1}:
+                        w.ready = True
+                        idle.append(w)
+                    else:
+                        start_failures += 1
+                        last_failure = (f"exit code {w.proc.poll()}" if not line
+                                        else "a malformed first line")
+                        restart(w)
+                    continue
+                i, attempt, sent, job_id = busy.pop(w)
                 if isinstance(msg, dict) and "status" in msg and msg.get("id") != job_id:
                     # Another job's reply: this worker is out of step. A fresh one retries
                     # the job; the retry is not counted against it (not its failure).
-                    idle.append(self._replace(w))
+                    restart(w)
                     pending.appendleft((i, attempt))
                     continue
                 if isinstance(msg, dict) and "status" in msg and (
@@ -224,7 +254,7 @@ class VerifierPool:
                     # Reading and parsing the reply count inside the job's deadline.
                     results[i] = Verdict(Status.TIMEOUT, "reply read past the job deadline",
                                          time.monotonic() - sent)
-                    idle.append(self._replace(w))
+                    restart(w)
                     continue
                 if isinstance(msg, dict) and "status" in msg:
                     if self._codec:
@@ -239,13 +269,13 @@ class VerifierPool:
                                                       "sandbox_error")
                     if self.mode == "fresh" or (self.mode == "forkserver" and (
                             violation or w.jobs_done >= self.recycle_after)):
-                        w = self._replace(w)  # fresh: one sandbox per job
-                    idle.append(w)
+                        restart(w)  # fresh: one sandbox per job
+                    else:
+                        idle.append(w)
                     continue
                 code = w.proc.poll()
                 why = "died" if not line else "sent a malformed reply"
-                fresh = self._replace(w)
-                idle.append(fresh)
+                restart(w)
                 if attempt == 0:
                     pending.appendleft((i, 1))  # retried once, on a fresh worker
                 else:
@@ -253,10 +283,23 @@ class VerifierPool:
                                          f"worker {why} twice (exit code {code})",
                                          time.monotonic() - sent)
             now = time.monotonic()
+            for w in [w for w in starting if now >= w.started + self.start_timeout_s]:
+                starting.remove(w)
+                start_failures += 1
+                last_failure = f"not ready after {self.start_timeout_s:g} s"
+                restart(w)
+            if pending and start_failures > 2 * len(self._workers):
+                # The sandbox itself is broken: the waiting jobs are the infrastructure's
+                # failure, never the candidates'.
+                while pending:
+                    i, _ = pending.popleft()
+                    results[i] = Verdict(Status.SANDBOX_ERROR,
+                                         f"workers failed to start {start_failures} times "
+                                         f"(last: {last_failure})")
             for w, (i, attempt, sent, _) in list(busy.items()):
                 if now >= sent + self.timeout_s or now >= batch_deadline:
                     busy.pop(w)
-                    idle.append(self._replace(w))
+                    restart(w)
                     why = "job" if now >= sent + self.timeout_s else "batch"
                     results[i] = Verdict(Status.TIMEOUT, f"killed at the {why} deadline",
                                          now - sent)

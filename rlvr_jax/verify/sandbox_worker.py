@@ -4,6 +4,9 @@ sandbox holds the system interpreter and this one file, not the rlvr_jax package
     python3 /opt/rlvr/worker.py          serve jobs from stdin until it closes (forkserver)
     python3 /opt/rlvr/worker.py --once   serve one job, then exit (fresh)
 
+Its first line on stdout is `{"ready": 1}`, once warmed up: the host counts a job's deadline
+from the send to a ready worker, so a slow start is never the candidate's timeout.
+
 It is pid 1 of the sandbox's pid namespace (bwrap --as-pid-1), non-dumpable (no ptrace, no
 /proc/1/mem from its children). Ahead of each job it forks a child (non-dumpable, warmed up on
 a dummy program so fork's copy-on-write faults are paid while idle) that waits for the job; the
@@ -404,6 +407,7 @@ def main():
     # this VM, against ~0.4 ms once the parent has compiled before forking).
     _warm()
     spare = _Spare()
+    out.write('{"ready": 1}\n')  # started: the host's job deadlines count from here
     for line in sys.stdin:
         job_id = None
         try:

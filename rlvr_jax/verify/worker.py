@@ -1,6 +1,6 @@
 """A verifier worker: `python -m rlvr_jax.verify.worker KIND`.
 
-Reads one JSON job per line on stdin, writes one JSON verdict per line on stdout
+Says `{"ready": 1}` once started, then reads one JSON job per line on stdin, writes one JSON verdict per line on stdout
 (`{"status": int, "detail": str, "latency_s": float}`), until stdin closes. Anything the check
 itself prints goes to stderr, so it cannot forge a verdict line. The pool (`pool.py`) owns the
 deadlines: it kills a worker that does not answer in time."""
@@ -42,7 +42,8 @@ def _retrieval(job: dict) -> Verdict:
     return retrieval.check(job)
 
 
-KINDS = {"math": _math, "logic": _logic, "retrieval": _retrieval, "test_sleep": _sleep}
+KINDS = {"math": _math, "logic": _logic, "retrieval": _retrieval, "test_sleep": _sleep,
+         "test_slow_start": _sleep, "test_no_start": _sleep}
 
 
 def main(kind: str) -> None:
@@ -51,9 +52,14 @@ def main(kind: str) -> None:
         from math_verify import parse
 
         parse("1")
+    if kind == "test_no_start":  # tests of the pool itself
+        sys.exit(3)
+    if kind == "test_slow_start":
+        time.sleep(2.0)
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # the check's own prints go to stderr
     sys.stdout = sys.stderr
+    out.write('{"ready": 1}\n')  # started: the pool's job deadlines count from here
     for line in sys.stdin:
         t0 = time.perf_counter()
         job_id = None

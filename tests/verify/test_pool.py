@@ -7,8 +7,6 @@ from rlvr_jax.verify.pool import VerifierPool
 
 
 def test_pool_kills_hung_workers_retries_dead_ones_and_keeps_answering():
-    # A job's deadline runs from its send, a replacement worker's Python start included: 3 s
-    # leaves room for starts on a loaded 2-core machine (the suite runs two test workers).
     with VerifierPool("test_sleep", workers=2, timeout_s=3.0) as pool:
         t0 = time.monotonic()
         got = pool.verify([{"seconds": 0.05}, {"seconds": 30}, {"die": True}, {"seconds": 0.1}])
@@ -33,3 +31,21 @@ def test_pool_kills_hung_workers_retries_dead_ones_and_keeps_answering():
         got = pool.verify([{"seconds": 3}, {"seconds": 0.01}])
         assert time.monotonic() - t0 < 1.5
         assert [v.status for v in got] == [Status.TIMEOUT, Status.TIMEOUT]
+
+
+def test_a_slow_worker_start_is_not_the_jobs_timeout():
+    """A job's deadline runs from its send to a started worker: a worker that takes 2 s to
+    start (a loaded machine) does not turn a 0.05 s job into a TIMEOUT under a 1 s deadline."""
+    with VerifierPool("test_slow_start", workers=1, timeout_s=1.0) as pool:
+        got = pool.verify([{"seconds": 0.05}, {"seconds": 0.05, "i": 1}])
+        assert [v.status for v in got] == [Status.PASS, Status.PASS]
+        assert all(v.latency_s < 1.0 for v in got)
+
+
+def test_workers_that_never_start_are_a_sandbox_error_not_a_hang():
+    with VerifierPool("test_no_start", workers=2, timeout_s=1.0, start_timeout_s=5.0) as pool:
+        t0 = time.monotonic()
+        got = pool.verify([{"seconds": 0.01}, {"seconds": 0.01, "i": 1}])
+        assert time.monotonic() - t0 < 30
+        assert [v.status for v in got] == [Status.SANDBOX_ERROR] * 2
+        assert "failed to start" in got[0].detail and "exit code 3" in got[0].detail
