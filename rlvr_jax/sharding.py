@@ -32,10 +32,13 @@ RULES: dict[str, Any] = {
     "vocab": MODEL,
     "heads": MODEL,  # q/k/v's output and o_proj's input: whole heads... when the axis divides
     "mlp": MODEL,
+    "layers": None,  # the scanned stack's leading axis: each device holds every layer's shard
     "none": None,
 }
 
-# parameter path (its last two keys) -> logical axes of its dimensions, first match wins
+# parameter path (its last two keys) -> logical axes of its dimensions, first match wins. A
+# parameter under a `layers/` stack (the decoder's scanned blocks) has one more leading
+# dimension, the logical axis `layers`.
 PARAM_AXES: list[tuple[str, tuple[str, ...]]] = [
     (r"embed_tokens/embedding$", ("vocab", "embed")),
     (r"lm_head/kernel$", ("embed", "vocab")),
@@ -91,9 +94,10 @@ def _path(key_path) -> str:
 
 def logical_axes(path: str, ndim: int) -> tuple[str, ...]:
     """The logical axes of the array at `path` (a '/'-joined key path); unnamed: 'none'."""
+    stacked = ("layers",) if re.search(r"(^|/)layers/", path) else ()
     for pattern, axes in PARAM_AXES:
-        if re.search(pattern, path) and len(axes) == ndim:
-            return axes
+        if re.search(pattern, path) and len(stacked + axes) == ndim:
+            return stacked + axes
     return ("none",) * ndim
 
 

@@ -10,7 +10,7 @@
     S  KV-cache slots (the sampler's cache has S = L + R)
     V  vocabulary;  D  hidden width;  F  MLP width
     Q  query heads;  K  key/value heads;  J = Q / K;  H  head dim
-    U  optimizer updates in one RL step (epochs x minibatches)
+    U  optimizer updates in one RL step (epochs x minibatches);  N  decoder layers (blocks)
 """
 
 from __future__ import annotations

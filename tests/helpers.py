@@ -57,3 +57,15 @@ def sandbox_unavailable() -> str:
 
 
 UNAVAILABLE = sandbox_unavailable()
+
+
+def scale_weights(params, factor: float):
+    """Kernels and embeddings times `factor` (norms and biases kept): a random model's outputs
+    far from uniform, so that tests comparing two paths compare something."""
+    import jax
+
+    def scale(path, x):
+        name = str(getattr(path[-1], "key", path[-1]))
+        return x * factor if name in ("kernel", "embedding") else x
+
+    return jax.tree_util.tree_map_with_path(scale, params)

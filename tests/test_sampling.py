@@ -10,6 +10,7 @@ import pytest
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models.policy import Decoder, init_params
 from rlvr_jax.sampling import draw_inverse_cdf, filter_logits, make_sampler
+from tests.helpers import scale_weights
 
 
 def _np_filter(logits, top_k, top_p):
@@ -88,7 +89,7 @@ def _tiny():
     cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64)
     model = Decoder(cfg, 20)
     params = init_params(model, jax.random.key(0))
-    return cfg, model, jax.tree.map(lambda x: x * 8.0 if x.ndim == 2 else x, params)
+    return cfg, model, scale_weights(params, 8.0)
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,7 +13,7 @@ from rlvr_jax.config import ModelConfig
 from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder, init_params
 from rlvr_jax.types import TrainBatch
-from tests.helpers import rl_step_options
+from tests.helpers import rl_step_options, scale_weights
 
 
 def _batch(b=16, p=4, n=3, vocab=20):
@@ -95,17 +95,20 @@ def test_rules_place_params_by_their_logical_axes():
     cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64,
                       tie_embeddings=False)
     params = init_params(Decoder(cfg, 24), jax.random.key(0))
-    layer = lambda sh: sh["layers_0"]
+    layer = lambda sh: sh["layers"]  # stacked: [N, ...], the layer axis never split
     fsdp = sharding.state_shardings(params, sharding.make_mesh(data=1, fsdp=8))
-    assert layer(fsdp)["mlp"]["gate_up_proj"]["kernel"].spec == PS(sharding.FSDP, None)
-    assert layer(fsdp)["mlp"]["down_proj"]["kernel"].spec == PS(None, sharding.FSDP)
+    assert layer(fsdp)["mlp"]["gate_up_proj"]["kernel"].spec == PS(None, sharding.FSDP, None)
+    assert layer(fsdp)["mlp"]["down_proj"]["kernel"].spec == PS(None, None, sharding.FSDP)
     tp = sharding.state_shardings(params, sharding.make_mesh(data=2, fsdp=2, model=2))
-    assert layer(tp)["self_attn"]["qkv_proj"]["kernel"].spec == PS(sharding.FSDP, sharding.MODEL)
-    assert layer(tp)["self_attn"]["o_proj"]["kernel"].spec == PS(sharding.MODEL, sharding.FSDP)
-    assert layer(tp)["mlp"]["gate_up_proj"]["kernel"].spec == PS(sharding.FSDP, sharding.MODEL)
+    assert layer(tp)["self_attn"]["qkv_proj"]["kernel"].spec == PS(None, sharding.FSDP,
+                                                                    sharding.MODEL)
+    assert layer(tp)["self_attn"]["o_proj"]["kernel"].spec == PS(None, sharding.MODEL,
+                                                                 sharding.FSDP)
+    assert layer(tp)["mlp"]["gate_up_proj"]["kernel"].spec == PS(None, sharding.FSDP,
+                                                                 sharding.MODEL)
     assert tp["embed_tokens"]["embedding"].spec == PS(sharding.MODEL, sharding.FSDP)
     assert tp["lm_head"]["kernel"].spec == PS(sharding.FSDP, sharding.MODEL)
-    assert layer(tp)["input_layernorm"]["weight"].spec == PS(None)
+    assert layer(tp)["input_layernorm"]["weight"].spec == PS(None, None)
     tp8 = sharding.state_shardings(params, sharding.make_mesh(data=1, fsdp=1, model=8))
     assert tp8["lm_head"]["kernel"].spec == PS(None, sharding.MODEL)  # 24 % 8 == 0
     odd = init_params(Decoder(cfg, 20), jax.random.key(0))
@@ -116,7 +119,7 @@ def test_rules_place_params_by_their_logical_axes():
     tx = optax.adam(1e-3)
     opt = sharding.state_shardings(jax.eval_shape(tx.init, params), sharding.make_mesh(
         data=2, fsdp=2, model=2))
-    assert layer(opt[0].mu)["self_attn"]["qkv_proj"]["kernel"].spec == PS(sharding.FSDP,
+    assert layer(opt[0].mu)["self_attn"]["qkv_proj"]["kernel"].spec == PS(None, sharding.FSDP,
                                                                         sharding.MODEL)
     assert opt[0].count.spec == PS()
 
@@ -128,8 +131,7 @@ def test_sampler_is_the_same_on_every_mesh():
 
     cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64)
     model = Decoder(cfg, 24)
-    params = jax.tree.map(lambda x: x * 5.0 if x.ndim == 2 else x,
-                          init_params(model, jax.random.key(0)))
+    params = scale_weights(init_params(model, jax.random.key(0)), 5.0)
     prompt = jax.random.randint(jax.random.key(1), (16, 5), 2, 24)
     pmask = np.ones((16, 5), np.int32)
     pmask[:3, :2] = 0

@@ -113,19 +113,20 @@ def _load_tensors(model_dir: str) -> dict[str, np.ndarray]:
     return out
 
 
-def _linear_names(cfg: ModelConfig) -> list[tuple[tuple[str, ...], str]]:
-    """(HF module paths, our module path) of every linear layer. Our q/k/v and gate/up are
+def _linear_names(cfg: ModelConfig) -> list[tuple[tuple[str, ...], str, int | None]]:
+    """(HF module paths, our module path, layer) of every linear layer: `layer` i is row i of
+    our stacked `layers/...` parameter, None an unstacked one. Our q/k/v and gate/up are
     fused: their kernel is the HF kernels side by side, in that order."""
-    pairs = []
+    pairs: list[tuple[tuple[str, ...], str, int | None]] = []
     for i in range(cfg.num_layers):
         attn, mlp = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
         pairs += [((f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"),
-                   f"layers_{i}/self_attn/qkv_proj"),
-                  ((f"{attn}.o_proj",), f"layers_{i}/self_attn/o_proj"),
-                  ((f"{mlp}.gate_proj", f"{mlp}.up_proj"), f"layers_{i}/mlp/gate_up_proj"),
-                  ((f"{mlp}.down_proj",), f"layers_{i}/mlp/down_proj")]
+                   "layers/self_attn/qkv_proj", i),
+                  ((f"{attn}.o_proj",), "layers/self_attn/o_proj", i),
+                  ((f"{mlp}.gate_proj", f"{mlp}.up_proj"), "layers/mlp/gate_up_proj", i),
+                  ((f"{mlp}.down_proj",), "layers/mlp/down_proj", i)]
     if not cfg.tie_embeddings:
-        pairs.append((("lm_head",), "lm_head"))
+        pairs.append((("lm_head",), "lm_head", None))
     return pairs
 
 
@@ -142,11 +143,11 @@ def _has_bias(cfg: ModelConfig, ours: str) -> bool:
     return cfg.qkv_bias and ours.endswith("qkv_proj")
 
 
-def _norm_names(cfg: ModelConfig) -> list[tuple[str, str]]:
-    pairs = [("model.norm", "norm")]
+def _norm_names(cfg: ModelConfig) -> list[tuple[str, str, int | None]]:
+    pairs: list[tuple[str, str, int | None]] = [("model.norm", "norm", None)]
     for i in range(cfg.num_layers):
         for n in ("input_layernorm", "post_attention_layernorm"):
-            pairs.append((f"model.layers.{i}.{n}", f"layers_{i}/{n}"))
+            pairs.append((f"model.layers.{i}.{n}", f"layers/{n}", i))
     return pairs
 
 
@@ -157,19 +158,21 @@ def _set(tree: dict, path: str, value) -> None:
     tree[leaf] = value
 
 
-def _get(tree: dict, path: str):
+def _get(tree: dict, path: str, layer: int | None = None):
     for p in path.split("/"):
         tree = tree[p]
-    return tree
+    return tree if layer is None else tree[layer]
 
 
 def hf_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: str = "") -> dict:
-    """HF state dict (numpy) -> our params (numpy, cfg.param_dtype)."""
+    """HF state dict (numpy) -> our params (numpy, cfg.param_dtype); the per-layer HF tensors
+    stacked into our [N, ...] `layers/...` parameters."""
     dt = np.dtype(cfg.param_dtype) if cfg.param_dtype != "bfloat16" else None
     import ml_dtypes  # numpy has no bfloat16; jax ships ml_dtypes
 
     dt = dt or np.dtype(ml_dtypes.bfloat16)
     used = set()
+    stacks: dict[str, list] = {}  # our stacked path -> its N rows, in layer order
 
     def take(name):
         if name not in tensors:
@@ -177,16 +180,23 @@ def hf_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: str = 
         used.add(name)
         return np.asarray(tensors[name]).astype(np.float32)
 
+    def put(path: str, layer: int | None, value: np.ndarray) -> None:
+        if layer is None:
+            _set(params, path, value.astype(dt))
+        else:
+            stacks.setdefault(path, []).append(value.astype(dt))
+
     params: dict = {}
-    _set(params, "embed_tokens/embedding", take("model.embed_tokens.weight").astype(dt))
-    for hf_names, ours in _linear_names(cfg):
-        kernel = np.concatenate([take(f"{n}.weight").T for n in hf_names], axis=1)
-        _set(params, f"{ours}/kernel", kernel.astype(dt))
+    put("embed_tokens/embedding", None, take("model.embed_tokens.weight"))
+    for hf_names, ours, layer in _linear_names(cfg):
+        put(f"{ours}/kernel", layer,
+            np.concatenate([take(f"{n}.weight").T for n in hf_names], axis=1))
         if _has_bias(cfg, ours):
-            bias = np.concatenate([take(f"{n}.bias") for n in hf_names])
-            _set(params, f"{ours}/bias", bias.astype(dt))
-    for hf_name, ours in _norm_names(cfg):
-        _set(params, f"{ours}/weight", take(f"{hf_name}.weight").astype(dt))
+            put(f"{ours}/bias", layer, np.concatenate([take(f"{n}.bias") for n in hf_names]))
+    for hf_name, ours, layer in _norm_names(cfg):
+        put(f"{ours}/weight", layer, take(f"{hf_name}.weight"))
+    for path, rows in stacks.items():
+        _set(params, path, np.stack(rows))
     # A tied checkpoint may still store lm_head.weight (a copy of the embedding).
     unused = set(tensors) - used - ({"lm_head.weight"} if cfg.tie_embeddings else set())
     unused = {n for n in unused if not n.endswith("rotary_emb.inv_freq")}
@@ -197,19 +207,19 @@ def hf_to_params(tensors: dict[str, np.ndarray], cfg: ModelConfig, where: str = 
 
 
 def params_to_hf(params: dict, cfg: ModelConfig) -> dict[str, np.ndarray]:
-    """Our params -> HF state dict (float32 numpy, contiguous)."""
+    """Our params -> HF state dict (float32 numpy, contiguous); stacked layers unstacked."""
     f32 = lambda x: np.ascontiguousarray(np.asarray(x, dtype=np.float32))
     out = {"model.embed_tokens.weight": f32(_get(params, "embed_tokens/embedding"))}
-    for hf_names, ours in _linear_names(cfg):
-        kernel = np.asarray(_get(params, f"{ours}/kernel"), np.float32)
-        bias = _get(params, f"{ours}/bias") if _has_bias(cfg, ours) else None
+    for hf_names, ours, layer in _linear_names(cfg):
+        kernel = np.asarray(_get(params, f"{ours}/kernel", layer), np.float32)
+        bias = _get(params, f"{ours}/bias", layer) if _has_bias(cfg, ours) else None
         bounds = np.cumsum((0,) + _fused_sizes(cfg, ours, kernel.shape[1]))
         for n, lo, hi in zip(hf_names, bounds[:-1], bounds[1:]):
             out[f"{n}.weight"] = f32(kernel[:, lo:hi].T)
             if bias is not None:
                 out[f"{n}.bias"] = f32(np.asarray(bias)[lo:hi])
-    for hf_name, ours in _norm_names(cfg):
-        out[f"{hf_name}.weight"] = f32(_get(params, f"{ours}/weight"))
+    for hf_name, ours, layer in _norm_names(cfg):
+        out[f"{hf_name}.weight"] = f32(_get(params, f"{ours}/weight", layer))
     return out
 
 

@@ -7,7 +7,9 @@ embeddings. Parameter names follow the HF module names, except that q/k/v and ga
 stored fused, as vLLM does: `qkv_proj` (kernel [D, (Nh + 2 Nkv) Hd]) and `gate_up_proj`
 ([D, 2 F]), each one matmul. HF import joins the kernels and export splits them (hf.py).
 
-Three entry points share one `Block` and one attention function (`attend`):
+Three entry points share one `Block`, whose N copies are stacked parameters run by
+`lax.scan` (`Decoder`). Training and prefill attend through `fused_attend`, decode steps through
+`decode_attend` (cache + the new token); `attend` is the reference maths of both.
 
     apply = lambda method, *a: Decoder(cfg, vocab).apply({"params": p}, *a, method=method)
     hidden_B_T_D = apply("forward", tokens_B_T, mask_B_T)            # training: all positions
@@ -15,9 +17,10 @@ Three entry points share one `Block` and one attention function (`attend`):
     last_logits_B_V, cache = apply("prefill", prompt_B_L, mask_B_L, slots)   # sampler, once
     logits_B_V, cache = apply("decode_step", token_B, valid_B, rope_B, cache, index)  # per token
 
-Shape letters (the legend in types.py): B sequences, T tokens, S cache slots, D hidden,
-Q query heads, K kv heads, J = Q / K query heads per kv head, H head dim, V vocabulary. The cache is an explicit pytree, never a flax mutable
-collection: the sampler owns it and threads it through `lax.while_loop`. The head is applied by
+Shape letters (the legend in types.py): N layers, B sequences, T tokens, S cache slots,
+D hidden, Q query heads, K kv heads, J = Q / K query heads per kv head, H head dim, V
+vocabulary. The cache is an explicit pytree ([N, B, S, K, H] keys and values), never a flax
+mutable collection: the sampler owns it and threads it through `lax.while_loop`. The head is applied by
 the caller, so a loss that needs only the response's log-probs never computes the prompt's.
 """
 
@@ -34,8 +37,8 @@ from rlvr_jax.config import ModelConfig
 
 
 class KVCache(NamedTuple):
-    k: tuple  # per layer: [B, S, K, H], compute dtype
-    v: tuple  # per layer: [B, S, K, H]
+    k_N_B_S_K_H: jax.Array  # every layer's keys, compute dtype
+    v_N_B_S_K_H: jax.Array  # values
     valid_B_S: jax.Array  # bool: slot holds a real (non-pad) token
 
 
@@ -180,7 +183,7 @@ def attend(q_B_T_Q_H: jax.Array, k_B_S_K_H: jax.Array, v_B_S_K_H: jax.Array,
     over the slots s where mask[b, t, s] is set; J = Q / K query heads share each kv head.
     Scores and softmax in float32; the output in v's dtype, [B, T, Q * H]. A fully masked row
     (a pad query) gets a uniform softmax instead of NaN (a finite minimum, not -inf): its output
-    is never read. The one attention of training, prefill and decode."""
+    is never read. The reference that `fused_attend` and `decode_attend` are tested against."""
     b, t, nh, hd = q_B_T_Q_H.shape
     nkv = k_B_S_K_H.shape[2]
     q_B_T_K_J_H = q_B_T_Q_H.reshape(b, t, nkv, nh // nkv, hd)
@@ -189,6 +192,30 @@ def attend(q_B_T_Q_H: jax.Array, k_B_S_K_H: jax.Array, v_B_S_K_H: jax.Array,
     scores = jnp.where(mask_B_T_S[:, None, None], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(v_B_S_K_H.dtype)
     out = jnp.einsum("bkjts,bskh->btkjh", probs, v_B_S_K_H)
+    return out.reshape(b, t, nh * hd)
+
+
+def decode_attend(q_B_1_Q_H: jax.Array, k_B_S_K_H: jax.Array, v_B_S_K_H: jax.Array,
+                  mask_B_1_S: jax.Array, k_B_1_K_H: jax.Array, v_B_1_K_H: jax.Array) -> jax.Array:
+    """`attend` for one new token: over the cache's slots under the mask, and over the new
+    token's own key and value, which are not in the cache yet. The caller writes them after
+    the layer scan, one slot of every layer at once, so a decode step reads the cache and
+    writes one slot; writing each layer's slot inside the scan copied the layer's whole
+    cache."""
+    b, t, nh, hd = q_B_1_Q_H.shape
+    nkv, slots = k_B_S_K_H.shape[2], k_B_S_K_H.shape[1]
+    q_B_1_K_J_H = q_B_1_Q_H.reshape(b, t, nkv, nh // nkv, hd)
+    scale = jnp.sqrt(jnp.float32(hd))
+    cached = jnp.einsum("btkjh,bskh->bkjts", q_B_1_K_J_H, k_B_S_K_H,
+                        preferred_element_type=jnp.float32) / scale
+    cached = jnp.where(mask_B_1_S[:, None, None], cached, jnp.finfo(jnp.float32).min)
+    own = jnp.einsum("btkjh,bskh->bkjts", q_B_1_K_J_H, k_B_1_K_H.astype(k_B_S_K_H.dtype),
+                     preferred_element_type=jnp.float32) / scale
+    probs = jax.nn.softmax(jnp.concatenate([cached, own], axis=-1), axis=-1)
+    probs = probs.astype(v_B_S_K_H.dtype)
+    out = (jnp.einsum("bkjts,bskh->btkjh", probs[..., :slots], v_B_S_K_H)
+           + jnp.einsum("bkjts,bskh->btkjh", probs[..., slots:],
+                        v_B_1_K_H.astype(v_B_S_K_H.dtype)))
     return out.reshape(b, t, nh * hd)
 
 
@@ -263,16 +290,12 @@ class Block(nn.Module):
         q, k, v = self.self_attn.qkv(self.input_layernorm(x_B_T_D), rope_B_T)
         return self._finish(x_B_T_D, fused_attend(q, k, v, mask_B_T_T)), (k, v)
 
-    def decode(self, x_B_1_D, rope_B_1, k_B_S_K_H, v_B_S_K_H, index, mask_B_1_S):
-        """Writes slot `index` of this layer's cache, attends over its slots under the mask;
-        -> (x_B_1_D, (k_B_S_K_H, v_B_S_K_H))."""
+    def decode(self, x_B_1_D, rope_B_1, k_B_S_K_H, v_B_S_K_H, mask_B_1_S):
+        """Attends over this layer's cached slots (under the mask) and the token itself;
+        -> (x_B_1_D, (k_B_1_K_H, v_B_1_K_H)): the token's keys/values, for the caller to cache."""
         q, k, v = self.self_attn.qkv(self.input_layernorm(x_B_1_D), rope_B_1)
-        k_B_S_K_H = jax.lax.dynamic_update_slice(k_B_S_K_H, k.astype(k_B_S_K_H.dtype),
-                                                 (0, index, 0, 0))
-        v_B_S_K_H = jax.lax.dynamic_update_slice(v_B_S_K_H, v.astype(v_B_S_K_H.dtype),
-                                                 (0, index, 0, 0))
-        out = attend(q, k_B_S_K_H, v_B_S_K_H, mask_B_1_S)
-        return self._finish(x_B_1_D, out), (k_B_S_K_H, v_B_S_K_H)
+        out = decode_attend(q, k_B_S_K_H, v_B_S_K_H, mask_B_1_S, k, v)
+        return self._finish(x_B_1_D, out), (k, v)
 
 
 def causal_mask(valid_B_T: jax.Array) -> jax.Array:
@@ -282,7 +305,20 @@ def causal_mask(valid_B_T: jax.Array) -> jax.Array:
     return causal_T_T[None] & valid_B_T[:, None, :]
 
 
+def _block_init(cfg: ModelConfig, key: jax.Array) -> dict:
+    """One block's params (shapes from one token)."""
+    hd = cfg.resolved_head_dim
+    x = jnp.zeros((1, 1, cfg.hidden_size), jnp.dtype(cfg.compute_dtype))
+    rope = (jnp.ones((1, 1, hd // 2), jnp.float32), jnp.zeros((1, 1, hd // 2), jnp.float32))
+    return Block(cfg, parent=None).init(key, x, rope, jnp.ones((1, 1, 1), bool))["params"]
+
+
 class Decoder(nn.Module):
+    """The decoder. Its N blocks are one block's parameters stacked on a leading axis
+    (`layers/...`, [N, ...]) and run by `lax.scan`: one block is compiled whatever the depth,
+    and with `model.remat` the backward pass keeps only what the checkpoint policy saves of
+    each block (the scan makes those residuals explicit on every backend)."""
+
     cfg: ModelConfig
     vocab_size: int
 
@@ -291,22 +327,32 @@ class Decoder(nn.Module):
         dt, pdt = jnp.dtype(cfg.compute_dtype), jnp.dtype(cfg.param_dtype)
         self.embed_tokens = nn.Embed(self.vocab_size, cfg.hidden_size, dtype=dt, param_dtype=pdt,
                                      embedding_init=nn.initializers.normal(cfg.init_std))
-        block = Block
-        if cfg.remat != "none":  # the training forward's blocks; decode steps are not remat'd
-            block = nn.remat(Block, policy=REMAT_POLICIES[cfg.remat], methods=["__call__"])
-        self.layers = [block(cfg) for _ in range(cfg.num_layers)]  # params layers_0, layers_1, ..
+        self.layers = self.param("layers", lambda key: jax.vmap(lambda k: _block_init(cfg, k))(
+            jax.random.split(key, cfg.num_layers)))
         self.norm = RMSNorm(cfg.rms_norm_eps, dt, pdt)
         if not cfg.tie_embeddings:
             self.lm_head = Linear(self.vocab_size, False, pdt, dt, cfg.init_std)
 
+    def _blocks(self, x_B_T_D, rope_B_T, mask_B_T_T, remat: str = "none", keep_kv: bool = True):
+        """Every block over T tokens -> (x_B_T_D, (k_N_B_T_K_H, v_N_B_T_K_H) or None)."""
+        block = Block(self.cfg, parent=None)
+
+        def body(x, params):
+            x, kv = block.apply({"params": params}, x, rope_B_T, mask_B_T_T)
+            return x, (kv if keep_kv else None)
+
+        if remat != "none":  # prevent_cse is for unrolled code; a scan body needs none
+            body = jax.checkpoint(body, policy=REMAT_POLICIES[remat], prevent_cse=False)
+        return jax.lax.scan(body, x_B_T_D, self.layers)
+
     def forward(self, tokens_B_T, mask_B_T):
         """Final-normed hidden states [B, T, D] of left-padded sequences (positions restart at
-        each row's first real token; pad keys are masked)."""
+        each row's first real token; pad keys are masked). The blocks are rematerialised as
+        `model.remat` says (this is the forward that training differentiates)."""
         valid_B_T = mask_B_T.astype(bool)
         rope_B_T = rope_for(self.cfg, positions_from_mask(valid_B_T))
-        x, mask_B_T_T = self.embed_tokens(tokens_B_T), causal_mask(valid_B_T)
-        for layer in self.layers:
-            x, _ = layer(x, rope_B_T, mask_B_T_T)
+        x, _ = self._blocks(self.embed_tokens(tokens_B_T), rope_B_T, causal_mask(valid_B_T),
+                            self.cfg.remat, keep_kv=False)
         return self.norm(x)
 
     def head(self, hidden_B_T_D):
@@ -322,37 +368,40 @@ class Decoder(nn.Module):
         return self.head(self.forward(tokens_B_T, mask_B_T))
 
     def prefill(self, prompt_B_L, mask_B_L, slots: int):
-        """The prompts' keys/values in slots 0 .. P-1 of a fresh cache of `slots` slots, and the
+        """The prompts' keys/values in slots 0 .. L-1 of a fresh cache of `slots` slots, and the
         logits at the last slot (left padding puts every prompt's last real token there; the
         head runs on that position only): -> (last_logits_B_V, KVCache)."""
-        b, p = prompt_B_L.shape
         valid_B_L = mask_B_L.astype(bool)
         rope_B_L = rope_for(self.cfg, positions_from_mask(valid_B_L))
-        x, mask_B_L_L = self.embed_tokens(prompt_B_L), causal_mask(valid_B_L)
-        ks, vs = [], []
-        pad = ((0, 0), (0, slots - p), (0, 0), (0, 0))
-        for layer in self.layers:
-            x, (k, v) = layer(x, rope_B_L, mask_B_L_L)
-            ks.append(jnp.pad(k, pad))
-            vs.append(jnp.pad(v, pad))
-        cache = KVCache(tuple(ks), tuple(vs), jnp.pad(valid_B_L, ((0, 0), (0, slots - p))))
+        x, (k, v) = self._blocks(self.embed_tokens(prompt_B_L), rope_B_L, causal_mask(valid_B_L))
+        pad = ((0, 0), (0, 0), (0, slots - prompt_B_L.shape[1]), (0, 0), (0, 0))
+        cache = KVCache(jnp.pad(k, pad), jnp.pad(v, pad), jnp.pad(valid_B_L, pad[1:3]))
         return self.head(self.norm(x[:, -1])), cache
 
     def decode_step(self, token_B, valid_B, rope_B, cache: KVCache, index):
         """One token per row into slot `index` (a traced int): -> (logits_B_V, cache).
         `valid_B` False marks a pad token (a finished row), which no later query attends to.
         `rope_B`: the (cos, sin) tables [B, D/2] at each row's position (`rope_for`)."""
-        valid_B_S = jax.lax.dynamic_update_slice(cache.valid_B_S, valid_B[:, None], (0, index))
-        slots = valid_B_S.shape[1]
-        mask_B_1_S = ((jnp.arange(slots) <= index)[None, :] & valid_B_S)[:, None, :]
+        slots = cache.valid_B_S.shape[1]
+        mask_B_1_S = ((jnp.arange(slots) < index)[None, :] & cache.valid_B_S)[:, None, :]
         rope_B_1 = tuple(r[:, None, :] for r in rope_B)
-        x = self.embed_tokens(token_B[:, None])
-        ks, vs = [], []
-        for layer, k, v in zip(self.layers, cache.k, cache.v):
-            x, (k, v) = layer.decode(x, rope_B_1, k, v, index, mask_B_1_S)
-            ks.append(k)
-            vs.append(v)
-        return self.head(self.norm(x[:, 0])), KVCache(tuple(ks), tuple(vs), valid_B_S)
+        block = Block(self.cfg, parent=None)
+
+        def body(x, layer):
+            params, k_B_S_K_H, v_B_S_K_H = layer
+            return block.apply({"params": params}, x, rope_B_1, k_B_S_K_H, v_B_S_K_H,
+                               mask_B_1_S, method="decode")
+
+        x, (k_N_B_1_K_H, v_N_B_1_K_H) = jax.lax.scan(
+            body, self.embed_tokens(token_B[:, None]),
+            (self.layers, cache.k_N_B_S_K_H, cache.v_N_B_S_K_H))
+        write = lambda c, new: jax.lax.dynamic_update_slice(c, new.astype(c.dtype),
+                                                            (0, 0, index, 0, 0))
+        cache = KVCache(write(cache.k_N_B_S_K_H, k_N_B_1_K_H),
+                        write(cache.v_N_B_S_K_H, v_N_B_1_K_H),
+                        jax.lax.dynamic_update_slice(cache.valid_B_S, valid_B[:, None],
+                                                     (0, index)))
+        return self.head(self.norm(x[:, 0])), cache
 
 
 def init_params(model: Decoder, key: jax.Array) -> dict:

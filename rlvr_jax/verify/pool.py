@@ -65,6 +65,13 @@ class _Worker:
         self.started = time.monotonic()
         self.ready = False  # until its first line, {"ready": 1}, is read
 
+    def exit_code(self) -> Optional[int]:
+        """Its exit code once its stdout has closed (it may take a moment to be reaped)."""
+        try:
+            return self.proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            return None
+
     def send(self, job: dict) -> None:
         self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()
@@ -238,7 +245,7 @@ class VerifierPool:
                         idle.append(w)
                     else:
                         start_failures += 1
-                        last_failure = (f"exit code {w.proc.poll()}" if not line
+                        last_failure = (f"exit code {w.exit_code()}" if not line
                                         else "a malformed first line")
                         restart(w)
                     continue
@@ -273,7 +280,7 @@ class VerifierPool:
                     else:
                         idle.append(w)
                     continue
-                code = w.proc.poll()
+                code = w.exit_code() if not line else w.proc.poll()
                 why = "died" if not line else "sent a malformed reply"
                 restart(w)
                 if attempt == 0:

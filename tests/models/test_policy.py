@@ -9,6 +9,7 @@ import pytest
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models import policy
 from rlvr_jax.models.policy import Decoder, init_params, positions_from_mask, rope, rope_for
+from tests.helpers import scale_weights
 
 VOCAB = 37
 
@@ -40,7 +41,7 @@ def test_prefill_and_decode_match_full_forward(variant):
     model = Decoder(cfg, VOCAB)
     params = init_params(model, jax.random.key(0))
     # Larger init than the default so the logits are far from uniform and differences show.
-    params = jax.tree.map(lambda x: x * 5.0 if x.ndim == 2 else x, params)
+    params = scale_weights(params, 5.0)
     b, prompt_len, t = 3, 5, 11
     tokens = jax.random.randint(jax.random.key(1), (b, t), 3, VOCAB)
     mask = np.ones((b, t), np.int32)
@@ -63,8 +64,7 @@ def test_prefill_cache_holds_the_forward_keys_and_the_last_logits():
     cfg = ModelConfig(hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2,
                       intermediate_size=64, qkv_bias=True, tie_embeddings=False)
     model = Decoder(cfg, VOCAB)
-    params = jax.tree.map(lambda x: x * 5.0 if x.ndim == 2 else x,
-                          init_params(model, jax.random.key(0)))
+    params = scale_weights(init_params(model, jax.random.key(0)), 8.0)
     tokens = jax.random.randint(jax.random.key(4), (3, 6), 3, VOCAB)
     mask = jnp.asarray(np.array([[1] * 6, [0, 0, 1, 1, 1, 1], [0] * 5 + [1]], np.int32))
     full = model.apply({"params": params}, tokens, mask, method="logits")
@@ -73,8 +73,9 @@ def test_prefill_cache_holds_the_forward_keys_and_the_last_logits():
     np.testing.assert_allclose(np.asarray(last), np.asarray(full[:, -1]), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(np.asarray(cache.valid_B_S),
                                   np.pad(np.asarray(mask, bool), ((0, 0), (0, 3))))
-    assert len(cache.k) == 3 and cache.k[0].shape == (3, 9, 2, 8)
-    assert not np.any(np.asarray(cache.k[0][:, 6:])) and np.any(np.asarray(cache.k[0][:, :6]))
+    assert cache.k_N_B_S_K_H.shape == cache.v_N_B_S_K_H.shape == (3, 3, 9, 2, 8)
+    k0 = np.asarray(cache.k_N_B_S_K_H[0])
+    assert not np.any(k0[:, 6:]) and np.any(k0[:, :6])
     assert float(jnp.std(full[:, -1])) > 0.5
 
 
@@ -135,9 +136,11 @@ def test_param_tree_uses_hf_names():
     cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
                       qkv_bias=True, tie_embeddings=False)
     params = init_params(Decoder(cfg, VOCAB), jax.random.key(0))
-    assert set(params) == {"embed_tokens", "layers_0", "layers_1", "norm", "lm_head"}
-    attn = params["layers_0"]["self_attn"]
+    assert set(params) == {"embed_tokens", "layers", "norm", "lm_head"}
+    attn = params["layers"]["self_attn"]  # the 2 blocks stacked on a leading axis
     assert set(attn) == {"qkv_proj", "o_proj"}  # q, k, v fused (policy.py's docstring)
-    assert attn["qkv_proj"]["kernel"].shape == (32, 32 + 2 * 2 * 8) and "bias" in attn["qkv_proj"]
-    assert set(params["layers_0"]["mlp"]) == {"gate_up_proj", "down_proj"}
+    assert attn["qkv_proj"]["kernel"].shape == (2, 32, 32 + 2 * 2 * 8)
+    assert attn["qkv_proj"]["bias"].shape == (2, 32 + 2 * 2 * 8)
+    assert set(params["layers"]["mlp"]) == {"gate_up_proj", "down_proj"}
+    assert params["layers"]["input_layernorm"]["weight"].shape == (2, 32)
     assert "bias" not in attn["o_proj"]
