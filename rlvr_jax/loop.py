@@ -21,7 +21,7 @@ from functools import partial
 
 import jax
 
-from rlvr_jax import build, rewards, run_control, stages, warmstart
+from rlvr_jax import build, perf, rewards, run_control, stages, warmstart
 from rlvr_jax.checkpoint import Checkpointer
 from rlvr_jax.config import RunConfig, as_dict, warmstart_key
 from rlvr_jax.tracking import Tracker
@@ -133,6 +133,10 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
                               ppo_prepare=updates.ppo_prepare, estimator=a.adv_estimator,
                               eps=a.adv_eps)
     next_kl_coef = partial(stages.next_kl_coef, target=a.ppo.kl_target, horizon=a.ppo.kl_horizon)
+    utilisation = partial(stages.utilisation, sampler_flops_per_row=perf.sampler_flops_per_row(
+        policy.model, state.params["policy"], setup.prompt_len, setup.max_new_tokens),
+        chunks=cfg.verifier.overlap_chunks, max_new_tokens=setup.max_new_tokens,
+        devices=policy.mesh.devices.flatten().tolist())
 
     last = min(cfg.num_steps, loop.step + cfg.stop_after_steps) if cfg.stop_after_steps \
         else cfg.num_steps
@@ -152,14 +156,19 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
         groups, carry, n_real, ds_row = select(loop.carry, fresh)                      # DAPO
         batch, adv_row = with_advantages(groups, n_real, state.params, ref_params,
                                          loop.kl_coef)                                 # host | jit
-        state, metrics = updates.rl_step(state, ref_params, batch, jax.random.fold_in(
-            update_key, step), float(step >= a.ppo.critic_warmup_steps))               # jit
+        update_args = (state, ref_params, batch, jax.random.fold_in(update_key, step),
+                       float(step >= a.ppo.critic_warmup_steps))
+        update_flops = perf.traced_flops(updates.rl_step, *update_args)  # no retrace: cached
+        t_rl = time.perf_counter()
+        state, metrics = updates.rl_step(*update_args)                                 # jit
         metrics = jax.device_get(metrics)  # the one device-to-host copy of the update
         t3 = time.perf_counter()
+        times = StepTimes(t_sample, t_verify, t3 - t2, t3 - t0, t3 - t_rl)
         kl_coef = next_kl_coef(loop.kl_coef, adv_row)                                  # host
         row = ({f"train/{k}": float(v) for k, v in metrics.items()}
                | rewards.summary(verdicts, fresh.rewards_P_G)
-               | stages.timing(StepTimes(t_sample, t_verify, t3 - t2, t3 - t0), rollout.mask_B_R)
+               | stages.timing(times, rollout.mask_B_R)
+               | utilisation(update_flops, times, rollout.mask_B_R)
                | ds_row | adv_row | {"train/kl_coef": kl_coef}
                | {f"compiles/{k}": v for k, v in traces.items()})
         tracker.log(step + 1, row)                                                     # log

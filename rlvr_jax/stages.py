@@ -11,7 +11,7 @@ from typing import Callable, Optional, Sequence
 import jax
 import numpy as np
 
-from rlvr_jax import advantages, batching, dynamic_sampling, rewards
+from rlvr_jax import advantages, batching, dynamic_sampling, perf, rewards
 from rlvr_jax.tasks.base import Task, repeat_each
 from rlvr_jax.types import Groups, Rollout, StepTimes, Verdict
 from rlvr_jax.verify.verifiers import Verifier
@@ -118,3 +118,21 @@ def timing(t: StepTimes, mask_B_R: np.ndarray) -> dict:
             "time/update_s": t.update_s, "time/step_s": t.step_s,
             "response/length_mean": tokens / mask_B_R.shape[0],
             "throughput/generated_tokens_per_s": tokens / t.sample_s}
+
+
+def utilisation(update_flops: float, t: StepTimes, mask_B_R: np.ndarray, *,
+                sampler_flops_per_row: tuple[float, float], chunks: int, max_new_tokens: int,
+                devices) -> dict:
+    """Achieved TFLOP/s and MFU (rlvr_jax/perf.py) of the update and of the sampler: the
+    update's counted FLOPs over the jitted update's time, the rollout's (prefill + the decode
+    forwards it ran) over the time blocked on sampling. No MFU on a device of unknown peak."""
+    sample_flops = perf.rollout_flops(sampler_flops_per_row,
+                                      perf.decode_steps(mask_B_R, chunks, max_new_tokens))
+    row = {}
+    for name, flops, seconds in (("update", update_flops, t.rl_step_s),
+                                 ("sample", sample_flops, t.sample_s)):
+        row[f"perf/tflops_{name}"] = flops / seconds / 1e12
+        mfu = perf.mfu(flops, seconds, devices)
+        if mfu is not None:
+            row[f"perf/mfu_{name}"] = mfu
+    return row

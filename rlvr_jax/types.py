@@ -113,6 +113,7 @@ class StepTimes(NamedTuple):
     verify_s: float  # waiting for verdicts after the last chunk was sampled
     update_s: float  # advantages + update (+ PPO's prepare)
     step_s: float  # the whole step
+    rl_step_s: float  # the jitted update alone (its FLOPs are counted: perf/mfu_update)
 
 
 class TrainState(NamedTuple):

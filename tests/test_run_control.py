@@ -160,9 +160,11 @@ def test_a_built_wheel_trains_in_a_fresh_venv(tmp_path):
     for key in ("reward/accuracy", "status/pass", "status/wrong", "status/unparseable",
                 "train/approx_kl_old", "train/clip_frac_low", "train/clip_frac_high",
                 "train/entropy", "response/length_mean", "time/sample_s", "time/verify_s",
-                "time/update_s", "throughput/generated_tokens_per_s"):
+                "time/update_s", "throughput/generated_tokens_per_s", "perf/mfu_update",
+                "perf/mfu_sample", "perf/tflops_update"):
         assert key in rows[-2] or key in rows[-1], key
     step_rows = [r for r in rows if "reward/mean" in r]
+    assert all(r["perf/mfu_update"] > 0 and r["perf/mfu_sample"] > 0 for r in step_rows)
     assert sum(step_rows[0][f"status/{s}"] for s in ("pass", "wrong", "unparseable")) == 16
     warm_dir = next((tmp_path / "warm").iterdir())
     with ocp.StandardCheckpointer() as c:
