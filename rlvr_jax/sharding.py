@@ -78,6 +78,11 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PS(RULES["batch"]))
 
 
+def microbatch_sharding(mesh: Mesh) -> NamedSharding:
+    """[microbatches, rows, ...]: every microbatch's rows split over the data-parallel axes."""
+    return NamedSharding(mesh, PS(None, RULES["batch"]))
+
+
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PS())
 

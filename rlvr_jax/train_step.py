@@ -11,7 +11,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rlvr_jax import advantages, losses, optim
+from rlvr_jax import advantages, losses, optim, sharding
 from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder
 from rlvr_jax.types import SFTBatch, TrainBatch, TrainState
@@ -110,14 +110,26 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
             metrics = dict(metrics, **v_metrics)
         return total_loss, dict(metrics, loss=total_loss)
 
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    value_and_grad = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def grad_fn(*args):
+        # Gradients placed as their params are (sharded under fsdp / model): left to
+        # propagation, a stacked layer gradient could be held whole on every device.
+        out, grads = value_and_grad(*args)
+        return out, jax.lax.with_sharding_constraint(grads, state_sharding.params)
 
     def minibatch_update(state: TrainState, ref_params, mb: TrainBatch, actor_on):
         total = losses.counts(mb.response_mask_B_R)
         if microbatches == 1:
             (_, metrics), grads = grad_fn(state.params, ref_params, mb, total, actor_on)
         else:
-            micro = jax.tree.map(lambda x: x.reshape(microbatches, -1, *x.shape[1:]), mb)
+            # Microbatch k takes rows k, k + M, k + 2M, ...: each device holds a contiguous block
+            # of rows, so every microbatch is spread over all of them. Consecutive blocks put
+            # a whole microbatch on one device, and the scan then held it on every device.
+            micro = jax.tree.map(lambda x: x.reshape(-1, microbatches, *x.shape[1:])
+                                 .swapaxes(0, 1), mb)
+            micro = jax.lax.with_sharding_constraint(
+                micro, sharding.microbatch_sharding(metrics_sharding.mesh))
 
             def accumulate(grads, micro_k):
                 (_, m), g = grad_fn(state.params, ref_params, micro_k, total, actor_on)

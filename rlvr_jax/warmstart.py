@@ -19,6 +19,7 @@ import time
 from typing import Callable, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from rlvr_jax import batching, evaluation, optim
@@ -150,7 +151,17 @@ def start_or_resume(policy: Policy, setup: TaskSetup, updates: Updates, verifier
         tracker.write(f"RESUMING from checkpoint step {latest} in {ckpt.directory} "
                       f"({num_steps - loop.step} of {num_steps} steps left)")
     tracker.truncate_after(loop.step)  # rows of steps this run will do again
-    return Start(state, loop, warm, eval_start, wall_before)
+    return Start(state, loop, reference_params(warm, model_cfg.compute_dtype), eval_start,
+                 wall_before)
+
+
+def reference_params(warm, compute_dtype: str):
+    """The frozen reference policy, held in the compute dtype: the model casts every parameter
+    to it where it is used (policy.py), so its log-probs are bitwise those of the float32
+    copy, in half the memory (bfloat16 compute)."""
+    dt = jnp.dtype(compute_dtype)
+    return jax.tree.map(lambda x: x.astype(dt) if jnp.issubdtype(x.dtype, jnp.floating) else x,
+                        warm)
 
 
 def read_wall(run_dir: str) -> float:

@@ -17,8 +17,9 @@ def test_there_are_experiments():
 
 
 # Presets whose data and weights live outside the repository: the user passes the paths.
-NEEDS_PATHS = {"gsm8k_grpo": ["model.path=/models/qwen", "task.train_path=/data/train.jsonl",
-                              "task.test_path=/data/test.jsonl"]}
+GSM8K_PATHS = ["model.path=/models/qwen", "task.train_path=/data/train.jsonl",
+               "task.test_path=/data/test.jsonl"]
+NEEDS_PATHS = {"gsm8k_grpo": GSM8K_PATHS, "gsm8k_grpo_7b": GSM8K_PATHS}
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)

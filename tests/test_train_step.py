@@ -226,3 +226,24 @@ def test_remat_and_chunked_logits_give_the_same_update(options):
     _close(other.params, base.params, rtol=1e-5, atol=1e-6)
     for k in ("loss", "pg_loss", "entropy", "kl_ref", "value_loss", "grad_norm"):
         np.testing.assert_allclose(float(m_other[k]), float(m_base[k]), rtol=1e-5, err_msg=k)
+
+
+def test_a_reference_held_in_the_compute_dtype_gives_the_same_log_probs_bitwise():
+    """warmstart.reference_params keeps the frozen reference in bfloat16 when the model
+    computes in bfloat16: every parameter is cast to it at use, so nothing changes."""
+    from rlvr_jax.warmstart import reference_params
+
+    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                      intermediate_size=64, qkv_bias=True, tie_embeddings=True,
+                      param_dtype="float32", compute_dtype="bfloat16")
+    model = Decoder(cfg, 24)
+    params = init_params(model, jax.random.key(0))
+    ref = reference_params(params, cfg.compute_dtype)
+    assert all(x.dtype == jax.numpy.bfloat16 for x in jax.tree.leaves(ref))
+    tokens = jax.random.randint(jax.random.key(1), (3, 9), 2, 24)
+    mask = np.ones((3, 9), np.int32)
+    mask[1, :2] = 0
+    want = train_step.response_logp(model, params, tokens, mask, 4, 1.0)
+    got = train_step.response_logp(model, ref, tokens, mask, 4, 1.0)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(np.asarray(w), np.asarray(g))

@@ -1,32 +1,44 @@
-"""Compile-time memory and FLOPs of the RL update step at real model shapes, nothing allocated.
+"""Compile-time memory and FLOPs of the RL update and the sampler at real model sizes, per
+device, nothing allocated.
 
-    python experiments/bench/memory.py [--model qwen2.5-0.5b] [--micro 8,64] [--tokens 256,512]
+    python experiments/bench/memory.py                    # every case below (~15 min, 2 cores)
+    python experiments/bench/memory.py --cases gsm8k_0.5b --baseline
 
-The update step (`train_step.make_rl_step`, KL to the reference on, so the reference forward is
-in it too) is lowered and compiled on this machine's CPU backend with abstract inputs
-(`jax.ShapeDtypeStruct`): XLA's `memory_analysis()` gives the arguments, outputs and
-temporaries one device needs, `cost_analysis()` the FLOPs. Each shape is compiled twice in the
-same run: as the code stood before issue 17 (every activation kept, whole-vocabulary logits)
-and with rematerialised blocks and the head in token chunks (`model.remat`,
-`model.logits_chunk_tokens`). CPU compiles plan memory like a GPU compile only roughly (fusion
-and layout choices differ), so the numbers are estimates of the same program, not GPU
-measurements. A 24-layer 0.5B step takes ~1-2 minutes to compile on two cores.
+Each case is a shipped preset's shapes (model, batch, microbatches, prompt + response tokens,
+mesh). Its update step (`train_step.make_rl_step`, KL on, so the reference forward is in it) and
+its sampler (`sampling.make_sampler`) are lowered and compiled on this machine's CPU backend
+with abstract inputs (`jax.ShapeDtypeStruct`, placed by the sharding rules on 8 fake CPU
+devices): XLA's `memory_analysis()` gives what one device holds (arguments, outputs,
+temporaries). FLOPs are counted on the jaxpr (rlvr_jax/perf.py; XLA's cost_analysis counts the
+scanned layers once); the sampler's at the full response length. `--baseline` also compiles
+each update as the preset would be without rematerialisation and with whole-vocabulary logits
+(the path before issue 17, layers scanned), in the same run. CPU compiles plan memory like a
+GPU compile only roughly (fusion and layout choices differ; attention is XLA's unfused one, no
+cuDNN flash kernel), so these are estimates of the same program, not GPU measurements.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import time
+import os
 
-import jax
-import jax.numpy as jnp
-import optax
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
-from rlvr_jax import optim, sharding, train_step
-from rlvr_jax.config import ModelConfig
-from rlvr_jax.models.policy import Decoder, init_params
-from rlvr_jax.types import TrainBatch
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import time  # noqa: E402
+from functools import partial  # noqa: E402
+from typing import NamedTuple  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import optax  # noqa: E402
+
+from rlvr_jax import optim, perf, sharding, train_step  # noqa: E402
+from rlvr_jax.config import ModelConfig  # noqa: E402
+from rlvr_jax.models.policy import Decoder, init_params  # noqa: E402
+from rlvr_jax.sampling import make_sampler  # noqa: E402
+from rlvr_jax.types import TrainBatch  # noqa: E402
+from rlvr_jax.warmstart import reference_params  # noqa: E402
 
 SHAPES = {  # HF config.json values of the Qwen2.5 family
     "qwen2.5-0.5b": dict(vocab_size=151936, hidden_size=896, num_layers=24, num_heads=14,
@@ -42,61 +54,124 @@ SHAPES = {  # HF config.json values of the Qwen2.5 family
 GB = 1e9
 
 
-def analyse(cfg: ModelConfig, micro: int, prompt: int, response: int) -> dict:
-    """Memory (bytes) and FLOPs of one update over one microbatch of `micro` sequences."""
-    model = Decoder(cfg, cfg.vocab_size)
+class Case(NamedTuple):
+    model: str
+    sequences: int  # per RL step: prompts x samples
+    microbatches: int
+    sample_chunks: int  # sampler calls per step (verifier.overlap_chunks)
+    prompt: int
+    response: int
+    mesh: tuple[int, int, int]  # data, fsdp, model
+    preset: str
+
+
+CASES = {  # the presets' settings (conf/experiment/*.yaml)
+    "gsm8k_0.5b": Case("qwen2.5-0.5b", 256, 8, 1, 256, 512, (1, 1, 1), "gsm8k_grpo"),
+    "gsm8k_1.5b": Case("qwen2.5-1.5b", 256, 8, 1, 256, 512, (1, 1, 1), "gsm8k_grpo, model 1.5B"),
+    "gsm8k_1.5b_fsdp8": Case("qwen2.5-1.5b", 256, 4, 1, 256, 512, (1, 8, 1),
+                             "gsm8k_grpo, model 1.5B, mesh=fsdp"),
+    "gsm8k_7b_fsdp8": Case("qwen2.5-7b", 256, 8, 1, 256, 512, (1, 8, 1), "gsm8k_grpo_7b"),
+    "gsm8k_7b_fsdp4_tp2": Case("qwen2.5-7b", 256, 8, 1, 256, 512, (1, 4, 2),
+                               "gsm8k_grpo_7b mesh.fsdp=4 mesh.model=2"),
+}
+
+
+def model_cfg(name: str, remat: str, chunk: int) -> ModelConfig:
+    return ModelConfig(name=name, param_dtype="float32", compute_dtype="bfloat16",
+                       init_std=0.02, remat=remat, logits_chunk_tokens=chunk, **SHAPES[name])
+
+
+def _mesh(case: Case):
+    n = case.mesh[0] * case.mesh[1] * case.mesh[2]
+    return sharding.make_mesh(*case.mesh, devices=jax.devices()[:n])
+
+
+def _memory(compiled) -> dict:
+    mem = compiled.memory_analysis()
+    return {"args": mem.argument_size_in_bytes, "out": mem.output_size_in_bytes,
+            "temp": mem.temp_size_in_bytes, "alias": mem.alias_size_in_bytes}
+
+
+def analyse_update(case: Case, cfg: ModelConfig) -> dict:
+    """Per-device memory and total FLOPs of one update over the step's whole batch."""
+    model, mesh = Decoder(cfg, cfg.vocab_size), _mesh(case)
     tx = optax.adamw(1e-6)
-    mesh = sharding.make_mesh(devices=jax.devices()[:1])
     params = jax.eval_shape(lambda: {"policy": init_params(model, jax.random.key(0))})
     state = jax.eval_shape(lambda p: optim.init_train_state(p, tx), params)
-    t = prompt + response
-    f32, i32 = jnp.float32, jnp.int32
-    batch = TrainBatch(jax.ShapeDtypeStruct((micro, t), i32), jax.ShapeDtypeStruct((micro, t), i32),
-                       *(jax.ShapeDtypeStruct((micro, response), f32) for _ in range(3)))
+    state_sh = sharding.state_shardings(state, mesh)
+    place = lambda tree, sh: jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, sh)
+    rows = sharding.batch_sharding(mesh)
+    b, t, r = case.sequences, case.prompt + case.response, case.response
+    sds = lambda shape, dt: jax.ShapeDtypeStruct(shape, dt, sharding=rows)
+    batch = TrainBatch(sds((b, t), jnp.int32), sds((b, t), jnp.int32),
+                       *(sds((b, r), jnp.float32) for _ in range(3)))
     step = train_step.make_rl_step(
-        model, tx, optax.constant_schedule(1e-6), prompt_len=prompt, temperature=1.0,
-        loss=train_step.LossOptions(kl_coef=0.001), state_sharding=sharding.state_shardings(
-            state, mesh), metrics_sharding=sharding.replicated(mesh))
+        model, tx, optax.constant_schedule(1e-6), prompt_len=case.prompt, temperature=1.0,
+        loss=train_step.LossOptions(kl_coef=0.001),
+        schedule=train_step.UpdateSchedule(microbatches=case.microbatches),
+        state_sharding=state_sh, metrics_sharding=sharding.replicated(mesh))
+    # The reference policy as the loop holds it: in the compute dtype (warmstart.py).
+    ref = jax.eval_shape(partial(reference_params, compute_dtype=cfg.compute_dtype),
+                         params["policy"])
+    args = (place(state, state_sh), place(ref, state_sh.params["policy"]), batch,
+            jax.random.key(0), 1.0)
     t0 = time.perf_counter()
-    compiled = step.lower(state, params["policy"], batch, jax.random.key(0), 1.0).compile()
-    seconds = time.perf_counter() - t0
-    mem = compiled.memory_analysis()
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, list) else cost
-    return {"args": mem.argument_size_in_bytes, "out": mem.output_size_in_bytes,
-            "temp": mem.temp_size_in_bytes, "flops": cost.get("flops", float("nan")),
-            "compile_s": seconds}
+    compiled = step.lower(*args).compile()
+    return {**_memory(compiled), "flops": perf.traced_flops(step, *args),
+            "compile_s": time.perf_counter() - t0}
+
+
+def analyse_sampler(case: Case, cfg: ModelConfig) -> dict:
+    """Per-device memory of one sampler call (the step's rows / sample_chunks) and its FLOPs
+    at the full response length."""
+    model, mesh = Decoder(cfg, cfg.vocab_size), _mesh(case)
+    params = jax.eval_shape(lambda: init_params(model, jax.random.key(0)))
+    param_sh = sharding.state_shardings(params, mesh)
+    params = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                          params, param_sh)
+    rows = case.sequences // case.sample_chunks
+    prompt = jax.ShapeDtypeStruct((rows, case.prompt), jnp.int32,
+                                  sharding=sharding.batch_sharding(mesh))
+    sample = make_sampler(model, max_new_tokens=case.response, eos_id=1, pad_id=0,
+                          temperature=1.0)
+    t0 = time.perf_counter()
+    compiled = sample.lower(params, prompt, prompt, jax.random.key(0)).compile()
+    per_row = perf.sampler_flops_per_row(model, params, case.prompt, case.response)
+    flops = perf.rollout_flops(per_row, [(rows, case.response - 1)])
+    return {**_memory(compiled), "flops": flops, "compile_s": time.perf_counter() - t0}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="qwen2.5-0.5b", choices=sorted(SHAPES))
-    ap.add_argument("--micro", default="8,64", help="sequences per microbatch, comma-separated")
-    ap.add_argument("--tokens", default="256,512", help="prompt,response tokens")
-    ap.add_argument("--chunk", type=int, default=128, help="logits_chunk_tokens of the new path")
+    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ", ".join(CASES))
+    ap.add_argument("--baseline", action="store_true",
+                    help="also compile each update without remat and with whole logits")
+    ap.add_argument("--chunk", type=int, default=128, help="model.logits_chunk_tokens")
     ap.add_argument("--remat", default="full", choices=["full", "dots"])
     args = ap.parse_args()
-    prompt, response = (int(x) for x in args.tokens.split(","))
-    base = ModelConfig(name=args.model, param_dtype="float32", compute_dtype="bfloat16",
-                       init_std=0.02, **SHAPES[args.model])
-    variants = {"before (no remat, whole logits)": base,
-                f"remat={args.remat}, logits in chunks of {args.chunk}": dataclasses.replace(
-                    base, remat=args.remat, logits_chunk_tokens=args.chunk)}
-    print(f"{args.model}: update step, bfloat16 compute, float32 params + AdamW, KL on; "
-          f"{prompt} prompt + {response} response tokens; one device (compile-only)")
-    print("| sequences / microbatch | path | arguments GB | temporaries GB | total GB "
-          "| GFLOP | compile s |")
-    print("|---|---|---|---|---|---|---|")
-    for micro in (int(m) for m in args.micro.split(",")):
-        rows = {name: analyse(cfg, micro, prompt, response) for name, cfg in variants.items()}
-        before = next(iter(rows.values()))
-        for name, r in rows.items():
-            total = r["args"] + r["out"] + r["temp"]
-            ratio = "" if r is before else (
-                f" ({total / (before['args'] + before['out'] + before['temp']):.2f}x)")
-            print(f"| {micro} | {name} | {r['args'] / GB:.1f} | {r['temp'] / GB:.1f} | "
-                  f"{total / GB:.1f}{ratio} | {r['flops'] / 1e9:,.0f} | {r['compile_s']:.0f} |",
-                  flush=True)
+    print("Per device, GB (1e9 bytes): arguments + outputs + temporaries, outputs that alias "
+          "donated arguments counted once. bfloat16 compute, float32 params + AdamW, KL on.")
+    print("| case | preset | mesh d,f,m | program | args | temp | total | GFLOP (all devices) "
+          "| compile s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in args.cases.split(","):
+        case = CASES[name]
+        runs = [("update", f"update remat={args.remat} chunks={args.chunk}",
+                 model_cfg(case.model, args.remat, args.chunk))]
+        if args.baseline:
+            runs.insert(0, ("update", "update, no remat, whole logits",
+                            model_cfg(case.model, "none", 0)))
+        runs.append(("sampler", f"sampler {case.sequences // case.sample_chunks} rows",
+                     model_cfg(case.model, args.remat, args.chunk)))
+        for kind, label, cfg in runs:
+            r = (analyse_update if kind == "update" else analyse_sampler)(case, cfg)
+            total = r["args"] + r["out"] - r["alias"] + r["temp"]
+            print(f"| {name} | {case.preset} | {','.join(map(str, case.mesh))} | "
+                  f"{label} ({case.sequences // (case.microbatches if kind == 'update' else 1)}"
+                  f" seq x {case.prompt}+{case.response}) | {r['args'] / GB:.1f} | "
+                  f"{r['temp'] / GB:.1f} | {total / GB:.1f} | {r['flops'] / 1e9:,.0f} | "
+                  f"{r['compile_s']:.0f} |", flush=True)
 
 
 if __name__ == "__main__":
