@@ -18,7 +18,7 @@ from typing import Callable, Optional
 import jax
 from transformers import PreTrainedTokenizerBase
 
-from rlvr_jax import optim, sharding, tasks, train_step
+from rlvr_jax import lora, optim, sharding, tasks, train_step
 from rlvr_jax.config import (AlgoConfig, MeshConfig, ModelConfig, SamplingConfig, TaskConfig,
                              WarmupConfig)
 from rlvr_jax.models import hf
@@ -74,7 +74,7 @@ class Policy:
     mesh: jax.sharding.Mesh
     put: Callable  # host array (pytree) -> device, batch-sharded
     shardings: Callable  # abstract (params / train state) tree -> its NamedShardings
-    init_params: Callable  # key -> params, created already sharded
+    init_params: Callable  # key -> params (the base: no LoRA adapters), created already sharded
     sample_train: Callable  # jitted (params, prompt_B_L, mask_B_L, key) -> Rollout
     sample_greedy: Callable  # temperature 0 (evaluation only)
     sample_eval: Callable  # temperature 1, no truncation (evaluation)
@@ -86,9 +86,10 @@ def policy(setup: TaskSetup, mesh_cfg: MeshConfig, sampling: SamplingConfig,
     mesh = sharding.make_mesh(mesh_cfg.data, mesh_cfg.fsdp, mesh_cfg.model)
     batch_sh = sharding.batch_sharding(mesh)
     shardings = partial(sharding.state_shardings, mesh=mesh)
-    abstract_params = jax.eval_shape(partial(init_params, model), jax.random.key(0))
+    base_init = lambda key: lora.split(init_params(model, key))[0]
+    abstract_params = jax.eval_shape(base_init, jax.random.key(0))
     # Params are created already sharded: no host-side full copy, no resharding afterwards.
-    init = jax.jit(partial(init_params, model), out_shardings=shardings(abstract_params))
+    init = jax.jit(base_init, out_shardings=shardings(abstract_params))
     sampler = partial(make_sampler, model, max_new_tokens=setup.max_new_tokens,
                       eos_id=setup.tokenizer.eos_token_id, pad_id=setup.tokenizer.pad_token_id)
     return Policy(
@@ -106,6 +107,7 @@ class Updates:
     rl_tx: object  # optax transform over {"policy": ..., ["value": ...]}
     rl_step: Callable  # jitted (state, ref_params, TrainBatch, key, actor_on) -> (state, metrics)
     init_rl_params: Callable  # (warm policy params, key) -> {"policy": ..., ["value": ...]}
+    policy_params: Callable  # (state params, ref params) -> the policy's whole tree
     ppo_prepare: Optional[Callable]  # jitted (params, ref, batch, outcome_B, kl_coef) -> ...
     sft_tx: object
     sft_step: Callable  # jitted (state, SFTBatch) -> (state, metrics)
@@ -133,12 +135,25 @@ def updates(policy: Policy, setup: TaskSetup, algo: AlgoConfig, warmup: WarmupCo
         _settings(o, o.learning_rate, per_step, num_steps),
         _settings(o, a.ppo.critic_learning_rate, per_step, num_steps) if layout else None)
 
+    adapters = setup.model_cfg.lora_rank > 0
+    # Jitted: XLA drops the base initialisation whose output is unused.
+    init_adapters = jax.jit(lambda key: lora.split(init_params(model, key))[1])
+
     def init_rl_params(warm_params, key):
-        """{"policy": warm params} (+ {"value": critic} for PPO)."""
+        """{"policy": warm params} (+ {"value": critic} for PPO); with LoRA {"policy": fresh
+        adapters} (B = 0: the policy starts at the warm params), the warm params being the
+        frozen base that the loop holds as the reference."""
+        if adapters:
+            return {"policy": init_adapters(key)}
         params = {"policy": warm_params}
         if layout:
             params["value"] = value_model.init_critic(setup.model_cfg, layout, warm_params, key)
         return params
+
+    def policy_params(params, ref_params):
+        """The policy the sampler and evaluation run: the trained params, or with LoRA the
+        frozen base (= the reference) with the trained adapters (no copy)."""
+        return lora.merge(ref_params, params["policy"]) if adapters else params["policy"]
 
     abstract_params = jax.eval_shape(policy.init_params, jax.random.key(0))
     abstract_rl = jax.eval_shape(init_rl_params, abstract_params, jax.random.key(0))
@@ -155,7 +170,7 @@ def updates(policy: Policy, setup: TaskSetup, algo: AlgoConfig, warmup: WarmupCo
     rl_step = train_step.make_rl_step(
         model, rl_tx, rl_lr, prompt_len=setup.prompt_len, temperature=temperature, loss=loss,
         critic=critic, schedule=schedule, state_sharding=rl_state_sh, metrics_sharding=repl,
-        on_trace=counter(traces, "train_step"))
+        adapters=adapters, on_trace=counter(traces, "train_step"))
     ppo_prepare = None
     if layout:
         p = a.ppo
@@ -173,7 +188,7 @@ def updates(policy: Policy, setup: TaskSetup, algo: AlgoConfig, warmup: WarmupCo
     sft_step = train_step.make_sft_step(model, sft_tx, sft_lr, prompt_len=setup.prompt_len,
                                         state_sharding=sft_state_sh, metrics_sharding=repl,
                                         on_trace=counter(traces, "sft_step"))
-    return Updates(rl_tx, rl_step, init_rl_params, ppo_prepare, sft_tx, sft_step)
+    return Updates(rl_tx, rl_step, init_rl_params, policy_params, ppo_prepare, sft_tx, sft_step)
 
 
 def check_batches(mesh: jax.sharding.Mesh, sizes: dict[str, int]) -> None:

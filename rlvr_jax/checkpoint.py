@@ -111,3 +111,14 @@ def read_policy_params(run_dir: str, step: Optional[int] = None) -> tuple[Any, i
         raise CheckpointError(f"cannot read checkpoint {path}: {type(e).__name__}: {e}") from e
     params = state["params"] if isinstance(state, dict) else state[1]
     return jax.tree.map(np.asarray, params["policy"]), step
+
+
+def read_warmstart_params(run_dir: str) -> Any:
+    """A run directory's warm-start params (host arrays), without a target structure."""
+    path = os.path.join(os.path.abspath(run_dir), "warmstart")
+    try:
+        with ocp.StandardCheckpointer() as ckptr:
+            return jax.tree.map(np.asarray, ckptr.restore(path))
+    except Exception as e:
+        raise CheckpointError(f"cannot read warm-start params {path}: {type(e).__name__}: "
+                              f"{e}") from e

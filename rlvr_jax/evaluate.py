@@ -21,7 +21,8 @@ import tempfile
 import jax
 
 from rlvr_jax import build, evaluation
-from rlvr_jax.checkpoint import CheckpointError, read_policy_params
+from rlvr_jax.checkpoint import CheckpointError
+from rlvr_jax.export import policy_of_run
 from rlvr_jax.config import (ConfigError, DatasetTaskConfig, MeshConfig, ModelConfig,
                              SamplingConfig, to_run_config)
 from rlvr_jax.data.loaders import DatasetError
@@ -66,7 +67,7 @@ def evaluate_model(model: str, data: str | None, *, n: int, ks: list[int], tempe
                                  mode="forkserver")
         try:
             if os.path.exists(os.path.join(model, "run_config.json")):
-                params, step = read_policy_params(model, step)
+                params, step = policy_of_run(model, setup.model_cfg, step)
             else:
                 params = hf.load(model, setup.model_cfg)[1]
             params = jax.device_put(params, policy.shardings(params))

@@ -16,10 +16,22 @@ import json
 import os
 import sys
 
-from rlvr_jax.checkpoint import CheckpointError, read_policy_params
+from rlvr_jax import lora
+from rlvr_jax.checkpoint import CheckpointError, read_policy_params, read_warmstart_params
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models import hf
 from rlvr_jax.tokenizer import load_pretrained_tokenizer, load_tokenizer
+
+
+def policy_of_run(run_dir: str, cfg: ModelConfig, step: int | None = None) -> tuple[dict, int]:
+    """(the policy's whole tree as host arrays, step) of a run's checkpoint `step` (latest if
+    None). A LoRA run's checkpoints hold the adapters only: they are merged with the frozen
+    base, the run's warm-start params or, for a run from model.path, the HF weights."""
+    params, step = read_policy_params(run_dir, step)
+    if cfg.lora_rank:
+        base = (hf.load(cfg.path, cfg)[1] if cfg.path else read_warmstart_params(run_dir))
+        params = lora.merge(base, params)
+    return params, step
 
 
 def export(run_dir: str, out_dir: str, step: int | None = None, family: str | None = None) -> str:
@@ -30,7 +42,8 @@ def export(run_dir: str, out_dir: str, step: int | None = None, family: str | No
         model_dict = json.load(f)["model"]
     names = {f.name for f in dataclasses.fields(ModelConfig)}
     cfg = ModelConfig(**{k: v for k, v in model_dict.items() if k in names})
-    params, step = read_policy_params(run_dir, step)
+    params, step = policy_of_run(run_dir, cfg, step)
+    params = lora.fold(params, cfg.lora_scale)  # LoRA: W + (alpha / r) A B, plain weights
     if cfg.path:
         tokenizer = load_pretrained_tokenizer(cfg.path)
         family = family or hf.family_of(cfg.path)

@@ -110,6 +110,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
         tracker=tracker, should_stop=lambda: stop.requested is not None)
     state, loop, ref_params = start.state, start.loop, start.ref_params
     held_out = partial(warmstart.held_out_accuracy, policy, setup, verifier, cfg.eval)
+    policy_params = updates.policy_params  # (state params, ref) -> what the sampler runs
     tracker.start_at(loop.step)
     base_key = jax.random.wrap_key_data(loop.rng_key)
     rl_key, eval_key = jax.random.fold_in(base_key, 3), jax.random.fold_in(base_key, 2)
@@ -133,10 +134,12 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
                               ppo_prepare=updates.ppo_prepare, estimator=a.adv_estimator,
                               eps=a.adv_eps)
     next_kl_coef = partial(stages.next_kl_coef, target=a.ppo.kl_target, horizon=a.ppo.kl_horizon)
-    utilisation = partial(stages.utilisation, sampler_flops_per_row=perf.sampler_flops_per_row(
-        policy.model, state.params["policy"], setup.prompt_len, setup.max_new_tokens),
-        chunks=cfg.verifier.overlap_chunks, max_new_tokens=setup.max_new_tokens,
-        devices=policy.mesh.devices.flatten().tolist())
+    sampler_flops = perf.sampler_flops_per_row(policy.model, policy_params(
+        state.params, ref_params), setup.prompt_len, setup.max_new_tokens)
+    utilisation = partial(stages.utilisation, sampler_flops_per_row=sampler_flops,
+                          chunks=cfg.verifier.overlap_chunks,
+                          max_new_tokens=setup.max_new_tokens,
+                          devices=policy.mesh.devices.flatten().tolist())
 
     last = min(cfg.num_steps, loop.step + cfg.stop_after_steps) if cfg.stop_after_steps \
         else cfg.num_steps
@@ -149,8 +152,9 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
         t0 = time.perf_counter()
         key = jax.random.fold_in(rl_key, step)
         problems, prompt_B_L, pmask_B_L = prompts(step)                                # host
+        params = policy_params(state.params, ref_params)  # with LoRA: base + adapters
         rollout, verdicts, t_sample, t_verify = sample_and_verify(
-            state.params["policy"], problems, prompt_B_L, pmask_B_L, key)               # jit | host
+            params, problems, prompt_B_L, pmask_B_L, key)                              # jit | host
         t2 = time.perf_counter()
         fresh = score(verdicts, rollout, prompt_B_L, pmask_B_L)                        # rewards
         groups, carry, n_real, ds_row = select(loop.carry, fresh)                      # DAPO
@@ -187,7 +191,8 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
         if (cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0
                 and step + 1 < cfg.num_steps):  # the last step gets the final evaluation
             tracker.log(step + 1, {f"eval/{k}": v for k, v in
-                                   held_out(state.params["policy"], eval_key).items()})
+                                   held_out(policy_params(state.params, ref_params),
+                                            eval_key).items()})
 
     if last < cfg.num_steps or stop.requested:
         ckpt.close()  # waits for the checkpoint being written
@@ -197,7 +202,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
                       "rerun the same command to resume")
         tracker.close()
         return {"stopped_at_step": last, "reason": why}
-    eval_end = held_out(state.params["policy"], eval_key)
+    eval_end = held_out(policy_params(state.params, ref_params), eval_key)
     tracker.log(cfg.num_steps, {f"eval/{k}": v for k, v in eval_end.items()})
     ckpt.close()
     wall = start.wall_before + time.perf_counter() - t_start

@@ -11,7 +11,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rlvr_jax import advantages, losses, optim, sharding
+from rlvr_jax import advantages, lora, losses, optim, sharding
 from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder
 from rlvr_jax.types import SFTBatch, TrainBatch, TrainState
@@ -72,7 +72,7 @@ def _combine(metrics_U: dict, how: str) -> dict:
 def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperature: float,
                  loss: LossOptions, critic: CriticOptions | None = None,
                  schedule: UpdateSchedule = UpdateSchedule(), state_sharding, metrics_sharding,
-                 on_trace: Callable[[], None] = lambda: None):
+                 adapters: bool = False, on_trace: Callable[[], None] = lambda: None):
     """Jitted `step(state, ref_params, batch, key, actor_on) -> (state, metrics)`.
 
     One rollout batch of B sequences feeds `schedule.epochs` x `schedule.minibatches` optimizer
@@ -81,15 +81,20 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
     `schedule.microbatches` equal slices whose losses are divided by the counts of the whole
     minibatch, so the sum is the full-minibatch gradient. `critic` adds PPO's clipped value loss
     (times `vf_coef`) on params["value"]. `actor_on` (0. or 1.) gates the policy update, for
-    critic warm-up. `ref_params` is unused when `loss.kl_coef == 0`. Metrics are means over the
-    updates (maxima for `*_max`)."""
+    critic warm-up. `ref_params` is unused when `loss.kl_coef == 0`. With `adapters` (LoRA),
+    state.params["policy"] holds the adapters only and the policy is `ref_params` (the frozen
+    base, also the KL reference with its adapters off) with them (lora.merge): gradients and
+    optimizer state exist for the adapters alone. Metrics are means over the updates (maxima
+    for `*_max`)."""
     if critic is not None and critic.layout not in ("separate", "head"):
         raise ValueError(f"unknown critic layout {critic.layout!r} (known: separate, head)")
     epochs, minibatches, microbatches = schedule
 
     def loss_fn(params, ref_params, mb: TrainBatch, total: losses.Counts, actor_on):
+        policy = (lora.merge(jax.lax.stop_gradient(ref_params), params["policy"]) if adapters
+                  else params["policy"])
         logp_B_R, entropy_B_R, hidden = response_logp(
-            model, params["policy"], mb.tokens_B_T, mb.input_mask_B_T, prompt_len, temperature,
+            model, policy, mb.tokens_B_T, mb.input_mask_B_T, prompt_len, temperature,
             with_hidden=True)
         ref_logp_B_R = None
         if loss.kl_coef > 0.0:

@@ -52,7 +52,8 @@ def test_every_group_option_composes(group):
                 "task=arithmetic": ["verifier=inprocess"],
                 "task=codegen": ["verifier=code"], "verifier=math": ["task=gsm8k",
                 "model.path=/m", "task.train_path=/a", "task.test_path=/b"],
-                "verifier=code": ["task=codegen"], "model=qwen2_5_0p5b": ["model.path=/m"]}
+                "verifier=code": ["task=codegen"], "model=qwen2_5_0p5b": ["model.path=/m"],
+                "model=qwen2_5_7b": ["model.path=/m"]}
     for path in glob.glob(f"{CONF_DIR}/{group}/*.yaml"):
         option = f"{group}={os.path.basename(path)[:-5]}"
         run_config([option, *partners.get(option, [])])

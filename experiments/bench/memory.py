@@ -33,7 +33,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 
-from rlvr_jax import optim, perf, sharding, train_step  # noqa: E402
+from rlvr_jax import lora, optim, perf, sharding, train_step  # noqa: E402
 from rlvr_jax.config import ModelConfig  # noqa: E402
 from rlvr_jax.models.policy import Decoder, init_params  # noqa: E402
 from rlvr_jax.sampling import make_sampler  # noqa: E402
@@ -63,6 +63,7 @@ class Case(NamedTuple):
     response: int
     mesh: tuple[int, int, int]  # data, fsdp, model
     preset: str
+    lora_rank: int = 0
 
 
 CASES = {  # the presets' settings (conf/experiment/*.yaml)
@@ -73,12 +74,15 @@ CASES = {  # the presets' settings (conf/experiment/*.yaml)
     "gsm8k_7b_fsdp8": Case("qwen2.5-7b", 256, 8, 1, 256, 512, (1, 8, 1), "gsm8k_grpo_7b"),
     "gsm8k_7b_fsdp4_tp2": Case("qwen2.5-7b", 256, 8, 1, 256, 512, (1, 4, 2),
                                "gsm8k_grpo_7b mesh.fsdp=4 mesh.model=2"),
+    "gsm8k_7b_lora_fsdp8": Case("qwen2.5-7b", 256, 8, 1, 256, 512, (1, 8, 1),
+                                "gsm8k_grpo_7b model.lora_rank=16", lora_rank=16),
 }
 
 
-def model_cfg(name: str, remat: str, chunk: int) -> ModelConfig:
+def model_cfg(name: str, remat: str, chunk: int, lora_rank: int = 0) -> ModelConfig:
     return ModelConfig(name=name, param_dtype="float32", compute_dtype="bfloat16",
-                       init_std=0.02, remat=remat, logits_chunk_tokens=chunk, **SHAPES[name])
+                       init_std=0.02, remat=remat, logits_chunk_tokens=chunk,
+                       lora_rank=lora_rank, **SHAPES[name])
 
 
 def _mesh(case: Case):
@@ -96,7 +100,9 @@ def analyse_update(case: Case, cfg: ModelConfig) -> dict:
     """Per-device memory and total FLOPs of one update over the step's whole batch."""
     model, mesh = Decoder(cfg, cfg.vocab_size), _mesh(case)
     tx = optax.adamw(1e-6)
-    params = jax.eval_shape(lambda: {"policy": init_params(model, jax.random.key(0))})
+    base, adapters = jax.eval_shape(lambda: lora.split(init_params(model, jax.random.key(0))))
+    # Trained: the whole policy, or with LoRA its adapters (the base frozen beside them).
+    params = {"policy": adapters if cfg.lora_rank else base}
     state = jax.eval_shape(lambda p: optim.init_train_state(p, tx), params)
     state_sh = sharding.state_shardings(state, mesh)
     place = lambda tree, sh: jax.tree.map(
@@ -110,11 +116,11 @@ def analyse_update(case: Case, cfg: ModelConfig) -> dict:
         model, tx, optax.constant_schedule(1e-6), prompt_len=case.prompt, temperature=1.0,
         loss=train_step.LossOptions(kl_coef=0.001),
         schedule=train_step.UpdateSchedule(microbatches=case.microbatches),
-        state_sharding=state_sh, metrics_sharding=sharding.replicated(mesh))
+        state_sharding=state_sh, metrics_sharding=sharding.replicated(mesh),
+        adapters=cfg.lora_rank > 0)
     # The reference policy as the loop holds it: in the compute dtype (warmstart.py).
-    ref = jax.eval_shape(partial(reference_params, compute_dtype=cfg.compute_dtype),
-                         params["policy"])
-    args = (place(state, state_sh), place(ref, state_sh.params["policy"]), batch,
+    ref = jax.eval_shape(partial(reference_params, compute_dtype=cfg.compute_dtype), base)
+    args = (place(state, state_sh), place(ref, sharding.state_shardings(ref, mesh)), batch,
             jax.random.key(0), 1.0)
     t0 = time.perf_counter()
     compiled = step.lower(*args).compile()
@@ -126,7 +132,12 @@ def analyse_sampler(case: Case, cfg: ModelConfig) -> dict:
     """Per-device memory of one sampler call (the step's rows / sample_chunks) and its FLOPs
     at the full response length."""
     model, mesh = Decoder(cfg, cfg.vocab_size), _mesh(case)
-    params = jax.eval_shape(lambda: init_params(model, jax.random.key(0)))
+    params = jax.eval_shape(lambda: init_params(model, jax.random.key(0)))  # with adapters
+    if cfg.lora_rank:  # as the loop runs it: the bfloat16 base (the reference) + adapters
+        base, adapters = lora.split(params)
+        params = lora.merge(jax.eval_shape(partial(reference_params,
+                                                   compute_dtype=cfg.compute_dtype), base),
+                            adapters)
     param_sh = sharding.state_shardings(params, mesh)
     params = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                           params, param_sh)
@@ -157,13 +168,15 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for name in args.cases.split(","):
         case = CASES[name]
-        runs = [("update", f"update remat={args.remat} chunks={args.chunk}",
-                 model_cfg(case.model, args.remat, args.chunk))]
-        if args.baseline:
+        new = model_cfg(case.model, args.remat, args.chunk, case.lora_rank)
+        runs = [("update", f"update remat={args.remat} chunks={args.chunk}", new)]
+        if args.baseline and case.lora_rank:
+            runs.insert(0, ("update", "update, full fine-tuning",
+                            model_cfg(case.model, args.remat, args.chunk)))
+        elif args.baseline:
             runs.insert(0, ("update", "update, no remat, whole logits",
                             model_cfg(case.model, "none", 0)))
-        runs.append(("sampler", f"sampler {case.sequences // case.sample_chunks} rows",
-                     model_cfg(case.model, args.remat, args.chunk)))
+        runs.append(("sampler", f"sampler {case.sequences // case.sample_chunks} rows", new))
         for kind, label, cfg in runs:
             r = (analyse_update if kind == "update" else analyse_sampler)(case, cfg)
             total = r["args"] + r["out"] - r["alias"] + r["temp"]

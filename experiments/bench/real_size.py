@@ -19,6 +19,7 @@ the prediction plus an overhead that this run measures.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -41,13 +42,14 @@ def main() -> None:
     import optax
 
     import rlvr_jax
-    from rlvr_jax import optim, sharding, train_step
+    from rlvr_jax import build, optim, sharding, train_step
+    from rlvr_jax.warmstart import reference_params
     from rlvr_jax.models.policy import Decoder, init_params
     from rlvr_jax.sampling import make_sampler
     from rlvr_jax.types import TrainBatch
 
     run_dir = tempfile.mkdtemp(prefix="real_size_")
-    overrides = ["+experiment=math_grpo", "model=qwen2_5_0p5b", "warmup.steps=0",
+    overrides = ["+experiment=math_grpo", "warmup.steps=0",
                  f"num_steps={args.steps}", f"algo.prompts_per_step={args.prompts}",
                  f"algo.samples_per_prompt={args.samples}", "algo.microbatches=1",
                  f"sampling.max_new_tokens={args.new_tokens}", "algo.loss.kl_coef=0.001",
@@ -55,14 +57,16 @@ def main() -> None:
                  f"eval.sequences_per_batch={args.prompts * args.samples}",
                  "logger.progress_bar=false"]
     cfg = rlvr_jax.compose(overrides, run_dir=run_dir)
+    # The preset's model, randomly initialised at Qwen2.5-0.5B's shapes and real vocabulary
+    # (a config refuses a pretrained size without model.path: this bench means it).
+    qwen = rlvr_jax.compose(["model=qwen2_5_0p5b", "model.path=/nonexistent"]).model
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(qwen, path=""))
     t0 = time.perf_counter()
     summary = rlvr_jax.run(cfg)
     wall = time.perf_counter() - t0
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
     steps = [r for r in rows if "reward/mean" in r]
-    prompt_len = json.load(open(os.path.join(run_dir, "run_config.json")))  # for the record
-    del prompt_len
 
     # The prediction: the same two programs at the run's shapes, compiled from abstract inputs.
     m = cfg.model
@@ -72,7 +76,8 @@ def main() -> None:
     params = jax.eval_shape(lambda: {"policy": init_params(model, jax.random.key(0))})
     state = jax.eval_shape(lambda p: optim.init_train_state(p, tx), params)
     b = args.prompts * args.samples
-    t_prompt = int(steps[-1].get("prompt/len", 0)) or _prompt_len(cfg)
+    t_prompt = build.task_setup(cfg.task, cfg.model, args.new_tokens,
+                                os.path.join(run_dir, "tokenizer")).prompt_len
     t = t_prompt + args.new_tokens
     sds = jax.ShapeDtypeStruct
     batch = TrainBatch(sds((b, t), jnp.int32), sds((b, t), jnp.int32),
@@ -81,7 +86,8 @@ def main() -> None:
         model, tx, optax.constant_schedule(1e-6), prompt_len=t_prompt, temperature=1.0,
         loss=train_step.LossOptions(kl_coef=0.001), state_sharding=sharding.state_shardings(
             state, mesh), metrics_sharding=sharding.replicated(mesh))
-    upd = step.lower(state, params["policy"], batch, jax.random.key(0), 1.0).compile()
+    ref = jax.eval_shape(lambda p: reference_params(p, m.compute_dtype), params["policy"])
+    upd = step.lower(state, ref, batch, jax.random.key(0), 1.0).compile()
     sample = make_sampler(model, max_new_tokens=args.new_tokens, eos_id=1, pad_id=0,
                           temperature=1.0)
     prompt = sds((b, t_prompt), jnp.int32)
@@ -95,20 +101,14 @@ def main() -> None:
     print(f"Qwen2.5-0.5B shapes, {b} sequences x ({t_prompt} + {args.new_tokens}) tokens, "
           f"{args.steps} RL steps, {jax.default_backend()}")
     print(f"compiles: {summary['compiles'] if 'compiles' in summary else summary}")
-    print(f"wall {wall:.0f} s; step times "
-          f"{', '.join(f'{r['time/step_s']:.1f}' for r in steps)} s; "
-          f"MFU update {', '.join(f'{r.get('perf/mfu_update', float('nan')):.3f}' for r in steps)}")
+    step_s = ", ".join(f"{r['time/step_s']:.1f}" for r in steps)
+    mfu = ", ".join(f"{r.get('perf/mfu_update', float('nan')):.3f}" for r in steps)
+    print(f"wall {wall:.0f} s; step times {step_s} s; MFU of the update {mfu}")
     print("| | GB |")
     print("|---|---|")
     print(f"| predicted: update step (state + ref + temporaries) | {total(upd) / GB:.2f} |")
     print(f"| predicted: sampler | {total(smp) / GB:.2f} |")
     print(f"| measured: process peak RSS | {peak_rss / GB:.2f} |")
-
-
-def _prompt_len(cfg) -> int:
-    from rlvr_jax import build
-
-    return build.task_setup(cfg.task, cfg.model, cfg.sampling, cfg.run_dir).prompt_len
 
 
 if __name__ == "__main__":

@@ -73,6 +73,9 @@ def validate(cfg: RunConfig) -> RunConfig:
            f"{v.kind}")
     _check(a.dapo.sampled_prompts(a.prompts_per_step) % v.overlap_chunks == 0,
            "verifier.overlap_chunks", "must divide the sampled prompts per step")
+    _check(m.lora_rank == 0 or a.name != "ppo", "model.lora_rank",
+           "LoRA trains the GRPO family's policy; algo=ppo's critic needs full weights "
+           "(set model.lora_rank=0)")
     if t.name == "dataset":
         _check(bool(m.path) or w.steps == 0, "model.path",
                "task=dataset has no demonstrations for a warm start: set model.path to a "

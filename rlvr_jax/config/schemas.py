@@ -14,6 +14,9 @@ from rlvr_jax.config.choices import (AdvEstimator, Algorithm, CriticLayout, Data
 
 
 # ------------------------------------------------------------------------------------ model
+# The projections that can carry LoRA adapters (module names in models/policy.py).
+LORA_TARGETS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
+
 @dataclass
 class ModelConfig:
     """A decoder-only LM of the Llama/Qwen2 family (RMSNorm, RoPE, GQA, SwiGLU)."""
@@ -50,6 +53,17 @@ class ModelConfig:
     # recomputed in the backward pass: [B, chunk, V] float32 logits live at once instead of
     # [B, R, V]. 0: all response tokens at once.
     logits_chunk_tokens: int = 0
+    # LoRA (Hu et al. 2021, arXiv:2106.09685): rank-r adapters beside the `lora_targets`
+    # projections; only the adapters are trained and held in the optimizer, the base weights
+    # stay frozen and, with the adapters off, are the KL reference. 0: full fine-tuning.
+    lora_rank: int = 0
+    lora_alpha: float = 16.0  # the adapters' product is scaled by lora_alpha / lora_rank
+    lora_targets: List[str] = field(
+        default_factory=lambda: ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"])
+
+    @property
+    def lora_scale(self) -> float:
+        return self.lora_alpha / self.lora_rank if self.lora_rank else 0.0
 
     @property
     def resolved_head_dim(self) -> int:
@@ -65,6 +79,12 @@ class ModelConfig:
         _check(self.resolved_head_dim % 2 == 0, f"{key}.head_dim",
                "must be even for rotary embeddings")
         _check(self.logits_chunk_tokens >= 0, f"{key}.logits_chunk_tokens", "must be >= 0")
+        _check(self.lora_rank >= 0, f"{key}.lora_rank", "must be >= 0 (0: no adapters)")
+        unknown = sorted(set(self.lora_targets) - set(LORA_TARGETS))
+        _check(not unknown, f"{key}.lora_targets",
+               f"unknown {unknown} (known: {', '.join(LORA_TARGETS)})")
+        _check(self.lora_rank == 0 or bool(self.lora_targets), f"{key}.lora_targets",
+               f"is empty while {key}.lora_rank={self.lora_rank}")
         _check(self.vocab_size == 0 or bool(self.path), f"{key}.path",
                f"model '{self.name}' is a pretrained architecture (vocab_size "
                f"{self.vocab_size}): set {key}.path to a local Hugging Face directory with its "

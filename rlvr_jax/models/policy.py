@@ -141,13 +141,20 @@ def project(x, kernel, bias, dtype, sizes: tuple[int, ...] | None = None):
 
 
 class Linear(nn.Module):
-    """One projection: params `kernel` [in, features] (and `bias`), product by `project`."""
+    """One projection: params `kernel` [in, features] (and `bias`), product by `project`.
+
+    With `lora_rank` r > 0, LoRA adapters (Hu et al. 2021, arXiv:2106.09685) `lora_a` [in, r]
+    (Kaiming-uniform, as PEFT) and `lora_b` [r, features] (zeros) add `lora_scale * x A B`:
+    the product of the adapted kernel W + lora_scale A B, without forming it. A tree without
+    the adapters (the frozen base: the KL reference) runs the plain projection."""
 
     features: int
     use_bias: bool
     param_dtype: jnp.dtype
     dtype: jnp.dtype
     init_std: float
+    lora_rank: int = 0
+    lora_scale: float = 0.0
 
     @nn.compact
     def __call__(self, x, sizes: tuple[int, ...] | None = None):
@@ -155,12 +162,25 @@ class Linear(nn.Module):
                             (x.shape[-1], self.features), self.param_dtype)
         bias = (self.param("bias", nn.initializers.zeros, (self.features,), self.param_dtype)
                 if self.use_bias else None)
-        return project(x, kernel, bias, self.dtype, sizes)
+        y = project(x, kernel, bias, self.dtype)
+        if self.lora_rank and (self.is_initializing() or self.has_variable("params", "lora_a")):
+            a = self.param("lora_a", nn.initializers.variance_scaling(1 / 3, "fan_in", "uniform"),
+                           (x.shape[-1], self.lora_rank), self.param_dtype)
+            b = self.param("lora_b", nn.initializers.zeros, (self.lora_rank, self.features),
+                           self.param_dtype)
+            y = y + self.lora_scale * project(project(x, a, None, self.dtype), b, None,
+                                              self.dtype)
+        if sizes is None:
+            return y
+        return jnp.split(y, np.cumsum(sizes)[:-1], axis=-1)
 
 
-def _linear(cfg: ModelConfig, features: int, bias: bool = False) -> Linear:
+def _linear(cfg: ModelConfig, features: int, bias: bool = False, name: str = "") -> Linear:
+    """A projection of the model; `name` (its module name) in `model.lora_targets` gets
+    adapters when `model.lora_rank` > 0."""
+    rank = cfg.lora_rank if name in cfg.lora_targets else 0
     return Linear(features, bias, jnp.dtype(cfg.param_dtype), jnp.dtype(cfg.compute_dtype),
-                  cfg.init_std)
+                  cfg.init_std, rank, cfg.lora_scale)
 
 
 def qkv_sizes(cfg: ModelConfig) -> tuple[int, int, int]:
@@ -224,8 +244,8 @@ class Attention(nn.Module):
 
     def setup(self):
         cfg = self.cfg
-        self.qkv_proj = _linear(cfg, sum(qkv_sizes(cfg)), cfg.qkv_bias)
-        self.o_proj = _linear(cfg, cfg.hidden_size)
+        self.qkv_proj = _linear(cfg, sum(qkv_sizes(cfg)), cfg.qkv_bias, "qkv_proj")
+        self.o_proj = _linear(cfg, cfg.hidden_size, name="o_proj")
 
     def qkv(self, x_B_T_D, rope_B_T):
         """Rotated queries [B, T, Q, H], rotated keys and values [B, T, K, H]."""
@@ -242,8 +262,8 @@ class MLP(nn.Module):
     cfg: ModelConfig
 
     def setup(self):
-        self.gate_up_proj = _linear(self.cfg, sum(gate_up_sizes(self.cfg)))
-        self.down_proj = _linear(self.cfg, self.cfg.hidden_size)
+        self.gate_up_proj = _linear(self.cfg, sum(gate_up_sizes(self.cfg)), name="gate_up_proj")
+        self.down_proj = _linear(self.cfg, self.cfg.hidden_size, name="down_proj")
 
     def __call__(self, x):
         gate, up = self.gate_up_proj(x, gate_up_sizes(self.cfg))
@@ -327,11 +347,14 @@ class Decoder(nn.Module):
         dt, pdt = jnp.dtype(cfg.compute_dtype), jnp.dtype(cfg.param_dtype)
         self.embed_tokens = nn.Embed(self.vocab_size, cfg.hidden_size, dtype=dt, param_dtype=pdt,
                                      embedding_init=nn.initializers.normal(cfg.init_std))
-        self.layers = self.param("layers", lambda key: jax.vmap(lambda k: _block_init(cfg, k))(
-            jax.random.split(key, cfg.num_layers)))
+        # A variable, not `self.param`: param() checks a given tree against its initialiser's,
+        # and the stack may come with or without LoRA adapters (the base alone: adapters off).
+        self.stack = self.variable("params", "layers", lambda: jax.vmap(
+            lambda k: _block_init(cfg, k))(jax.random.split(self.make_rng("params"),
+                                                            cfg.num_layers)))
         self.norm = RMSNorm(cfg.rms_norm_eps, dt, pdt)
         if not cfg.tie_embeddings:
-            self.lm_head = Linear(self.vocab_size, False, pdt, dt, cfg.init_std)
+            self.lm_head = _linear(cfg, self.vocab_size, name="lm_head")
 
     def _blocks(self, x_B_T_D, rope_B_T, mask_B_T_T, remat: str = "none", keep_kv: bool = True):
         """Every block over T tokens -> (x_B_T_D, (k_N_B_T_K_H, v_N_B_T_K_H) or None)."""
@@ -343,7 +366,7 @@ class Decoder(nn.Module):
 
         if remat != "none":  # prevent_cse is for unrolled code; a scan body needs none
             body = jax.checkpoint(body, policy=REMAT_POLICIES[remat], prevent_cse=False)
-        return jax.lax.scan(body, x_B_T_D, self.layers)
+        return jax.lax.scan(body, x_B_T_D, self.stack.value)
 
     def forward(self, tokens_B_T, mask_B_T):
         """Final-normed hidden states [B, T, D] of left-padded sequences (positions restart at
@@ -394,7 +417,7 @@ class Decoder(nn.Module):
 
         x, (k_N_B_1_K_H, v_N_B_1_K_H) = jax.lax.scan(
             body, self.embed_tokens(token_B[:, None]),
-            (self.layers, cache.k_N_B_S_K_H, cache.v_N_B_S_K_H))
+            (self.stack.value, cache.k_N_B_S_K_H, cache.v_N_B_S_K_H))
         write = lambda c, new: jax.lax.dynamic_update_slice(c, new.astype(c.dtype),
                                                             (0, 0, index, 0, 0))
         cache = KVCache(write(cache.k_N_B_S_K_H, k_N_B_1_K_H),
