@@ -105,8 +105,7 @@ def read_policy_params(run_dir: str, step: Optional[int] = None) -> tuple[Any, i
     step = steps[-1] if step is None else step
     path = os.path.join(directory, str(step), "state")
     try:
-        with ocp.StandardCheckpointer() as ckptr:
-            state = ckptr.restore(path)
+        state = _restore_on_host(path)
     except Exception as e:
         raise CheckpointError(f"cannot read checkpoint {path}: {type(e).__name__}: {e}") from e
     params = state["params"] if isinstance(state, dict) else state[1]
@@ -117,8 +116,19 @@ def read_warmstart_params(run_dir: str) -> Any:
     """A run directory's warm-start params (host arrays), without a target structure."""
     path = os.path.join(os.path.abspath(run_dir), "warmstart")
     try:
-        with ocp.StandardCheckpointer() as ckptr:
-            return jax.tree.map(np.asarray, ckptr.restore(path))
+        return jax.tree.map(np.asarray, _restore_on_host(path))
     except Exception as e:
         raise CheckpointError(f"cannot read warm-start params {path}: {type(e).__name__}: "
                               f"{e}") from e
+
+
+def _restore_on_host(path: str) -> Any:
+    """A saved tree onto this process's first device, whatever mesh (and however many
+    processes) wrote it: the target is built from the checkpoint's own shapes and dtypes."""
+    one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    with ocp.StandardCheckpointer() as ckptr:
+        meta = ckptr.metadata(path)
+        tree = getattr(meta, "item_metadata", meta)
+        target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one),
+                              tree)
+        return ckptr.restore(path, target)

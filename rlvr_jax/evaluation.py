@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import jax
 import numpy as np
 
-from rlvr_jax import batching, pass_at_k, rewards
+from rlvr_jax import batching, distributed, pass_at_k, rewards
 from rlvr_jax.tasks.base import Task
 from rlvr_jax.types import Status
 from rlvr_jax.verify.verifiers import Verifier
@@ -23,7 +23,8 @@ from rlvr_jax.verify.verifiers import Verifier
 def sample_and_verify(sample: Callable, params, task: Task, tokenizer, problems: Sequence,
                       verifier: Verifier, *, samples_per_problem: int, prompt_len: int,
                       batch_size: int, key: jax.Array, put: Callable):
-    """(verdicts, completions), both in problem-major order (n per problem)."""
+    """(verdicts, completions), both in problem-major order (n per problem). Over several
+    processes each verifies its block of every batch and the verdicts are gathered."""
     jobs = [p for p in problems for _ in range(samples_per_problem)]
     verdicts, texts = [], []
     for start in range(0, len(jobs), batch_size):
@@ -32,11 +33,13 @@ def sample_and_verify(sample: Callable, params, task: Task, tokenizer, problems:
         prompt, mask = batching.encode_prompts(tokenizer, [task.prompt(p) for p in padded],
                                                prompt_len)
         rollout = sample(params, put(prompt), put(mask), jax.random.fold_in(key, start))
-        tokens, resp_mask = jax.device_get((rollout.tokens_B_R, rollout.mask_B_R))
-        chunk_texts = batching.decode_responses(tokenizer, tokens[: len(chunk)],
-                                                resp_mask[: len(chunk)])
-        verdicts += verifier.verify(task.verify_jobs(chunk, chunk_texts))
-        texts += chunk_texts
+        tokens, resp_mask = distributed.to_host((rollout.tokens_B_R, rollout.mask_B_R))
+        batch_texts = batching.decode_responses(tokenizer, tokens, resp_mask)
+        mine = distributed.my_rows(batch_size)  # the padding rows too: equal blocks
+        batch_verdicts, _ = distributed.gather_verdicts(
+            verifier.verify(task.verify_jobs(padded[mine], batch_texts[mine])))
+        verdicts += batch_verdicts[: len(chunk)]
+        texts += batch_texts[: len(chunk)]
     return verdicts, texts
 
 

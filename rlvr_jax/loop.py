@@ -17,14 +17,15 @@ import dataclasses
 import json
 import os
 import time
+from contextlib import nullcontext
 from functools import partial
 
 import jax
 
-from rlvr_jax import build, perf, rewards, run_control, stages, warmstart
+from rlvr_jax import build, distributed, perf, rewards, run_control, stages, warmstart
 from rlvr_jax.checkpoint import Checkpointer
 from rlvr_jax.config import RunConfig, as_dict, warmstart_key
-from rlvr_jax.tracking import Tracker
+from rlvr_jax.tracking import NullTracker, Tracker
 from rlvr_jax.types import LoopState, StepTimes
 from rlvr_jax.verify.verifiers import make_verifier
 
@@ -36,7 +37,13 @@ def run(cfg: RunConfig) -> dict:
     """Train as `cfg` says in `cfg.run_dir`, resuming what is there. Returns the summary, or
     {"stopped_at_step": k, ...} when stopped early (stop_after_steps, SIGTERM, Ctrl-C)."""
     os.makedirs(cfg.run_dir, exist_ok=True)
-    with run_control.RunLock(cfg.run_dir), run_control.StopSignals() as stop:
+    d = cfg.distributed  # several processes: join them first, before any device is touched
+    distributed.initialize(d.coordinator_address, d.num_processes, d.process_id,
+                           d.heartbeat_timeout_s, d.init_timeout_s)
+    # One lock per run, held by the writer: the run's other processes share its directory.
+    lock = run_control.RunLock(cfg.run_dir) if distributed.is_writer() else nullcontext()
+    with lock, run_control.StopSignals() as stop:
+        distributed.check_process_count(cfg.run_dir)
         done = finished_summary(cfg.run_dir, cfg.num_steps)
         if done is not None:
             table = format_table(done, cfg.eval.num_problems, cfg.eval.sampled_per_problem,
@@ -65,8 +72,11 @@ def finished_summary(run_dir: str, num_steps: int) -> dict | None:
 def _build_and_run(cfg: RunConfig, stop: run_control.StopSignals) -> dict:
     t_start = time.perf_counter()
     traces = build.Traces()
-    setup = build.task_setup(cfg.task, cfg.model, cfg.sampling.max_new_tokens,
-                             os.path.join(cfg.run_dir, "tokenizer"))
+    task_setup = partial(build.task_setup, cfg.task, cfg.model, cfg.sampling.max_new_tokens,
+                         os.path.join(cfg.run_dir, "tokenizer"))
+    setup = task_setup() if distributed.is_writer() else None
+    distributed.barrier("task_setup")  # the writer has saved the tokenizer the others read
+    setup = setup or task_setup()
     cfg = dataclasses.replace(cfg, model=setup.model_cfg)  # resolved from model.path, if any
     policy = build.policy(setup, cfg.mesh, cfg.sampling, traces)
     a = cfg.algo
@@ -92,24 +102,29 @@ def _build_and_run(cfg: RunConfig, stop: run_control.StopSignals) -> dict:
 def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: build.Updates,
          verifier, traces: build.Traces, t_start: float, stop: run_control.StopSignals) -> dict:
     a, w, P, G = cfg.algo, cfg.warmup, cfg.algo.prompts_per_step, cfg.algo.samples_per_prompt
-    with open(os.path.join(cfg.run_dir, "run_config.json"), "w") as f:
-        json.dump(as_dict(cfg), f, indent=2)  # resolved (model read from model.path): for export
+    if distributed.is_writer():
+        with open(os.path.join(cfg.run_dir, "run_config.json"), "w") as f:
+            json.dump(as_dict(cfg), f, indent=2)  # resolved (model read from model.path)
     ckpt = Checkpointer(cfg.run_dir, cfg.checkpoint.every_steps, cfg.checkpoint.max_to_keep,
                         os.path.join(w.shared_dir, warmstart_key(cfg)) if w.shared_dir else None)
     tracker = Tracker(cfg.run_dir, mode=cfg.logger.mode, project=cfg.logger.project,
                       entity=cfg.logger.entity, name=cfg.name, config=as_dict(cfg),
-                      total_steps=cfg.num_steps, progress_bar=cfg.logger.progress_bar)
+                      total_steps=cfg.num_steps, progress_bar=cfg.logger.progress_bar
+                      ) if distributed.is_writer() else NullTracker()
+    stop_requested = lambda: distributed.any_process(stop.requested is not None)  # all agree
     tracker.write(f"resolved config: {os.path.abspath(os.path.join(cfg.run_dir, 'run_config.json'))}")
     tracker.write(f"run dir {os.path.abspath(cfg.run_dir)} | devices {policy.mesh.devices.size} "
                   f"({jax.default_backend()}) mesh {dict(policy.mesh.shape)} | batch {P}x{G}="
                   f"{P * G} sequences | prompt {setup.prompt_len} + response "
-                  f"{setup.max_new_tokens} tokens")
+                  f"{setup.max_new_tokens} tokens | processes {jax.process_count()}")
     start = warmstart.start_or_resume(
         policy, setup, updates, verifier, warmup=w, eval_cfg=cfg.eval, seed=cfg.seed,
         kl_coef=a.loss.kl_coef, num_steps=cfg.num_steps, run_dir=cfg.run_dir, ckpt=ckpt,
-        tracker=tracker, should_stop=lambda: stop.requested is not None)
+        tracker=tracker, should_stop=stop_requested)
     state, loop, ref_params = start.state, start.loop, start.ref_params
     held_out = partial(warmstart.held_out_accuracy, policy, setup, verifier, cfg.eval)
+    write_wall = partial(warmstart.write_wall, cfg.run_dir) if distributed.is_writer() \
+        else (lambda seconds: None)
     policy_params = updates.policy_params  # (state params, ref) -> what the sampler runs
     tracker.start_at(loop.step)
     base_key = jax.random.wrap_key_data(loop.rng_key)
@@ -144,7 +159,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
     last = min(cfg.num_steps, loop.step + cfg.stop_after_steps) if cfg.stop_after_steps \
         else cfg.num_steps
     for step in range(loop.step, last):
-        if stop.requested:  # it came during the warm start or an evaluation: stop here
+        if stop_requested():  # it came during the warm start or an evaluation: stop here
             if step > 0:
                 ckpt.maybe_save(step, state, loop, force=True)
             last = step
@@ -153,7 +168,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
         key = jax.random.fold_in(rl_key, step)
         problems, prompt_B_L, pmask_B_L = prompts(step)                                # host
         params = policy_params(state.params, ref_params)  # with LoRA: base + adapters
-        rollout, verdicts, t_sample, t_verify = sample_and_verify(
+        rollout, verdicts, t_sample, t_verify, verified = sample_and_verify(
             params, problems, prompt_B_L, pmask_B_L, key)                              # jit | host
         t2 = time.perf_counter()
         fresh = score(verdicts, rollout, prompt_B_L, pmask_B_L)                        # rewards
@@ -174,7 +189,8 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
                | stages.timing(times, rollout.mask_B_R)
                | utilisation(update_flops, times, rollout.mask_B_R)
                | ds_row | adv_row | {"train/kl_coef": kl_coef}
-               | {f"compiles/{k}": v for k, v in traces.items()})
+               | {f"compiles/{k}": v for k, v in traces.items()}
+               | {f"verify/samples_process_{i}": n for i, n in enumerate(verified)})
         tracker.log(step + 1, row)                                                     # log
         tracker.advance({"acc": row["reward/accuracy"], "kl": row["train/approx_kl_old"]})
         if not cfg.logger.progress_bar:  # a compact line per step instead of the bar
@@ -182,9 +198,9 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
                           f"acc {row['reward/accuracy']:.3f}  kl {row['train/approx_kl_old']:.4f}"
                           f"  {row['time/step_s']:.2f}s")
         loop = LoopState(step + 1, (step + 1) * sampled, loop.rng_key, kl_coef, carry)
-        stopping = stop.requested is not None                                          # SIGTERM
+        stopping = stop_requested()                                                    # SIGTERM
         if ckpt.maybe_save(step + 1, state, loop, force=step + 1 == last or stopping):  # checkpoint
-            warmstart.write_wall(cfg.run_dir, start.wall_before + time.perf_counter() - t_start)
+            write_wall(start.wall_before + time.perf_counter() - t_start)
         if stopping:
             last = step + 1
             break
@@ -194,9 +210,9 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
                                    held_out(policy_params(state.params, ref_params),
                                             eval_key).items()})
 
-    if last < cfg.num_steps or stop.requested:
+    if last < cfg.num_steps or stop_requested():
         ckpt.close()  # waits for the checkpoint being written
-        warmstart.write_wall(cfg.run_dir, start.wall_before + time.perf_counter() - t_start)
+        write_wall(start.wall_before + time.perf_counter() - t_start)
         why = stop.requested or "stop_after_steps"
         tracker.write(f"stopped after step {last} ({why}); checkpoint in {ckpt.directory}; "
                       "rerun the same command to resume")
@@ -206,7 +222,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
     tracker.log(cfg.num_steps, {f"eval/{k}": v for k, v in eval_end.items()})
     ckpt.close()
     wall = start.wall_before + time.perf_counter() - t_start
-    warmstart.write_wall(cfg.run_dir, wall)
+    write_wall(wall)
     summary = {
         "eval/sampled_accuracy_start": start.eval_start["sampled_accuracy"],
         "eval/sampled_accuracy_end": eval_end["sampled_accuracy"],
@@ -216,8 +232,9 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
         "train/steps": cfg.num_steps,
         "compiles": dict(traces),
     }
-    with open(os.path.join(cfg.run_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    if distributed.is_writer():
+        with open(os.path.join(cfg.run_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
     tracker.summary({k: summary[k] for k in SUMMARY_KEYS})
     tracker.write(format_table(summary, cfg.eval.num_problems, cfg.eval.sampled_per_problem,
                                cfg.num_steps))

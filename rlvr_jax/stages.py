@@ -11,7 +11,7 @@ from typing import Callable, Optional, Sequence
 import jax
 import numpy as np
 
-from rlvr_jax import advantages, batching, dynamic_sampling, perf, rewards
+from rlvr_jax import advantages, batching, distributed, dynamic_sampling, perf, rewards
 from rlvr_jax.tasks.base import Task, repeat_each
 from rlvr_jax.types import Groups, Rollout, StepTimes, Verdict
 from rlvr_jax.verify.verifiers import Verifier
@@ -32,8 +32,10 @@ def sample_and_verify(sample: Callable, put: Callable, verifier: Verifier, task:
                       chunks: int, samples_per_prompt: int):
     """Sample the step's batch in `chunks` chunks with the same params (on-policy) and hand each
     chunk to the verifier as soon as it is decoded, so chunk k is verified (worker processes)
-    while chunk k+1 is sampled (jit). Returns (rollout, verdicts, seconds blocked on sampling,
-    seconds waiting for verdicts after the last chunk)."""
+    while chunk k+1 is sampled (jit). Over several processes each verifies the rows its own
+    devices sampled (distributed.py) and the verdicts are gathered. Returns (rollout, verdicts,
+    seconds blocked on sampling, seconds waiting for verdicts after the last chunk, the
+    samples each process verified)."""
     b = prompt_B_L.shape[0] // chunks
     problems_B = repeat_each(problems, samples_per_prompt)
     parts, futures, t_sample = [], [], 0.0
@@ -42,15 +44,18 @@ def sample_and_verify(sample: Callable, put: Callable, verifier: Verifier, task:
         rows = slice(k * b, (k + 1) * b)
         part = sample(params, put(prompt_B_L[rows]), put(pmask_B_L[rows]),
                       key if chunks == 1 else jax.random.fold_in(key, k))
-        part = jax.device_get(part)
+        part = distributed.to_host(part)
         t_sample += time.perf_counter() - t0
-        texts = batching.decode_responses(tokenizer, part.tokens_B_R, part.mask_B_R)
-        futures.append(verifier.submit(task.verify_jobs(problems_B[rows], texts)))
+        mine = distributed.my_rows(b)
+        texts = batching.decode_responses(tokenizer, part.tokens_B_R[mine], part.mask_B_R[mine])
+        futures.append(verifier.submit(task.verify_jobs(problems_B[rows][mine], texts)))
         parts.append(part)
     t0 = time.perf_counter()
-    verdicts = [v for f in futures for v in f.result()]
+    gathered = [distributed.gather_verdicts(f.result()) for f in futures]
+    verdicts = [v for chunk, _ in gathered for v in chunk]
+    verified = [sum(counts) for counts in zip(*(c for _, c in gathered))]
     rollout = Rollout(*(np.concatenate(x) for x in zip(*parts)))
-    return rollout, verdicts, t_sample, time.perf_counter() - t0
+    return rollout, verdicts, t_sample, time.perf_counter() - t0, verified
 
 
 def score(verdicts: Sequence[Verdict], rollout: Rollout, prompt_B_L, pmask_B_L, *,

@@ -98,3 +98,29 @@ class Tracker:
         self._jsonl.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+class NullTracker:
+    """The Tracker of a process that is not the run's writer (distributed.py): it logs
+    nothing; its errors still reach its own stderr."""
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        pass
+
+    def start_at(self, step: int) -> None:
+        pass
+
+    def advance(self, postfix: Mapping[str, float]) -> None:
+        pass
+
+    def write(self, text: str) -> None:
+        pass
+
+    def truncate_after(self, step: int) -> None:
+        pass
+
+    def summary(self, values: Mapping[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -136,8 +136,9 @@ def start_or_resume(policy: Policy, setup: TaskSetup, updates: Updates, verifier
     else:  # the key is the loop's eval key (fold 2): start and end see the same draws
         eval_start = held_out_accuracy(policy, setup, verifier, eval_cfg, warm,
                                      jax.random.fold_in(base_key, 2))
-        with open(eval_path, "w") as f:
-            json.dump(eval_start, f)
+        if jax.process_index() == 0:  # the run's one writer (distributed.py)
+            with open(eval_path, "w") as f:
+                json.dump(eval_start, f)
         tracker.log(0, {f"eval/{k}": v for k, v in eval_start.items()})
     state = optim.init_train_state(
         updates.init_rl_params(warm, jax.random.fold_in(base_key, 4)), updates.rl_tx)

@@ -20,7 +20,8 @@ from rlvr_jax.config.load import (as_dict, compose, conf_dir, register_configs, 
                                   to_run_config, validate, warmstart_key)
 from rlvr_jax.config.schemas import (TASK_SCHEMAS, TASK_VERIFIERS, AlgoConfig,
                                      ArithmeticTaskConfig, CheckpointConfig, CodegenTaskConfig,
-                                     DAPOConfig, DatasetTaskConfig, EvalConfig, LoggerConfig,
+                                     DAPOConfig, DatasetTaskConfig, DistributedConfig,
+                                     EvalConfig, LoggerConfig,
                                      MeshConfig, ModelConfig, OptimConfig, PolicyLossConfig,
                                      PPOConfig, RunConfig, SamplingConfig, TaskConfig,
                                      VerifierConfig, WarmupConfig)
@@ -46,6 +47,7 @@ __all__ = [
     "LoggerMode",
     "LossAgg",
     "MeshConfig",
+    "DistributedConfig",
     "ModelConfig",
     "OnBadRow",
     "OptimConfig",

@@ -64,6 +64,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     w.check()
     v.check()
     cfg.mesh.check()
+    cfg.distributed.check()
     cfg.checkpoint.check()
     cfg.eval.check()
     _check(cfg.num_steps >= 0, "num_steps", "must be >= 0")

@@ -379,6 +379,28 @@ class MeshConfig:
 
 
 @dataclass
+class DistributedConfig:
+    """Several processes (hosts) in one run (rlvr_jax/distributed.py). Under SLURM, Open MPI or
+    a TPU slice nothing needs setting: JAX reads the coordinator and ranks from the launcher.
+    Elsewhere set all three; num_processes 0 or 1: one process."""
+
+    coordinator_address: str = ""  # host:port of process 0
+    num_processes: int = 0
+    process_id: int = -1
+    heartbeat_timeout_s: int = 60  # a dead or hung process ends the others after this long
+    init_timeout_s: int = 300  # waiting for every process to join
+
+    def check(self, key: str = "distributed") -> None:
+        _check(self.num_processes >= 0, f"{key}.num_processes", "must be >= 0")
+        _check(self.num_processes <= 1 or 0 <= self.process_id < self.num_processes,
+               f"{key}.process_id", f"must be in [0, {key}.num_processes)")
+        _check(self.num_processes <= 1 or bool(self.coordinator_address),
+               f"{key}.coordinator_address", f"must be set (host:port) when {key}.num_processes > 1")
+        _check(self.heartbeat_timeout_s >= 1 and self.init_timeout_s >= 1,
+               f"{key}.heartbeat_timeout_s", "timeouts must be >= 1 s")
+
+
+@dataclass
 class LoggerConfig:
     mode: LoggerMode = LoggerMode["offline"]  # W&B mode
     project: str = "rlvr_jax"
@@ -428,6 +450,7 @@ class RunConfig:
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
     mesh: MeshConfig = field(default_factory=MeshConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

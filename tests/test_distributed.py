@@ -1,0 +1,143 @@
+"""One run over two processes (2 CPU devices each, gloo collectives, coordinator on
+127.0.0.1) against one process with 4 devices: the same rollouts, rewards and updates; a
+resume across the two processes; a killed process ends the other within the heartbeat bound."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from rlvr_jax.checkpoint import read_policy_params
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("distributed")]
+
+COMMON = ["+experiment=math_grpo", "num_steps=3", "warmup.steps=20",
+          "warmup.sequences_per_step=8", "algo.prompts_per_step=4", "algo.samples_per_prompt=4",
+          "verifier.reward_scheme=format_penalty", "eval.num_problems=8",
+          "eval.sampled_per_problem=1", "eval.sequences_per_batch=8", "logger=disabled",
+          "logger.progress_bar=false", "checkpoint.every_steps=1"]
+PPO = ["+experiment=math_ppo", "num_steps=3", "warmup.steps=20", "warmup.sequences_per_step=8",
+       "algo.prompts_per_step=4", "algo.samples_per_prompt=4",
+       "verifier.reward_scheme=format_penalty", "eval.num_problems=8",
+       "eval.sampled_per_problem=1", "eval.sequences_per_batch=8", "logger=disabled",
+       "logger.progress_bar=false", "checkpoint.every_steps=1"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(run_dir, overrides, processes: int, heartbeat_s: int = 30):
+    """The entry point as `processes` processes sharing 4 CPU devices."""
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={4 // processes}",
+               HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, "-m", "rlvr_jax.train", *overrides, f"hydra.run.dir={run_dir}"]
+    if processes == 1:
+        return [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)]
+    port = _free_port()
+    return [subprocess.Popen(cmd + [f"distributed.num_processes={processes}",
+                                    f"distributed.process_id={i}",
+                                    f"distributed.coordinator_address=127.0.0.1:{port}",
+                                    f"distributed.heartbeat_timeout_s={heartbeat_s}"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for i in range(processes)]
+
+
+def _finish(procs, timeout=600) -> list[str]:
+    outs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=timeout)
+        assert p.returncode == 0, out[-3000:]
+        outs.append(out)
+    return outs
+
+
+def _steps(run_dir) -> list[dict]:
+    rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    return [r for r in rows if "reward/mean" in r]
+
+
+def _assert_same_run(one_dir, two_dir):
+    """Rollouts and rewards bitwise (the same SPMD programs, the same keys); params to
+    float32 reduction-order tolerance: a cross-process all-reduce over gloo sums in another
+    order than XLA:CPU's in-process one, and Adam's m / sqrt(v) turns a last-bit difference
+    of a near-zero gradient into up to ~lr of difference in that one weight (seen: 1 weight of
+    131072 off by 1.8e-5)."""
+    one, two = _steps(one_dir), _steps(two_dir)
+    assert [r["step"] for r in two] == [1, 2, 3]
+    for key in ("reward/mean", "reward/accuracy", "response/length_mean"):
+        assert [r[key] for r in two] == [r[key] for r in one], key
+    for key in ("train/loss", "train/grad_norm"):
+        np.testing.assert_allclose([r[key] for r in two], [r[key] for r in one], rtol=1e-4,
+                                   atol=1e-6, err_msg=key)
+    # Each process verified its own half of every step's 16 samples.
+    assert all(r["verify/samples_process_0"] == r["verify/samples_process_1"] == 8 for r in two)
+    p1, _ = read_policy_params(one_dir)
+    p2, _ = read_policy_params(two_dir)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4), p1, p2)
+    return p2
+
+
+def test_two_processes_equal_one_and_resume(tmp_path):
+    """GRPO: 2 processes x 2 devices == 1 process x 4 devices; stopped after 2 steps and
+    rerun, the 2-process run equals its uninterrupted self bitwise."""
+    one, two, resumed = tmp_path / "one", tmp_path / "two", tmp_path / "resumed"
+    _finish(_start(one, COMMON, 1))
+    outs = _finish(_start(two, COMMON, 2))
+    assert "processes 2" in outs[0] and "held-out accuracy" in outs[0]
+    assert "held-out accuracy" not in outs[1]  # one writer: process 0
+    params = _assert_same_run(one, two)
+    _finish(_start(resumed, COMMON + ["stop_after_steps=2"], 2))
+    outs = _finish(_start(resumed, COMMON, 2))
+    assert "RESUMING from checkpoint step 2" in outs[0]
+    again, _ = read_policy_params(resumed)
+    jax.tree.map(np.testing.assert_array_equal, params, again)
+    assert [r["reward/mean"] for r in _steps(resumed)] == [r["reward/mean"] for r in _steps(two)]
+    # Resuming with another process count is refused, naming the count.
+    proc = _start(resumed, COMMON + ["num_steps=4"], 1)[0]
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 2 and "started with 2 processes" in out, out[-2000:]
+
+
+def test_ppo_over_two_processes_equals_one(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    _finish(_start(one, PPO, 1))
+    _finish(_start(two, PPO, 2))
+    _assert_same_run(one, two)
+
+
+def test_a_killed_process_ends_the_other_within_the_heartbeat_bound(tmp_path):
+    """Process 1 is killed after the first RL step; process 0 exits with an error within the
+    heartbeat timeout (10 s here) plus a margin instead of hanging in a collective; the rerun
+    resumes from the last checkpoint."""
+    run_dir = tmp_path / "run"
+    procs = _start(run_dir, COMMON + ["num_steps=40"], 2, heartbeat_s=10)
+    deadline = time.monotonic() + 300
+    while not any(r["step"] >= 1 for r in _rows(run_dir)):
+        assert time.monotonic() < deadline and procs[0].poll() is None
+        time.sleep(0.5)
+    procs[1].send_signal(signal.SIGKILL)
+    t0 = time.monotonic()
+    out, _ = procs[0].communicate(timeout=120)
+    waited = time.monotonic() - t0
+    assert procs[0].returncode != 0 and waited < 10 + 50, (waited, out[-2000:])
+    procs[1].wait()
+    outs = _finish(_start(run_dir, COMMON + ["num_steps=4"], 2))
+    assert "RESUMING from checkpoint step" in outs[0]
+
+
+def _rows(run_dir) -> list[dict]:
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    return [json.loads(line) for line in open(path) if line.strip()]
