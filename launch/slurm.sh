@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Submit one training run to Slurm: launch/slurm.sh EXPERIMENT [hydra overrides...]
-#   e.g. launch/slurm.sh math_grpo algo.optim.learning_rate=1e-4
-# Single host only for now: the loop places each batch from one process (jax.device_put of a
-# host array); multi-host needs per-process batch slices, not written yet. All GPUs of the node
-# form the mesh (mesh=auto: data parallel; mesh=fsdp to shard params). Set PARTITION, GPUS, TIME.
+# Submit one training run to Slurm over NODES nodes x GPUS GPUs:
+#   launch/slurm.sh EXPERIMENT [hydra overrides...]
+#   e.g. NODES=2 GPUS=8 launch/slurm.sh gsm8k_grpo_7b model.path=/models/Qwen2.5-7B-Instruct ...
+# Needs: Slurm (sbatch/srun), this repository on a filesystem every node sees (the run
+# directory must be shared too), the package installed (pip install -e '.[cuda]').
+# One task per node: each is one JAX process driving its node's GPUs; the processes join one
+# run through jax.distributed, which reads the coordinator and ranks from Slurm's environment
+# (rlvr_jax/distributed.py). Slurm sends SIGTERM 120 s before the time limit: the run
+# checkpoints, and the requeued job (same command) resumes it. Set PARTITION, NODES, GPUS, TIME.
 set -euo pipefail
 exp="${1:?usage: launch/slurm.sh EXPERIMENT [overrides...]}"; shift
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -12,12 +16,14 @@ sbatch <<SBATCH
 #!/usr/bin/env bash
 #SBATCH --job-name=rlvr-${exp}
 #SBATCH --partition=${PARTITION:-gpu}
-#SBATCH --nodes=1
+#SBATCH --nodes=${NODES:-1}
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node=${GPUS:-1}
 #SBATCH --time=${TIME:-04:00:00}
+#SBATCH --signal=TERM@120
+#SBATCH --requeue
 #SBATCH --output=${repo}/runs/slurm/%x-%j.out
 cd "${repo}"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-srun python -m rlvr_jax.train +experiment=${exp} $*
+srun --kill-on-bad-exit=1 python -m rlvr_jax.train +experiment=${exp} $*
 SBATCH

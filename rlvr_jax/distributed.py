@@ -45,11 +45,12 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int,
                heartbeat_timeout_s: int, init_timeout_s: int) -> None:
     """Join the run's processes, when it has several: the config's explicit values
     (`distributed.num_processes` > 1), else what SLURM / Open MPI / a TPU slice say (JAX
-    detects the coordinator and ranks). One process: nothing to do."""
+    detects the coordinator and ranks; `num_processes` -1 forces the detection). One process:
+    nothing to do."""
     if jax.distributed.is_initialized():
         return
     explicit = num_processes > 1
-    if not explicit and not _launched_as_many():
+    if not explicit and num_processes != -1 and not _launched_as_many():
         return
     # CPU processes need a collectives backend (GPUs/TPUs bring NCCL/ICI); set before start.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")

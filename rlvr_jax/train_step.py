@@ -11,10 +11,11 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rlvr_jax import advantages, lora, losses, optim, sharding
+from rlvr_jax import advantages, lora, losses, optim, preference, sharding
+from rlvr_jax.models import reward as reward_model
 from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder
-from rlvr_jax.types import SFTBatch, TrainBatch, TrainState
+from rlvr_jax.types import PairBatch, SFTBatch, TrainBatch, TrainState
 
 
 class LossOptions(NamedTuple):
@@ -229,4 +230,60 @@ def make_sft_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, state_sha
 
     # Donate the train state (argument 0): params and optimizer moments are updated in place
     # instead of holding two copies at the peak.
+    return jax.jit(step, donate_argnums=(0,), out_shardings=(state_sharding, metrics_sharding))
+
+
+def make_reward_model_step(model: Decoder, tx, lr_schedule, *, state_sharding, metrics_sharding,
+                           margin: float = 0.0, label_smoothing: float = 0.0,
+                           on_trace: Callable[[], None] = lambda: None):
+    """Jitted `step(state, PairBatch) -> (state, metrics)`: the Bradley-Terry loss
+    (preference.py) of the reward model (models/reward.py, params {"trunk", "head"}); chosen
+    and rejected sides go through one forward."""
+
+    def loss_fn(params, batch: PairBatch):
+        b = batch.chosen_B_T.shape[0]
+        r_2B = reward_model.scores(
+            model, params, jnp.concatenate([batch.chosen_B_T, batch.rejected_B_T]),
+            jnp.concatenate([batch.chosen_mask_B_T, batch.rejected_mask_B_T]))
+        return preference.bradley_terry_loss(r_2B[:b], r_2B[b:], margin, label_smoothing)
+
+    def step(state: TrainState, batch: PairBatch):
+        on_trace()
+        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
+        state, opt_metrics = optim.apply_grads(state, grads, tx, lr_schedule)
+        return state, dict(metrics, **opt_metrics)
+
+    return jax.jit(step, donate_argnums=(0,), out_shardings=(state_sharding, metrics_sharding))
+
+
+def sequence_logp(model: Decoder, params, tokens_B_T, mask_B_T, response_mask_B_R,
+                  prompt_len: int) -> jax.Array:
+    """log pi(response | prompt) per row: the sum of the response tokens' log-probs."""
+    logp_B_R, _ = response_logp(model, params, tokens_B_T, mask_B_T, prompt_len, 1.0)
+    return jnp.sum(logp_B_R * response_mask_B_R, axis=-1)
+
+
+def make_dpo_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, beta: float,
+                  label_smoothing: float = 0.0, state_sharding, metrics_sharding,
+                  on_trace: Callable[[], None] = lambda: None):
+    """Jitted `step(state, PairBatch) -> (state, metrics)`: the DPO loss (preference.py) of
+    the policy against the reference log-probs the batch carries (computed once per pair,
+    `sequence_logp` under the reference params)."""
+
+    def loss_fn(params, batch: PairBatch):
+        b = batch.chosen_B_T.shape[0]
+        logp_2B = sequence_logp(
+            model, params, jnp.concatenate([batch.chosen_B_T, batch.rejected_B_T]),
+            jnp.concatenate([batch.chosen_mask_B_T, batch.rejected_mask_B_T]),
+            jnp.concatenate([batch.chosen_response_mask_B_R, batch.rejected_response_mask_B_R]),
+            prompt_len)
+        return preference.dpo_loss(logp_2B[:b], logp_2B[b:], batch.ref_logp_chosen_B,
+                                   batch.ref_logp_rejected_B, beta, label_smoothing)
+
+    def step(state: TrainState, batch: PairBatch):
+        on_trace()
+        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
+        state, opt_metrics = optim.apply_grads(state, grads, tx, lr_schedule)
+        return state, dict(metrics, **opt_metrics)
+
     return jax.jit(step, donate_argnums=(0,), out_shardings=(state_sharding, metrics_sharding))

@@ -82,6 +82,20 @@ class SFTBatch(NamedTuple):
     response_mask_B_R: Any
 
 
+class PairBatch(NamedTuple):
+    """B preference pairs: each side a prompt (left-padded to L) ++ response (right-padded to
+    R), laid out like TrainBatch; DPO's reference log-probs (response sums) once per pair."""
+
+    chosen_B_T: Any
+    chosen_mask_B_T: Any
+    chosen_response_mask_B_R: Any
+    rejected_B_T: Any
+    rejected_mask_B_T: Any
+    rejected_response_mask_B_R: Any
+    ref_logp_chosen_B: Any = None  # DPO only
+    ref_logp_rejected_B: Any = None
+
+
 class Groups(NamedTuple):
     """P groups of G samples each (host numpy), between scoring, dynamic sampling and the
     advantages."""

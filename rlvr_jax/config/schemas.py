@@ -382,7 +382,8 @@ class MeshConfig:
 class DistributedConfig:
     """Several processes (hosts) in one run (rlvr_jax/distributed.py). Under SLURM, Open MPI or
     a TPU slice nothing needs setting: JAX reads the coordinator and ranks from the launcher.
-    Elsewhere set all three; num_processes 0 or 1: one process."""
+    Elsewhere set all three; num_processes 0 or 1: one process unless a launcher says
+    otherwise; -1: always join, JAX detecting the cluster (a TPU VM slice: launch/tpu_pod.sh)."""
 
     coordinator_address: str = ""  # host:port of process 0
     num_processes: int = 0
@@ -391,7 +392,8 @@ class DistributedConfig:
     init_timeout_s: int = 300  # waiting for every process to join
 
     def check(self, key: str = "distributed") -> None:
-        _check(self.num_processes >= 0, f"{key}.num_processes", "must be >= 0")
+        _check(self.num_processes >= -1, f"{key}.num_processes",
+               "must be >= 0, or -1 (detect the cluster)")
         _check(self.num_processes <= 1 or 0 <= self.process_id < self.num_processes,
                f"{key}.process_id", f"must be in [0, {key}.num_processes)")
         _check(self.num_processes <= 1 or bool(self.coordinator_address),
