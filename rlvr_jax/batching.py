@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from rlvr_jax.types import Groups
-from rlvr_jax.types import SFTBatch, TrainBatch
+from rlvr_jax.types import PairBatch, SFTBatch, TrainBatch
 
 
 def encode_prompts(tokenizer, texts: Sequence[str], prompt_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -83,3 +83,16 @@ def train_batch(groups: Groups, advantages_B=None) -> TrainBatch:
     adv_B = np.zeros(len(tokens), np.float32) if advantages_B is None else advantages_B
     adv_B_R = np.asarray(adv_B, np.float32)[:, None] * f.loss_mask_P_G_R
     return TrainBatch(tokens, input_mask, f.loss_mask_P_G_R, f.logp_P_G_R, adv_B_R)
+
+
+def pair_batch(tokenizer, prompts: Sequence[str], chosen: Sequence[str],
+               rejected: Sequence[str], prompt_len: int, max_new_tokens: int) -> PairBatch:
+    """Host PairBatch: each side the prompt (left-padded to L) ++ its response (EOS appended,
+    right-padded to R); no reference log-probs yet."""
+    prompt, prompt_mask = encode_prompts(tokenizer, prompts, prompt_len)
+    sides = []
+    for texts in (chosen, rejected):
+        tokens, mask = encode_responses(tokenizer, texts, max_new_tokens)
+        sides += [np.concatenate([prompt, tokens], axis=1),
+                  np.concatenate([prompt_mask, mask.astype(np.int32)], axis=1), mask]
+    return PairBatch(*sides)

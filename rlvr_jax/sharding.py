@@ -23,6 +23,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as PS
 
+from rlvr_jax.config import ConfigError
+
 DATA, FSDP, MODEL = "data", "fsdp", "model"
 
 # logical axis -> mesh axes (None: never split)
@@ -62,13 +64,13 @@ def make_mesh(data: int = -1, fsdp: int = 1, model: int = 1,
     n = len(devices)
     sizes = {"mesh.data": data, "mesh.fsdp": fsdp, "mesh.model": model}
     if list(sizes.values()).count(-1) > 1:
-        raise ValueError("config keys 'mesh.data', 'mesh.fsdp', 'mesh.model': at most one may "
-                         "be -1")
+        raise ConfigError("config keys 'mesh.data', 'mesh.fsdp', 'mesh.model': at most one may "
+                          "be -1")
     known = int(np.prod([s for s in sizes.values() if s != -1]))
     sizes = {k: (n // known if v == -1 else v) for k, v in sizes.items()}
     if int(np.prod(list(sizes.values()))) != n:
-        raise ValueError(" x ".join(f"'{k}'={v}" for k, v in sizes.items())
-                         + f" (config keys) must equal the device count {n}")
+        raise ConfigError(" x ".join(f"'{k}'={v}" for k, v in sizes.items())
+                          + f" (config keys) must equal the device count {n}")
     shape = tuple(sizes.values())
     return Mesh(np.array(devices).reshape(shape), (DATA, FSDP, MODEL))
 
@@ -134,5 +136,5 @@ def check_batch(batch_size: int, mesh: Mesh, key: str) -> None:
     """The batch splits evenly over the data-parallel axes (the model axis holds it whole)."""
     split = mesh.shape[DATA] * mesh.shape[FSDP]
     if batch_size % split:
-        raise ValueError(f"config key '{key}': batch of {batch_size} sequences is not a multiple "
+        raise ConfigError(f"config key '{key}': batch of {batch_size} sequences is not a multiple "
                          f"of the {split} data-parallel devices (mesh.data x mesh.fsdp)")

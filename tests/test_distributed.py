@@ -18,16 +18,13 @@ from rlvr_jax.checkpoint import read_policy_params
 
 pytestmark = pytest.mark.slow
 
-COMMON = ["+experiment=math_grpo", "num_steps=3", "warmup.steps=20",
-          "warmup.sequences_per_step=8", "algo.prompts_per_step=4", "algo.samples_per_prompt=4",
-          "verifier.reward_scheme=format_penalty", "eval.num_problems=8",
-          "eval.sampled_per_problem=1", "eval.sequences_per_batch=8", "logger=disabled",
-          "logger.progress_bar=false", "checkpoint.every_steps=1"]
-PPO = ["+experiment=math_ppo", "num_steps=3", "warmup.steps=20", "warmup.sequences_per_step=8",
-       "algo.prompts_per_step=4", "algo.samples_per_prompt=4",
-       "verifier.reward_scheme=format_penalty", "eval.num_problems=8",
-       "eval.sampled_per_problem=1", "eval.sequences_per_batch=8", "logger=disabled",
-       "logger.progress_bar=false", "checkpoint.every_steps=1"]
+SMALL = ["num_steps=3", "warmup.steps=10", "warmup.sequences_per_step=8",
+         "algo.prompts_per_step=4", "algo.samples_per_prompt=4",
+         "verifier.reward_scheme=format_penalty", "eval.num_problems=4",
+         "eval.sampled_per_problem=1", "eval.sequences_per_batch=4", "logger=disabled",
+         "logger.progress_bar=false", "checkpoint.every_steps=10"]
+COMMON = ["+experiment=math_grpo", *SMALL]
+PPO = ["+experiment=math_ppo", *SMALL]
 
 
 def _free_port() -> int:
@@ -121,7 +118,8 @@ def test_a_killed_process_ends_the_other_within_the_heartbeat_bound(tmp_path):
     error within the heartbeat timeout (15 s here) plus a margin, instead of hanging in a
     collective; the rerun resumes from the last checkpoint."""
     run_dir = tmp_path / "run"
-    procs = _start(run_dir, COMMON + ["num_steps=40"], 2, heartbeat_s=15)
+    procs = _start(run_dir, COMMON + ["num_steps=40", "checkpoint.every_steps=1"], 2,
+                   heartbeat_s=15)
     deadline = time.monotonic() + 300
     while not (run_dir / "checkpoints" / "1").is_dir():  # orbax renames it when complete
         assert time.monotonic() < deadline and procs[0].poll() is None
@@ -134,7 +132,7 @@ def test_a_killed_process_ends_the_other_within_the_heartbeat_bound(tmp_path):
           f" {out[-300:]}")
     assert procs[0].returncode != 0 and waited < 15 + 45, (waited, out[-2000:])
     procs[1].wait()
-    outs = _finish(_start(run_dir, COMMON + ["num_steps=4"], 2))
+    outs = _finish(_start(run_dir, COMMON + ["num_steps=2", "checkpoint.every_steps=1"], 2))
     assert "RESUMING from checkpoint step" in outs[0], outs[0][-2000:]
 
 
@@ -148,10 +146,11 @@ def _rows(run_dir) -> list[dict]:
 def test_a_sweep_through_the_submitit_launcher_writes_both_runs(tmp_path):
     """`-m hydra/launcher=local` (hydra-submitit-launcher's local executor): two sweep points,
     each its own process, each ends with its summary."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env = dict(os.environ, HF_HUB_OFFLINE="1",
+               XLA_FLAGS="--xla_force_host_platform_device_count=2")
     proc = subprocess.run(
         [sys.executable, "-m", "rlvr_jax.train", "-m", "hydra/launcher=local", *COMMON,
-         "num_steps=1", "checkpoint.every_steps=5", "seed=0,1"], cwd=tmp_path, env=env,
+         "num_steps=1", "seed=0,1"], cwd=tmp_path, env=env,
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     summaries = sorted((tmp_path / "multirun").rglob("summary.json"))

@@ -119,6 +119,9 @@ def test_a_second_run_on_a_locked_directory_stops_at_once(tmp_path):
     (["model.path=/no/such/model"], "/no/such/model"),
     (["+experiment=math_grpo", "verifier=code"], "verifier.kind"),
     (["+experiment=math_grpo", "algo.samples_per_prompt=1"], "algo.samples_per_prompt"),
+    (["+experiment=math_grpo", "eval.sequences_per_batch=12"], "eval.sequences_per_batch"),
+    (["mesh.data=3"], "must equal the device count"),
+    (["distributed.num_processes=2"], "distributed.process_id"),
 ])
 def test_user_errors_are_one_line(tmp_path, args, words):
     proc = _train(args + [f"hydra.run.dir={tmp_path / 'run'}"], timeout=120)
