@@ -94,9 +94,10 @@ class Checkpointer:
         self._manager.close()
 
 
-def read_policy_params(run_dir: str, step: Optional[int] = None) -> tuple[Any, int]:
-    """(policy params as host arrays, step) from a run directory's checkpoint `step` (latest if
-    None), without a mesh or a target structure: for export and offline evaluation."""
+def read_params(run_dir: str, step: Optional[int] = None) -> tuple[Any, int]:
+    """(the train state's params as host arrays, step) from a run directory's checkpoint
+    `step` (latest if None), without a mesh or a target structure: an RL run's
+    {"policy": ..., ["value": ...]}, a reward-model run's {"trunk": ..., "head": ...}."""
     directory = os.path.join(os.path.abspath(run_dir), "checkpoints")
     steps = sorted(int(d) for d in os.listdir(directory) if d.isdigit()) if os.path.isdir(
         directory) else []
@@ -109,7 +110,16 @@ def read_policy_params(run_dir: str, step: Optional[int] = None) -> tuple[Any, i
     except Exception as e:
         raise CheckpointError(f"cannot read checkpoint {path}: {type(e).__name__}: {e}") from e
     params = state["params"] if isinstance(state, dict) else state[1]
-    return jax.tree.map(np.asarray, params["policy"]), step
+    return jax.tree.map(np.asarray, params), step
+
+
+def read_policy_params(run_dir: str, step: Optional[int] = None) -> tuple[Any, int]:
+    """(policy params as host arrays, step) of an RL run's checkpoint: for export and offline
+    evaluation."""
+    params, step = read_params(run_dir, step)
+    if "policy" not in params:
+        raise CheckpointError(f"{run_dir}: its checkpoints hold no policy (a reward-model run?)")
+    return params["policy"], step
 
 
 def read_warmstart_params(run_dir: str) -> Any:

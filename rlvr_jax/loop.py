@@ -22,9 +22,10 @@ from functools import partial
 
 import jax
 
-from rlvr_jax import build, distributed, perf, rewards, run_control, stages, warmstart
+from rlvr_jax import (build, distributed, perf, reward_loop, rewards, run_control, stages,
+                      warmstart)
 from rlvr_jax.checkpoint import Checkpointer
-from rlvr_jax.config import RunConfig, as_dict, warmstart_key
+from rlvr_jax.config import ConfigError, RunConfig, as_dict, warmstart_key
 from rlvr_jax.tracking import NullTracker, Tracker
 from rlvr_jax.types import LoopState, StepTimes
 from rlvr_jax.verify.verifiers import make_verifier
@@ -42,9 +43,16 @@ def run(cfg: RunConfig) -> dict:
                            d.heartbeat_timeout_s, d.init_timeout_s)
     # One lock per run, held by the writer: the run's other processes share its directory.
     lock = run_control.RunLock(cfg.run_dir) if distributed.is_writer() else nullcontext()
-    with lock, run_control.StopSignals() as stop:
+    timeout = d.step_timeout_s if d.step_timeout_s >= 0 else (
+        1800 if jax.process_count() > 1 else 0)
+    with lock, run_control.StopSignals() as stop, run_control.Watchdog(timeout) as watchdog:
         distributed.check_process_count(cfg.run_dir)
-        done = finished_summary(cfg.run_dir, cfg.num_steps)
+        rm = cfg.job == "reward_model"
+        done = finished_summary(cfg.run_dir, cfg.reward_model.steps if rm else cfg.num_steps)
+        if done is not None and rm:
+            print(f"run {os.path.abspath(cfg.run_dir)} is complete: {json.dumps(done)}",
+                  flush=True)
+            return done
         if done is not None:
             table = format_table(done, cfg.eval.num_problems, cfg.eval.sampled_per_problem,
                                  cfg.num_steps)
@@ -53,7 +61,10 @@ def run(cfg: RunConfig) -> dict:
                   "run again)", flush=True)
             return done
         try:
-            return _build_and_run(cfg, stop)
+            if rm:
+                return reward_loop.run(cfg, _task_setup(cfg), _stop_requested(
+                    stop, watchdog.kick), build.Traces())
+            return _build_and_run(cfg, stop, watchdog.kick)
         except run_control.Stopped as e:
             print(e, flush=True)
             return {"stopped_at_step": 0, "reason": str(e)}
@@ -69,14 +80,28 @@ def finished_summary(run_dir: str, num_steps: int) -> dict | None:
     return summary if summary.get("train/steps") == num_steps else None
 
 
-def _build_and_run(cfg: RunConfig, stop: run_control.StopSignals) -> dict:
-    t_start = time.perf_counter()
-    traces = build.Traces()
+def _task_setup(cfg: RunConfig) -> build.TaskSetup:
     task_setup = partial(build.task_setup, cfg.task, cfg.model, cfg.sampling.max_new_tokens,
                          os.path.join(cfg.run_dir, "tokenizer"))
     setup = task_setup() if distributed.is_writer() else None
     distributed.barrier("task_setup")  # the writer has saved the tokenizer the others read
-    setup = setup or task_setup()
+    return setup or task_setup()
+
+
+def _stop_requested(stop: run_control.StopSignals, progress):
+    def stop_requested() -> bool:
+        """Asked once per step (RL, reward model or warm-up) by every process: they agree,
+        and the watchdog (distributed.step_timeout_s) sees progress."""
+        progress()
+        return distributed.any_process(stop.requested is not None)
+
+    return stop_requested
+
+
+def _build_and_run(cfg: RunConfig, stop: run_control.StopSignals, progress) -> dict:
+    t_start = time.perf_counter()
+    traces = build.Traces()
+    setup = _task_setup(cfg)
     cfg = dataclasses.replace(cfg, model=setup.model_cfg)  # resolved from model.path, if any
     policy = build.policy(setup, cfg.mesh, cfg.sampling, traces)
     a = cfg.algo
@@ -88,19 +113,24 @@ def _build_and_run(cfg: RunConfig, stop: run_control.StopSignals) -> dict:
                               // (a.minibatches_per_epoch * a.microbatches)),
         "warmup.sequences_per_step": cfg.warmup.sequences_per_step,
         "eval.sequences_per_batch": cfg.eval.sequences_per_batch})
+    per_chunk = a.dapo.sampled_prompts(a.prompts_per_step) // cfg.verifier.overlap_chunks
+    if per_chunk % jax.process_count():  # each process verifies whole groups of its own
+        raise ConfigError(f"config key 'algo.prompts_per_step': {per_chunk} prompts per "
+                          f"sampler call do not split over {jax.process_count()} processes")
     updates = build.updates(policy, setup, a, cfg.warmup, cfg.sampling.temperature,
                             cfg.num_steps, traces)
     v = cfg.verifier
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
                              batch_timeout_s=v.batch_timeout_s, mode=v.mode)
     try:
-        return _run(cfg, setup, policy, updates, verifier, traces, t_start, stop)
+        return _run(cfg, setup, policy, updates, verifier, traces, t_start, stop, progress)
     finally:
         verifier.close()  # worker processes, if any
 
 
 def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: build.Updates,
-         verifier, traces: build.Traces, t_start: float, stop: run_control.StopSignals) -> dict:
+         verifier, traces: build.Traces, t_start: float, stop: run_control.StopSignals,
+         progress) -> dict:
     a, w, P, G = cfg.algo, cfg.warmup, cfg.algo.prompts_per_step, cfg.algo.samples_per_prompt
     if distributed.is_writer():
         with open(os.path.join(cfg.run_dir, "run_config.json"), "w") as f:
@@ -111,7 +141,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
                       entity=cfg.logger.entity, name=cfg.name, config=as_dict(cfg),
                       total_steps=cfg.num_steps, progress_bar=cfg.logger.progress_bar
                       ) if distributed.is_writer() else NullTracker()
-    stop_requested = lambda: distributed.any_process(stop.requested is not None)  # all agree
+    stop_requested = _stop_requested(stop, progress)
     tracker.write(f"resolved config: {os.path.abspath(os.path.join(cfg.run_dir, 'run_config.json'))}")
     tracker.write(f"run dir {os.path.abspath(cfg.run_dir)} | devices {policy.mesh.devices.size} "
                   f"({jax.default_backend()}) mesh {dict(policy.mesh.shape)} | batch {P}x{G}="

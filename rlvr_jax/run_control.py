@@ -91,3 +91,45 @@ class StopSignals:
 
 class Stopped(Exception):
     """Raised where a stop request cannot wait for a checkpoint (the warm start)."""
+
+
+class Watchdog:
+    """Ends the process when `kick()` has not been called for `timeout_s` seconds: a process
+    of a multi-process run that hangs (a deadlock, a stuck host call) keeps JAX's heartbeats
+    going, so without this the others would wait in a collective forever. Once this process
+    is gone, JAX's coordination service ends the others (distributed.py). timeout_s <= 0: off.
+    `on_expire` is for tests; by default it says why in one line and exits with code 3."""
+
+    def __init__(self, timeout_s: float, on_expire=None):
+        self.timeout_s = timeout_s
+        self._last = time.monotonic()
+        self._done = threading.Event()
+        self._on_expire = on_expire or self._exit
+        self._thread: Optional[threading.Thread] = None
+
+    def kick(self) -> None:
+        self._last = time.monotonic()
+
+    def _exit(self) -> None:
+        print(f"error: no progress for {self.timeout_s:g} s (distributed.step_timeout_s): this "
+              "process is stuck; exiting so that the run's other processes stop too. Rerun to "
+              "resume from the last checkpoint.", file=sys.stderr, flush=True)
+        os._exit(3)
+
+    def _watch(self) -> None:
+        while not self._done.wait(min(1.0, self.timeout_s / 4)):
+            if time.monotonic() - self._last > self.timeout_s:
+                self._on_expire()
+                return
+
+    def __enter__(self) -> "Watchdog":
+        if self.timeout_s > 0:
+            self._last = time.monotonic()
+            self._thread = threading.Thread(target=self._watch, daemon=True, name="watchdog")
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()

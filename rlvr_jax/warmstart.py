@@ -105,13 +105,11 @@ def held_out_accuracy(policy: Policy, setup: TaskSetup, verifier: Verifier, e: E
         key=key)
 
 
-def start_or_resume(policy: Policy, setup: TaskSetup, updates: Updates, verifier: Verifier, *,
-                    warmup: WarmupConfig, eval_cfg: EvalConfig, seed: int, kl_coef: float,
-                    num_steps: int, run_dir: str, ckpt: Checkpointer, tracker: Tracker,
-                    should_stop: Callable[[], bool] = lambda: False) -> Start:
-    """The train state and loop state to start the RL loop from: a fresh start from the warm
-    params, or the last checkpoint. metrics.jsonl loses the rows after that checkpoint (the
-    resumed run logs those steps again), and the start evaluation is logged once."""
+def warm_params(policy: Policy, setup: TaskSetup, updates: Updates, *, warmup: WarmupConfig,
+                seed: int, ckpt: Checkpointer, tracker: Tracker,
+                should_stop: Callable[[], bool] = lambda: False):
+    """The warm policy, placed on the mesh: model.path's weights, else the run's (or the
+    shared) warm-start checkpoint, else a supervised warm start, saved for the next time."""
     base_key = jax.random.key(seed)
     shapes = jax.eval_shape(policy.init_params, base_key)
     abstract_params = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
@@ -129,6 +127,20 @@ def start_or_resume(policy: Policy, setup: TaskSetup, updates: Updates, verifier
         warm = warm_start(policy, setup, updates, warmup, seed, jax.random.fold_in(base_key, 1),
                           tracker, should_stop)
         ckpt.save_warmstart(warm)
+    return warm
+
+
+def start_or_resume(policy: Policy, setup: TaskSetup, updates: Updates, verifier: Verifier, *,
+                    warmup: WarmupConfig, eval_cfg: EvalConfig, seed: int, kl_coef: float,
+                    num_steps: int, run_dir: str, ckpt: Checkpointer, tracker: Tracker,
+                    should_stop: Callable[[], bool] = lambda: False) -> Start:
+    """The train state and loop state to start the RL loop from: a fresh start from the warm
+    params, or the last checkpoint. metrics.jsonl loses the rows after that checkpoint (the
+    resumed run logs those steps again), and the start evaluation is logged once."""
+    base_key = jax.random.key(seed)
+    warm = warm_params(policy, setup, updates, warmup=warmup, seed=seed, ckpt=ckpt,
+                       tracker=tracker, should_stop=should_stop)
+    model_cfg = setup.model_cfg
     eval_path = os.path.join(run_dir, "eval_start.json")
     if os.path.exists(eval_path):
         with open(eval_path) as f:

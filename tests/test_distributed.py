@@ -89,27 +89,29 @@ def test_two_processes_equal_one_and_resume(tmp_path):
     """GRPO: 2 processes x 2 devices == 1 process x 4 devices; stopped after 2 steps and
     rerun, the 2-process run equals its uninterrupted self bitwise."""
     one, two, resumed = tmp_path / "one", tmp_path / "two", tmp_path / "resumed"
-    _finish(_start(one, COMMON, 1))
-    outs = _finish(_start(two, COMMON, 2))
+    args = COMMON + [f"warmup.shared_dir={tmp_path / 'warm'}"]  # one warm start for the three
+    _finish(_start(one, args, 1))
+    outs = _finish(_start(two, args, 2))
     assert "processes 2" in outs[0] and "held-out accuracy" in outs[0]
     assert "held-out accuracy" not in outs[1]  # one writer: process 0
     params = _assert_same_run(one, two)
-    _finish(_start(resumed, COMMON + ["stop_after_steps=2"], 2))
-    outs = _finish(_start(resumed, COMMON, 2))
+    _finish(_start(resumed, args + ["stop_after_steps=2"], 2))
+    outs = _finish(_start(resumed, args, 2))
     assert "RESUMING from checkpoint step 2" in outs[0]
     again, _ = read_policy_params(resumed)
     jax.tree.map(np.testing.assert_array_equal, params, again)
     assert [r["reward/mean"] for r in _steps(resumed)] == [r["reward/mean"] for r in _steps(two)]
     # Resuming with another process count is refused, naming the count.
-    proc = _start(resumed, COMMON + ["num_steps=4"], 1)[0]
+    proc = _start(resumed, args + ["num_steps=4"], 1)[0]
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 2 and "started with 2 processes" in out, out[-2000:]
 
 
 def test_ppo_over_two_processes_equals_one(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
-    _finish(_start(one, PPO, 1))
-    _finish(_start(two, PPO, 2))
+    args = PPO + [f"warmup.shared_dir={tmp_path / 'warm'}"]
+    _finish(_start(one, args, 1))
+    _finish(_start(two, args, 2))
     _assert_same_run(one, two)
 
 

@@ -180,3 +180,29 @@ def test_a_built_wheel_trains_in_a_fresh_venv(tmp_path):
                            capture_output=True, text=True, timeout=60).stdout.strip()
     assert str(venv) in where, where  # the installed copy, not the checkout
     assert (elsewhere / "runs").exists()
+
+
+def test_the_watchdog_fires_without_progress_and_not_with_it():
+    fired = []
+    with run_control.Watchdog(0.4, on_expire=lambda: fired.append(1)) as dog:
+        for _ in range(8):
+            time.sleep(0.1)
+            dog.kick()
+        assert not fired
+        time.sleep(1.2)
+    assert fired == [1]
+    with run_control.Watchdog(0, on_expire=lambda: fired.append(2)):  # 0: off
+        time.sleep(0.3)
+    assert fired == [1]
+
+
+def test_a_stuck_process_exits_with_one_line():
+    """The default expiry: one line naming the config key, exit code 3 (the run's other
+    processes then stop through JAX's heartbeats)."""
+    code = ("import time\nfrom rlvr_jax.run_control import Watchdog\n"
+            "with Watchdog(0.5):\n    time.sleep(30)\n")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 3 and time.monotonic() - t0 < 15
+    assert "distributed.step_timeout_s" in proc.stderr.strip().splitlines()[-1]

@@ -65,6 +65,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     v.check()
     cfg.mesh.check()
     cfg.distributed.check()
+    cfg.reward_model.check()
     cfg.checkpoint.check()
     cfg.eval.check()
     _check(cfg.num_steps >= 0, "num_steps", "must be >= 0")

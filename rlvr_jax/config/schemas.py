@@ -7,7 +7,7 @@ from typing import Any, List, Optional
 
 from omegaconf import MISSING
 
-from rlvr_jax.config.choices import (AdvEstimator, Algorithm, CriticLayout, DataFormat, Dtype,
+from rlvr_jax.config.choices import (AdvEstimator, Algorithm, CriticLayout, DataFormat, Dtype, Job,
                                      KLEstimator, LoggerMode, LossAgg, LRSchedule, OnBadRow,
                                      PolicyLoss, Remat, RewardScheme, RopeScaling, SandboxMode,
                                      VerifierKind, _check)
@@ -343,6 +343,32 @@ class WarmupConfig:
 
 
 @dataclass
+class RewardModelConfig:
+    """`job=reward_model`: a reward model (models/reward.py) trained with the Bradley-Terry
+    loss on preference pairs from the task's procedural source (tasks/preference_pairs.py: a
+    correct and a wrong response, each label flipped with probability `label_noise`)."""
+
+    steps: int = 300
+    pairs_per_step: int = 32
+    learning_rate: float = 1e-4
+    lr_warmup_steps: int = 20
+    label_noise: float = 0.2
+    max_offset: int = 10  # the wrong response is off by 1..max_offset
+    margin: float = 0.0  # preference.bradley_terry_loss
+    label_smoothing: float = 0.0
+    heldout_pairs: int = 256  # pairs on held-out problems, for the pairwise accuracy
+
+    def check(self, key: str = "reward_model") -> None:
+        _check(self.steps >= 1 and self.pairs_per_step >= 1, f"{key}.steps",
+               "steps and pairs_per_step must be >= 1")
+        _check(0.0 <= self.label_noise < 0.5, f"{key}.label_noise", "must be in [0, 0.5)")
+        _check(self.max_offset >= 1, f"{key}.max_offset", "must be >= 1")
+        _check(0.0 <= self.label_smoothing < 0.5, f"{key}.label_smoothing",
+               "must be in [0, 0.5)")
+        _check(self.heldout_pairs >= 1, f"{key}.heldout_pairs", "must be >= 1")
+
+
+@dataclass
 class VerifierConfig:
     # inprocess: the arithmetic task's exact-integer check in the trainer process (trusted).
     # math: math-verify equivalence in worker processes with hard deadlines (rlvr_jax/verify).
@@ -388,8 +414,12 @@ class DistributedConfig:
     coordinator_address: str = ""  # host:port of process 0
     num_processes: int = 0
     process_id: int = -1
-    heartbeat_timeout_s: int = 60  # a dead or hung process ends the others after this long
+    heartbeat_timeout_s: int = 60  # a dead process ends the others after this long
     init_timeout_s: int = 300  # waiting for every process to join
+    # A process that makes no progress (no RL or warm-up step, no evaluation batch) for this
+    # long exits, and so ends the others: a hung process keeps sending heartbeats. -1: 1800 s
+    # in a multi-process run, off in one process; 0: off.
+    step_timeout_s: int = -1
 
     def check(self, key: str = "distributed") -> None:
         _check(self.num_processes >= -1, f"{key}.num_processes",
@@ -398,6 +428,7 @@ class DistributedConfig:
                f"{key}.process_id", f"must be in [0, {key}.num_processes)")
         _check(self.num_processes <= 1 or bool(self.coordinator_address),
                f"{key}.coordinator_address", f"must be set (host:port) when {key}.num_processes > 1")
+        _check(self.step_timeout_s >= -1, f"{key}.step_timeout_s", "must be >= -1")
         _check(self.heartbeat_timeout_s >= 1 and self.init_timeout_s >= 1,
                f"{key}.heartbeat_timeout_s", "timeouts must be >= 1 s")
 
@@ -453,6 +484,8 @@ class RunConfig:
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
     mesh: MeshConfig = field(default_factory=MeshConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    job: Job = Job["rl"]  # rl: train the policy (the loop); reward_model: train a reward model
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

@@ -28,8 +28,20 @@ def procedural_pairs(task: Task, *, seed: int, batch_index: int, count: int,
                      label_noise: float, max_offset: int) -> list[LabelledPair]:
     """Batch `batch_index` of `count` pairs: a pure function of its arguments (a resumed run
     gets the same pairs). The wrong response is off by 1..max_offset, in the same format."""
-    rng = np.random.default_rng([seed, batch_index, 0xB7])
-    problems = task.train_batch(seed + 0x9E3, batch_index, count)
+    return labelled_pairs(task, task.train_batch(seed + 0x9E3, batch_index, count),
+                          np.random.default_rng([seed, batch_index, 0xB7]), label_noise,
+                          max_offset)
+
+
+def heldout_pairs(task: Task, *, seed: int, count: int, label_noise: float,
+                  max_offset: int) -> list[LabelledPair]:
+    """Pairs on the task's held-out problems (disjoint from every training batch)."""
+    return labelled_pairs(task, task.heldout_set(count), np.random.default_rng([seed, 0xE7A1]),
+                          label_noise, max_offset)
+
+
+def labelled_pairs(task: Task, problems, rng: np.random.Generator, label_noise: float,
+                   max_offset: int) -> list[LabelledPair]:
     out = []
     for p in problems:
         good = task.demonstration(p, False, rng, max_offset)
