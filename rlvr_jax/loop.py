@@ -23,10 +23,9 @@ from functools import partial
 import jax
 
 from rlvr_jax import (build, distributed, perf, reward_loop, rewards, run_control, stages,
-                      warmstart)
+                      tracking, warmstart)
 from rlvr_jax.checkpoint import Checkpointer
 from rlvr_jax.config import ConfigError, RunConfig, as_dict, warmstart_key
-from rlvr_jax.tracking import NullTracker, Tracker
 from rlvr_jax.types import LoopState, StepTimes
 from rlvr_jax.verify.verifiers import make_verifier
 
@@ -137,10 +136,10 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
             json.dump(as_dict(cfg), f, indent=2)  # resolved (model read from model.path)
     ckpt = Checkpointer(cfg.run_dir, cfg.checkpoint.every_steps, cfg.checkpoint.max_to_keep,
                         os.path.join(w.shared_dir, warmstart_key(cfg)) if w.shared_dir else None)
-    tracker = Tracker(cfg.run_dir, mode=cfg.logger.mode, project=cfg.logger.project,
-                      entity=cfg.logger.entity, name=cfg.name, config=as_dict(cfg),
-                      total_steps=cfg.num_steps, progress_bar=cfg.logger.progress_bar
-                      ) if distributed.is_writer() else NullTracker()
+    tracker = tracking.for_process(
+        distributed.is_writer(), cfg.run_dir, mode=cfg.logger.mode, project=cfg.logger.project,
+        entity=cfg.logger.entity, name=cfg.name, config=as_dict(cfg), total_steps=cfg.num_steps,
+        progress_bar=cfg.logger.progress_bar)
     stop_requested = _stop_requested(stop, progress)
     tracker.write(f"resolved config: {os.path.abspath(os.path.join(cfg.run_dir, 'run_config.json'))}")
     tracker.write(f"run dir {os.path.abspath(cfg.run_dir)} | devices {policy.mesh.devices.size} "

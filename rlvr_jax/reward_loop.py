@@ -20,12 +20,12 @@ from functools import partial
 import jax
 import numpy as np
 
-from rlvr_jax import batching, build, distributed, optim, sharding, train_step, warmstart
+from rlvr_jax import (batching, build, distributed, optim, sharding, tracking, train_step,
+                      warmstart)
 from rlvr_jax.checkpoint import Checkpointer, abstract_like
 from rlvr_jax.config import RunConfig, as_dict, warmstart_key
 from rlvr_jax.models import reward
 from rlvr_jax.tasks.preference_pairs import LabelledPair, heldout_pairs, procedural_pairs
-from rlvr_jax.tracking import NullTracker, Tracker
 from rlvr_jax.types import LoopState
 
 
@@ -41,10 +41,10 @@ def run(cfg: RunConfig, setup: build.TaskSetup, stop_requested, traces: build.Tr
             json.dump(as_dict(cfg), f, indent=2)
     ckpt = Checkpointer(cfg.run_dir, cfg.checkpoint.every_steps, cfg.checkpoint.max_to_keep,
                         os.path.join(w.shared_dir, warmstart_key(cfg)) if w.shared_dir else None)
-    tracker = Tracker(cfg.run_dir, mode=cfg.logger.mode, project=cfg.logger.project,
-                      entity=cfg.logger.entity, name=cfg.name, config=as_dict(cfg),
-                      total_steps=r.steps, progress_bar=cfg.logger.progress_bar
-                      ) if distributed.is_writer() else NullTracker()
+    tracker = tracking.for_process(
+        distributed.is_writer(), cfg.run_dir, mode=cfg.logger.mode, project=cfg.logger.project,
+        entity=cfg.logger.entity, name=cfg.name, config=as_dict(cfg), total_steps=r.steps,
+        progress_bar=cfg.logger.progress_bar)
     warm = warmstart.warm_params(policy, setup, updates, warmup=w, seed=cfg.seed, ckpt=ckpt,
                                  tracker=tracker, should_stop=stop_requested)
     tx, lr = optim.make_optimizer(optim.OptimizerSettings(

@@ -124,3 +124,8 @@ class NullTracker:
 
     def close(self) -> None:
         pass
+
+
+def for_process(is_writer: bool, run_dir: str, **tracker_args) -> Tracker | NullTracker:
+    """The run's Tracker on its writer process, a NullTracker on the others."""
+    return Tracker(run_dir, **tracker_args) if is_writer else NullTracker()

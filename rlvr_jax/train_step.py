@@ -222,14 +222,21 @@ def make_sft_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, state_sha
                                     prompt_len, 1.0)
         return losses.sft_loss(logp_B_R, batch.response_mask_B_R)
 
-    def step(state: TrainState, batch: SFTBatch):
+    return _supervised_step(loss_fn, tx, lr_schedule, state_sharding, metrics_sharding,
+                            on_trace)
+
+
+def _supervised_step(loss_fn, tx, lr_schedule, state_sharding, metrics_sharding, on_trace):
+    """Jitted `step(state, batch) -> (state, metrics)`: one optimizer update on
+    `loss_fn(params, batch) -> (loss, metrics)`. The train state (argument 0) is donated:
+    params and optimizer moments are updated in place instead of held twice at the peak."""
+
+    def step(state: TrainState, batch):
         on_trace()
         (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
         state, opt_metrics = optim.apply_grads(state, grads, tx, lr_schedule)
         return state, dict(metrics, **opt_metrics)
 
-    # Donate the train state (argument 0): params and optimizer moments are updated in place
-    # instead of holding two copies at the peak.
     return jax.jit(step, donate_argnums=(0,), out_shardings=(state_sharding, metrics_sharding))
 
 
@@ -247,13 +254,8 @@ def make_reward_model_step(model: Decoder, tx, lr_schedule, *, state_sharding, m
             jnp.concatenate([batch.chosen_mask_B_T, batch.rejected_mask_B_T]))
         return preference.bradley_terry_loss(r_2B[:b], r_2B[b:], margin, label_smoothing)
 
-    def step(state: TrainState, batch: PairBatch):
-        on_trace()
-        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
-        state, opt_metrics = optim.apply_grads(state, grads, tx, lr_schedule)
-        return state, dict(metrics, **opt_metrics)
-
-    return jax.jit(step, donate_argnums=(0,), out_shardings=(state_sharding, metrics_sharding))
+    return _supervised_step(loss_fn, tx, lr_schedule, state_sharding, metrics_sharding,
+                            on_trace)
 
 
 def sequence_logp(model: Decoder, params, tokens_B_T, mask_B_T, response_mask_B_R,
@@ -280,10 +282,5 @@ def make_dpo_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, beta: flo
         return preference.dpo_loss(logp_2B[:b], logp_2B[b:], batch.ref_logp_chosen_B,
                                    batch.ref_logp_rejected_B, beta, label_smoothing)
 
-    def step(state: TrainState, batch: PairBatch):
-        on_trace()
-        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
-        state, opt_metrics = optim.apply_grads(state, grads, tx, lr_schedule)
-        return state, dict(metrics, **opt_metrics)
-
-    return jax.jit(step, donate_argnums=(0,), out_shardings=(state_sharding, metrics_sharding))
+    return _supervised_step(loss_fn, tx, lr_schedule, state_sharding, metrics_sharding,
+                            on_trace)

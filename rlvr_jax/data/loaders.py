@@ -110,17 +110,25 @@ def parse_row(row: object, fmt: str, where: str, default_source: str) -> Problem
 
 def load(path: str, fmt: str = "auto", on_error: str = "raise") -> tuple[list[Problem], int]:
     """(problems, number of skipped rows). `on_error`: raise | skip."""
+    return load_rows(path, lambda row, where, source: parse_row(row, fmt, where, source),
+                     on_error)
+
+
+def load_rows(path: str, parse, on_error: str = "raise") -> tuple[list, int]:
+    """(parsed rows, number skipped) of a JSONL / Parquet file: `parse(row, "file:line",
+    default data source)` raises DatasetError on a bad row, which stops the load or, with
+    `on_error="skip"`, is counted."""
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be raise or skip, got {on_error!r}")
     default_source = os.path.splitext(os.path.basename(path))[0]
-    problems, skipped = [], 0
+    out, skipped = [], 0
     for line, row in read_rows(path):
         try:
-            problems.append(parse_row(row, fmt, f"{path}:{line}", default_source))
+            out.append(parse(row, f"{path}:{line}", default_source))
         except DatasetError:
             if on_error == "raise":
                 raise
             skipped += 1
-    if not problems:
+    if not out:
         raise DatasetError(f"{path}: no usable rows ({skipped} skipped)")
-    return problems, skipped
+    return out, skipped

@@ -14,11 +14,10 @@ skipped and counted, as for prompt datasets (loaders.py).
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 
-from rlvr_jax.data.loaders import DatasetError, read_rows
+from rlvr_jax.data.loaders import DatasetError, load_rows
 
 FORMATS = ("auto", "pairs", "chat", "hh")
 
@@ -104,17 +103,5 @@ def parse_row(row: object, fmt: str, where: str, default_source: str) -> Prefere
 def load(path: str, fmt: str = "auto", on_error: str = "raise"
          ) -> tuple[list[PreferencePair], int]:
     """(pairs, number of skipped rows). `on_error`: raise | skip."""
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be raise or skip, got {on_error!r}")
-    default_source = os.path.splitext(os.path.basename(path))[0]
-    pairs, skipped = [], 0
-    for line, row in read_rows(path):
-        try:
-            pairs.append(parse_row(row, fmt, f"{path}:{line}", default_source))
-        except DatasetError:
-            if on_error == "raise":
-                raise
-            skipped += 1
-    if not pairs:
-        raise DatasetError(f"{path}: no usable rows ({skipped} skipped)")
-    return pairs, skipped
+    return load_rows(path, lambda row, where, source: parse_row(row, fmt, where, source),
+                     on_error)
