@@ -130,7 +130,8 @@ def test_a_lora_run_trains_resumes_and_exports_merged_weights(tmp_path):
 
     run_dir = tmp_path / "run"
     cfg = compose(["+experiment=math_grpo", "model.lora_rank=4", "num_steps=2",
-                   "warmup.steps=20", "algo.prompts_per_step=4", "algo.samples_per_prompt=2",
+                   "model.hidden_size=32", "model.num_layers=2", "model.intermediate_size=64",
+                   "warmup.steps=10", "algo.prompts_per_step=4", "algo.samples_per_prompt=2",
                    "eval.num_problems=4", "eval.sampled_per_problem=1",
                    "eval.sequences_per_batch=8", "logger.progress_bar=false"], run_dir=run_dir)
     summary = run(cfg)
