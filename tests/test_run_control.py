@@ -145,6 +145,15 @@ def test_a_built_wheel_trains_in_a_fresh_venv(tmp_path):
                               *map(str, wheels.glob("*.whl"))], capture_output=True, text=True,
                              timeout=300)
     assert install.returncode == 0, install.stderr[-2000:]
+    # Every config file ships, nested groups (hydra/launcher/) included.
+    shipped = subprocess.run([py, "-c", "import os; from rlvr_jax.config import conf_dir; "
+                              "d = conf_dir(); print(sorted(os.path.relpath(os.path.join(r, f), "
+                              "d) for r, _, fs in os.walk(d) for f in fs if f.endswith('.yaml')))"],
+                             capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    here = sorted(os.path.relpath(os.path.join(r, f), os.path.join(ROOT, "conf"))
+                  for r, _, fs in os.walk(os.path.join(ROOT, "conf")) for f in fs
+                  if f.endswith(".yaml"))
+    assert shipped.stdout.strip() == str(here), shipped.stdout + shipped.stderr
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in ENV.items() if k != "PYTHONPATH"}
