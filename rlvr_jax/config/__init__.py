@@ -8,8 +8,9 @@ the cross-part constraints. Everything below `RunConfig` is unpacked into plain 
 place (`build.py`, `loop.py`): the maths never see a config object.
 
 In Python, compose exactly what the command line composes with `rlvr_jax.compose`.
-Parts: `choices.py` (errors, the enum-like names), `schemas.py` (the dataclasses), `load.py`
-(Hydra registration, validation, composition, the run's directory name).
+Parts: `choices.py` (errors, the enum-like names), `schemas.py` (the model, task, sampling
+and algorithm dataclasses), `run.py` (the run's other parts and `RunConfig`), `load.py` (Hydra
+registration, validation, composition, the run's directory name).
 """
 
 from rlvr_jax.config.choices import (AdvEstimator, Algorithm, Choice, ConfigError,
@@ -18,13 +19,13 @@ from rlvr_jax.config.choices import (AdvEstimator, Algorithm, Choice, ConfigErro
                                      RewardScheme, RopeScaling, SandboxMode, VerifierKind, choice)
 from rlvr_jax.config.load import (as_dict, compose, conf_dir, register_configs, run_dirname,
                                   to_run_config, validate, warmstart_key)
+from rlvr_jax.config.run import (CheckpointConfig, DistributedConfig, EvalConfig, LoggerConfig,
+                                 MeshConfig, RewardModelConfig, RunConfig, VerifierConfig,
+                                 WarmupConfig)
 from rlvr_jax.config.schemas import (TASK_SCHEMAS, TASK_VERIFIERS, AlgoConfig,
-                                     ArithmeticTaskConfig, CheckpointConfig, CodegenTaskConfig,
-                                     DAPOConfig, DatasetTaskConfig, DistributedConfig,
-                                     EvalConfig, LoggerConfig,
-                                     MeshConfig, ModelConfig, OptimConfig, PolicyLossConfig,
-                                     PPOConfig, RunConfig, SamplingConfig, TaskConfig,
-                                     VerifierConfig, WarmupConfig)
+                                     ArithmeticTaskConfig, CodegenTaskConfig, DAPOConfig,
+                                     DatasetTaskConfig, ModelConfig, OptimConfig,
+                                     PolicyLossConfig, PPOConfig, SamplingConfig, TaskConfig)
 
 __all__ = [
     "AdvEstimator",
@@ -48,6 +49,7 @@ __all__ = [
     "LossAgg",
     "MeshConfig",
     "DistributedConfig",
+    "RewardModelConfig",
     "ModelConfig",
     "OnBadRow",
     "OptimConfig",

@@ -13,9 +13,9 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from rlvr_jax.config.choices import ConfigError, _check
-from rlvr_jax.config.schemas import (TASK_SCHEMAS, TASK_VERIFIERS, AlgoConfig, LoggerConfig,
-                                     MeshConfig, ModelConfig, RunConfig, SamplingConfig,
-                                     VerifierConfig)
+from rlvr_jax.config.run import LoggerConfig, MeshConfig, RunConfig, VerifierConfig
+from rlvr_jax.config.schemas import (TASK_SCHEMAS, TASK_VERIFIERS, AlgoConfig, ModelConfig,
+                                     SamplingConfig)
 
 
 def warmstart_key(cfg: "RunConfig") -> str:
