@@ -187,6 +187,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
 
     last = min(cfg.num_steps, loop.step + cfg.stop_after_steps) if cfg.stop_after_steps \
         else cfg.num_steps
+    update_flops = 0.0
     for step in range(loop.step, last):
         if stop_requested():  # it came during the warm start or an evaluation: stop here
             if step > 0:
@@ -206,7 +207,8 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
                                          loop.kl_coef)                                 # host | jit
         update_args = (state, ref_params, batch, jax.random.fold_in(update_key, step),
                        float(step >= a.ppo.critic_warmup_steps))
-        update_flops = perf.traced_flops(updates.rl_step, *update_args)  # no retrace: cached
+        # Shapes are fixed for the run: count once, tracing before the call (which reuses it).
+        update_flops = update_flops or perf.traced_flops(updates.rl_step, *update_args)
         t_rl = time.perf_counter()
         state, metrics = updates.rl_step(*update_args)                                 # jit
         metrics = jax.device_get(metrics)  # the one device-to-host copy of the update

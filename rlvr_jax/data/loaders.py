@@ -71,11 +71,23 @@ def _detect(row: dict) -> str:
                      "question/answer, problem/solution or data_source/prompt/reward_model)")
 
 
-def parse_row(row: object, fmt: str, where: str, default_source: str) -> Problem:
+def json_object(row: object, where: str) -> dict:
+    """The row as a dict, or the DatasetError that says why it is not one."""
     if isinstance(row, DatasetError):
         raise row
     if not isinstance(row, dict):
         raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    return row
+
+
+def row_error(e: Exception, where: str) -> DatasetError:
+    """A parse failure as the row's one-line error (a missing key named as such)."""
+    what = f"missing field {e.args[0]!r}" if isinstance(e, KeyError) else str(e)
+    return DatasetError(f"{where}: {what}")
+
+
+def parse_row(row: object, fmt: str, where: str, default_source: str) -> Problem:
+    row = json_object(row, where)
     try:
         fmt = _detect(row) if fmt == "auto" else fmt
         if fmt == "gsm8k":
@@ -101,8 +113,7 @@ def parse_row(row: object, fmt: str, where: str, default_source: str) -> Problem
         else:
             raise ValueError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
     except (KeyError, TypeError, ValueError, json.JSONDecodeError) as e:
-        what = f"missing field {e.args[0]!r}" if isinstance(e, KeyError) else str(e)
-        raise DatasetError(f"{where}: {what}") from None
+        raise row_error(e, where) from None
     if not messages or not gold:
         raise DatasetError(f"{where}: empty prompt or answer")
     return Problem(where, messages, str(gold), str(source))

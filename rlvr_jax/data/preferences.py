@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rlvr_jax.data.loaders import DatasetError, load_rows
+from rlvr_jax.data.loaders import DatasetError, json_object, load_rows, row_error
 
 FORMATS = ("auto", "pairs", "chat", "hh")
 
@@ -65,10 +65,7 @@ def _detect(row: dict) -> str:
 
 
 def parse_row(row: object, fmt: str, where: str, default_source: str) -> PreferencePair:
-    if isinstance(row, DatasetError):
-        raise row
-    if not isinstance(row, dict):
-        raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    row = json_object(row, where)
     try:
         fmt = _detect(row) if fmt == "auto" else fmt
         if fmt == "pairs":
@@ -90,8 +87,7 @@ def parse_row(row: object, fmt: str, where: str, default_source: str) -> Prefere
         else:
             raise ValueError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
     except (KeyError, TypeError, ValueError) as e:
-        what = f"missing field {e.args[0]!r}" if isinstance(e, KeyError) else str(e)
-        raise DatasetError(f"{where}: {what}") from None
+        raise row_error(e, where) from None
     if not messages or not chosen.strip() or not rejected.strip():
         raise DatasetError(f"{where}: empty prompt or response")
     if chosen == rejected:
