@@ -19,7 +19,7 @@ import jax
 from transformers import PreTrainedTokenizerBase
 
 from rlvr_jax import lora, optim, sharding, tasks, train_step
-from rlvr_jax.config import (AlgoConfig, MeshConfig, ModelConfig, SamplingConfig, TaskConfig,
+from rlvr_jax.config import (AlgoConfig, ConfigError, MeshConfig, ModelConfig, SamplingConfig, TaskConfig,
                              WarmupConfig)
 from rlvr_jax.models import hf
 from rlvr_jax.models import value as value_model
@@ -160,6 +160,9 @@ def updates(policy: Policy, setup: TaskSetup, algo: AlgoConfig, warmup: WarmupCo
     rl_state_sh = policy.shardings(jax.eval_shape(lambda p: optim.init_train_state(p, rl_tx),
                                                   abstract_rl))
     l = a.loss
+    if l.kl_coef < 0:  # -1 is resolved by config.validate (by the reward source)
+        raise ConfigError("config key 'algo.loss.kl_coef': -1 is resolved by "
+                          "rlvr_jax.config.validate; pass the config through it")
     loss = train_step.LossOptions(
         eps_low=l.clip_eps_low, eps_high=l.clip_eps_high,
         kl_coef=0.0 if a.ppo.kl_in_reward else l.kl_coef, kl_estimator=l.kl_estimator,

@@ -76,12 +76,12 @@ def evaluate_model(model: str, data: str | None, *, n: int, ks: list[int], tempe
             common = dict(prompt_len=setup.prompt_len, batch_size=batch, put=policy.put,
                           key=jax.random.key(seed))
             answer_of = setup.task.answer_of
-            v, texts = evaluation.sample_and_verify(policy.sample_greedy, params, setup.task,
+            v, texts, _ = evaluation.sample_and_verify(policy.sample_greedy, params, setup.task,
                                                     setup.tokenizer, problems, verifier,
                                                     samples_per_problem=1, **common)
             out["greedy"] = evaluation.report(problems, v, texts, 1, answer_of, [1])
             if n > 0:
-                v, texts = evaluation.sample_and_verify(
+                v, texts, _ = evaluation.sample_and_verify(
                     policy.sample_train, params, setup.task, setup.tokenizer, problems,
                     verifier, samples_per_problem=n, **common)
                 out[f"sampled_T{temperature:g}_n{n}"] = evaluation.report(problems, v, texts, n,

@@ -9,7 +9,7 @@ per mode; padded rows are dropped before scoring.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import jax
 import numpy as np
@@ -22,11 +22,14 @@ from rlvr_jax.verify.verifiers import Verifier
 
 def sample_and_verify(sample: Callable, params, task: Task, tokenizer, problems: Sequence,
                       verifier: Verifier, *, samples_per_problem: int, prompt_len: int,
-                      batch_size: int, key: jax.Array, put: Callable):
-    """(verdicts, completions), both in problem-major order (n per problem). Over several
-    processes each verifies its block of every batch and the verdicts are gathered."""
+                      batch_size: int, key: jax.Array, put: Callable,
+                      score: Optional[Callable] = None):
+    """(verdicts, completions, scores), in problem-major order (n per problem); `scores` are
+    `score(prompt_B_L, pmask_B_L, tokens_B_R, mask_B_R) -> r_B` of a reward model, or None.
+    Over several processes each verifies its block of every batch and the verdicts are
+    gathered."""
     jobs = [p for p in problems for _ in range(samples_per_problem)]
-    verdicts, texts = [], []
+    verdicts, texts, scores = [], [], []
     for start in range(0, len(jobs), batch_size):
         chunk = jobs[start: start + batch_size]
         padded = chunk + [chunk[0]] * (batch_size - len(chunk))
@@ -40,7 +43,9 @@ def sample_and_verify(sample: Callable, params, task: Task, tokenizer, problems:
             verifier.verify(task.verify_jobs(padded[mine], batch_texts[mine])))
         verdicts += batch_verdicts[: len(chunk)]
         texts += batch_texts[: len(chunk)]
-    return verdicts, texts
+        if score is not None:
+            scores += list(score(prompt, mask, tokens, resp_mask)[: len(chunk)])
+    return verdicts, texts, (np.asarray(scores) if score is not None else None)
 
 
 def report(problems: Sequence, verdicts: Sequence, texts: Sequence[str], n: int,
@@ -66,18 +71,25 @@ def report(problems: Sequence, verdicts: Sequence, texts: Sequence[str], n: int,
 
 def held_out(sample_greedy: Callable, sample_eval: Callable, params, task: Task, tokenizer,
              verifier: Verifier, *, num_problems: int, sampled_per_problem: int,
-             sequences_per_batch: int, prompt_len: int, put: Callable, key: jax.Array) -> dict:
+             sequences_per_batch: int, prompt_len: int, put: Callable, key: jax.Array,
+             score: Optional[Callable] = None) -> dict:
     """Greedy and sampled (T=1) held-out accuracy, with pass@k / mean@k / maj@k for k up to
-    `sampled_per_problem` and status counts: what the loop logs before, during and after RL."""
+    `sampled_per_problem` and status counts: what the loop logs before, during and after RL.
+    With a reward model's `score` (see sample_and_verify), also its mean score of the greedy
+    and the sampled responses (`*_learned_reward`): the proxy beside the gold accuracy."""
     problems = task.heldout_set(num_problems)
-    common = dict(prompt_len=prompt_len, batch_size=sequences_per_batch, put=put, key=key)
+    common = dict(prompt_len=prompt_len, batch_size=sequences_per_batch, put=put, key=key,
+                  score=score)
     n = sampled_per_problem
     ks = sorted({1, n} | {k for k in (2, 4, 8, 16) if k < n})
-    v, texts = sample_and_verify(sample_greedy, params, task, tokenizer, problems, verifier,
-                                 samples_per_problem=1, **common)
+    v, texts, greedy_r = sample_and_verify(sample_greedy, params, task, tokenizer, problems,
+                                           verifier, samples_per_problem=1, **common)
     greedy = report(problems, v, texts, 1, task.answer_of)
-    v, texts = sample_and_verify(sample_eval, params, task, tokenizer, problems, verifier,
-                                 samples_per_problem=n, **common)
+    v, texts, sampled_r = sample_and_verify(sample_eval, params, task, tokenizer, problems,
+                                            verifier, samples_per_problem=n, **common)
     sampled = report(problems, v, texts, n, task.answer_of, ks)
+    learned = {} if score is None else {"greedy_learned_reward": float(greedy_r.mean()),
+                                        "sampled_learned_reward": float(sampled_r.mean())}
     return {"greedy_accuracy": greedy["accuracy"], "sampled_accuracy": sampled["accuracy"],
+            **learned,
             **{f"sampled_{k}": val for k, val in sampled.items() if k != "by_source"}}

@@ -22,8 +22,8 @@ from functools import partial
 
 import jax
 
-from rlvr_jax import (build, distributed, perf, reward_loop, rewards, run_control, stages,
-                      tracking, warmstart)
+from rlvr_jax import (build, distributed, learned_reward, perf, reward_loop, rewards,
+                      run_control, stages, tracking, warmstart)
 from rlvr_jax.checkpoint import Checkpointer
 from rlvr_jax.config import ConfigError, RunConfig, as_dict, warmstart_key
 from rlvr_jax.types import LoopState, StepTimes
@@ -118,18 +118,20 @@ def _build_and_run(cfg: RunConfig, stop: run_control.StopSignals, progress) -> d
                           f"sampler call do not split over {jax.process_count()} processes")
     updates = build.updates(policy, setup, a, cfg.warmup, cfg.sampling.temperature,
                             cfg.num_steps, traces)
+    learned = learned_reward.maybe_load(cfg.reward.reward_model_dir, setup, policy, traces)
     v = cfg.verifier
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
                              batch_timeout_s=v.batch_timeout_s, mode=v.mode)
     try:
-        return _run(cfg, setup, policy, updates, verifier, traces, t_start, stop, progress)
+        return _run(cfg, setup, policy, updates, verifier, learned, traces, t_start, stop,
+                    progress)
     finally:
         verifier.close()  # worker processes, if any
 
 
 def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: build.Updates,
-         verifier, traces: build.Traces, t_start: float, stop: run_control.StopSignals,
-         progress) -> dict:
+         verifier, learned: learned_reward.LearnedReward | None, traces: build.Traces,
+         t_start: float, stop: run_control.StopSignals, progress) -> dict:
     a, w, P, G = cfg.algo, cfg.warmup, cfg.algo.prompts_per_step, cfg.algo.samples_per_prompt
     if distributed.is_writer():
         with open(os.path.join(cfg.run_dir, "run_config.json"), "w") as f:
@@ -142,6 +144,11 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
         progress_bar=cfg.logger.progress_bar)
     stop_requested = _stop_requested(stop, progress)
     tracker.write(f"resolved config: {os.path.abspath(os.path.join(cfg.run_dir, 'run_config.json'))}")
+    if learned is not None:
+        tracker.write(f"reward model {os.path.abspath(cfg.reward.reward_model_dir)} (step "
+                      f"{learned.steps}): reward.source={cfg.reward.source}, "
+                      f"kl_coef={a.loss.kl_coef:g}")
+    eval_score = learned_reward.eval_scorer(learned, policy.put)
     tracker.write(f"run dir {os.path.abspath(cfg.run_dir)} | devices {policy.mesh.devices.size} "
                   f"({jax.default_backend()}) mesh {dict(policy.mesh.shape)} | batch {P}x{G}="
                   f"{P * G} sequences | prompt {setup.prompt_len} + response "
@@ -149,9 +156,10 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
     start = warmstart.start_or_resume(
         policy, setup, updates, verifier, warmup=w, eval_cfg=cfg.eval, seed=cfg.seed,
         kl_coef=a.loss.kl_coef, num_steps=cfg.num_steps, run_dir=cfg.run_dir, ckpt=ckpt,
-        tracker=tracker, should_stop=stop_requested)
+        tracker=tracker, should_stop=stop_requested, score=eval_score)
     state, loop, ref_params = start.state, start.loop, start.ref_params
-    held_out = partial(warmstart.held_out_accuracy, policy, setup, verifier, cfg.eval)
+    held_out = partial(warmstart.held_out_accuracy, policy, setup, verifier, cfg.eval,
+                       score=eval_score)
     write_wall = partial(warmstart.write_wall, cfg.run_dir) if distributed.is_writer() \
         else (lambda seconds: None)
     policy_params = updates.policy_params  # (state params, ref) -> what the sampler runs
@@ -166,8 +174,10 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
     sample_and_verify = partial(stages.sample_and_verify, policy.sample_train, policy.put,
                                 verifier, setup.task, setup.tokenizer,
                                 chunks=cfg.verifier.overlap_chunks, samples_per_prompt=G)
-    d = a.dapo
-    score = partial(stages.score, eos_id=setup.tokenizer.eos_token_id,
+    learned_scores = partial(stages.learned_scores, learned, policy.put)
+    d, r = a.dapo, cfg.reward
+    score = partial(stages.score, source=r.source, learned_weight=r.reward_model_weight,
+                    eos_id=setup.tokenizer.eos_token_id,
                     reward_scheme=cfg.verifier.reward_scheme, samples_per_prompt=G,
                     max_new_tokens=setup.max_new_tokens,
                     overlong_buffer_tokens=d.overlong_buffer_tokens,
@@ -201,7 +211,8 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
         rollout, verdicts, t_sample, t_verify, verified = sample_and_verify(
             params, problems, prompt_B_L, pmask_B_L, key)                              # jit | host
         t2 = time.perf_counter()
-        fresh = score(verdicts, rollout, prompt_B_L, pmask_B_L)                        # rewards
+        learned_B = learned_scores(prompt_B_L, pmask_B_L, rollout)                     # jit (RM)
+        fresh = score(verdicts, rollout, prompt_B_L, pmask_B_L, learned_B)             # rewards
         groups, carry, n_real, ds_row = select(loop.carry, fresh)                      # DAPO
         batch, adv_row = with_advantages(groups, n_real, state.params, ref_params,
                                          loop.kl_coef)                                 # host | jit
@@ -217,6 +228,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
         kl_coef = next_kl_coef(loop.kl_coef, adv_row)                                  # host
         row = ({f"train/{k}": float(v) for k, v in metrics.items()}
                | rewards.summary(verdicts, fresh.rewards_P_G)
+               | rewards.learned_summary(verdicts, learned_B)
                | stages.timing(times, rollout.mask_B_R)
                | utilisation(update_flops, times, rollout.mask_B_R)
                | ds_row | adv_row | {"train/kl_coef": kl_coef}

@@ -13,6 +13,7 @@ the truth.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from functools import partial
@@ -30,9 +31,10 @@ from rlvr_jax.types import LoopState
 
 
 def run(cfg: RunConfig, setup: build.TaskSetup, stop_requested, traces: build.Traces) -> dict:
-    r, w = cfg.reward_model, cfg.warmup
+    cfg = dataclasses.replace(cfg, model=setup.model_cfg)  # resolved: later runs read it
+    r, w, pr = cfg.reward_model, cfg.warmup, cfg.preferences
     policy = build.policy(setup, cfg.mesh, cfg.sampling, traces)
-    build.check_batches(policy.mesh, {"reward_model.pairs_per_step": r.pairs_per_step,
+    build.check_batches(policy.mesh, {"preferences.pairs_per_step": pr.pairs_per_step,
                                       "warmup.sequences_per_step": w.sequences_per_step})
     updates = build.updates(policy, setup, cfg.algo, w, cfg.sampling.temperature,
                             cfg.num_steps, traces)  # its SFT step: the warm start
@@ -68,8 +70,8 @@ def run(cfg: RunConfig, setup: build.TaskSetup, stop_requested, traces: build.Tr
         on_trace=build.counter(traces, "reward_model_step"))
     encode = partial(_encode, setup.tokenizer, prompt_len=setup.prompt_len,
                      max_new_tokens=setup.max_new_tokens)
-    pairs = partial(procedural_pairs, setup.task, seed=cfg.seed, count=r.pairs_per_step,
-                    label_noise=r.label_noise, max_offset=r.max_offset)
+    pairs = partial(procedural_pairs, setup.task, seed=cfg.seed, count=pr.pairs_per_step,
+                    label_noise=pr.label_noise, max_offset=pr.max_offset)
 
     tracker.start_at(loop.step)
     last = min(r.steps, loop.step + cfg.stop_after_steps) if cfg.stop_after_steps else r.steps
@@ -82,7 +84,7 @@ def run(cfg: RunConfig, setup: build.TaskSetup, stop_requested, traces: build.Tr
             "compiles/reward_model_step": traces["reward_model_step"]}
         tracker.log(step + 1, row)                                             # log
         tracker.advance({"acc": row["rm/accuracy"], "loss": row["rm/loss"]})
-        loop = LoopState(step + 1, (step + 1) * r.pairs_per_step, loop.rng_key, 0.0, None)
+        loop = LoopState(step + 1, (step + 1) * pr.pairs_per_step, loop.rng_key, 0.0, None)
         stopping = stop_requested()
         ckpt.maybe_save(step + 1, state, loop, force=step + 1 == last or stopping)  # checkpoint
         if stopping:
@@ -95,18 +97,18 @@ def run(cfg: RunConfig, setup: build.TaskSetup, stop_requested, traces: build.Tr
         tracker.close()
         return {"stopped_at_step": last}
     held = heldout_accuracy(policy.model, state.params, setup.task, encode, policy.put,
-                            cfg.seed, r)
+                            cfg.seed, pr)
     summary = {"rm/heldout_gold_accuracy": held["gold"],
                "rm/heldout_label_accuracy": held["labels"],
-               "rm/label_noise": r.label_noise, "train/steps": r.steps,
+               "rm/label_noise": pr.label_noise, "train/steps": r.steps,
                "compiles": dict(traces)}
     tracker.log(r.steps, {k: v for k, v in summary.items() if k != "compiles"})
     if distributed.is_writer():
         with open(os.path.join(cfg.run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
     tracker.write(f"reward model: held-out pairwise accuracy {held['gold']:.3f} against the "
-                  f"truth, {held['labels']:.3f} against labels flipped at {r.label_noise:g} "
-                  f"(labels agree with the truth {1 - r.label_noise:.2f} of the time)")
+                  f"truth, {held['labels']:.3f} against labels flipped at {pr.label_noise:g} "
+                  f"(labels agree with the truth {1 - pr.label_noise:.2f} of the time)")
     tracker.close()
     return summary
 

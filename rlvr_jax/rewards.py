@@ -71,6 +71,20 @@ def summary(verdicts: Sequence[Verdict], rewards_P_G: np.ndarray) -> dict[str, f
     }
 
 
+def learned_summary(verdicts: Sequence[Verdict], learned_B: np.ndarray | None) -> dict:
+    """The reward model's scores of a batch, overall and split by the gold verdict: the proxy
+    a learned reward optimises, and how far it still tracks the truth."""
+    if learned_B is None:
+        return {}
+    ok_B = np.array([v.status == Status.PASS for v in verdicts])
+    row = {"reward/learned_mean": float(learned_B.mean()),
+           "reward/learned_std": float(learned_B.std())}
+    for name, sel in (("correct", ok_B), ("wrong", ~ok_B)):
+        if sel.any():
+            row[f"reward/learned_mean_{name}"] = float(learned_B[sel].mean())
+    return row
+
+
 def impute_invalid(rewards_P_G: np.ndarray, weights_P_G: np.ndarray) -> np.ndarray:
     """Rewards with each weight-0 (sandbox error) sample replaced by the mean reward of the
     valid samples of its group (0 if none), so a verifier failure moves no group baseline; the

@@ -11,7 +11,8 @@ from typing import Callable, Optional, Sequence
 import jax
 import numpy as np
 
-from rlvr_jax import advantages, batching, distributed, dynamic_sampling, perf, rewards
+from rlvr_jax import (advantages, batching, distributed, dynamic_sampling, learned_reward, perf,
+                      rewards)
 from rlvr_jax.tasks.base import Task, repeat_each
 from rlvr_jax.types import Groups, Rollout, StepTimes, Verdict
 from rlvr_jax.verify.verifiers import Verifier
@@ -58,18 +59,36 @@ def sample_and_verify(sample: Callable, put: Callable, verifier: Verifier, task:
     return rollout, verdicts, t_sample, time.perf_counter() - t0, verified
 
 
-def score(verdicts: Sequence[Verdict], rollout: Rollout, prompt_B_L, pmask_B_L, *,
-          eos_id: int, reward_scheme: str, samples_per_prompt: int, max_new_tokens: int,
+def learned_scores(learned, put: Callable, prompt_B_L, pmask_B_L,
+                   rollout: Rollout) -> Optional[np.ndarray]:
+    """The reward model's scores r_B of the rollout (learned_reward.py; jit), or None
+    without one."""
+    if learned is None:
+        return None
+    return learned_reward.scores(learned.score_train, learned.params, put, prompt_B_L,
+                                 pmask_B_L, rollout.tokens_B_R, rollout.mask_B_R)
+
+
+def score(verdicts: Sequence[Verdict], rollout: Rollout, prompt_B_L, pmask_B_L,
+          learned_B: Optional[np.ndarray], *, source: str, learned_weight: float, eos_id: int,
+          reward_scheme: str, samples_per_prompt: int, max_new_tokens: int,
           overlong_buffer_tokens: int, overlong_penalty_factor: float,
           mask_truncated: bool) -> Groups:
-    """Rewards from the verdicts' table, plus DAPO's overlong shaping. Samples the verifier
-    failed on (sandbox errors) leave the loss mask, as do truncated responses if asked.
-    Returns the rollout as groups (host)."""
+    """Rewards by `source` (config.RewardConfig): the verdicts' table, the reward model's
+    scores `learned_B`, or the table + `learned_weight` x scores; plus DAPO's overlong
+    shaping. Samples the verifier failed on (sandbox errors) leave the loss mask when the
+    verifier's reward is used, as do truncated responses if asked. Returns the rollout as
+    groups (host)."""
     g = samples_per_prompt
-    weights_B = rewards.loss_weights(verdicts)  # 0: the verifier failed (sandbox error)
-    rewards_B = rewards.impute_invalid(
-        rewards.from_verdicts(verdicts, reward_scheme).reshape(-1, g),
-        weights_B.reshape(-1, g)).reshape(-1)
+    weights_B = np.ones(len(verdicts), np.float32)
+    rewards_B = np.zeros(len(verdicts), np.float32)
+    if source != "reward_model":
+        weights_B = rewards.loss_weights(verdicts)  # 0: the verifier failed (sandbox error)
+        rewards_B = rewards.impute_invalid(
+            rewards.from_verdicts(verdicts, reward_scheme).reshape(-1, g),
+            weights_B.reshape(-1, g)).reshape(-1)
+    if source != "verifier":
+        rewards_B = rewards_B + learned_weight * learned_B
     cut_B = batching.truncated(rollout.tokens_B_R, rollout.mask_B_R, eos_id)
     if overlong_buffer_tokens:
         lengths_B = rollout.mask_B_R.sum(axis=1) + cut_B  # a cut response counts as > budget

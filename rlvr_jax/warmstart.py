@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -96,13 +96,14 @@ class Start(NamedTuple):
 
 
 def held_out_accuracy(policy: Policy, setup: TaskSetup, verifier: Verifier, e: EvalConfig,
-                    params, key: jax.Array) -> dict:
-    """The held-out evaluation the loop logs (rlvr_jax/evaluation.py)."""
+                      params, key: jax.Array, score: Optional[Callable] = None) -> dict:
+    """The held-out evaluation the loop logs (rlvr_jax/evaluation.py); with a reward model's
+    `score` (learned_reward.eval_scorer), also its score of the responses."""
     return evaluation.held_out(
         policy.sample_greedy, policy.sample_eval, params, setup.task, setup.tokenizer, verifier,
         num_problems=e.num_problems, sampled_per_problem=e.sampled_per_problem,
         sequences_per_batch=e.sequences_per_batch, prompt_len=setup.prompt_len, put=policy.put,
-        key=key)
+        key=key, score=score)
 
 
 def warm_params(policy: Policy, setup: TaskSetup, updates: Updates, *, warmup: WarmupConfig,
@@ -133,7 +134,8 @@ def warm_params(policy: Policy, setup: TaskSetup, updates: Updates, *, warmup: W
 def start_or_resume(policy: Policy, setup: TaskSetup, updates: Updates, verifier: Verifier, *,
                     warmup: WarmupConfig, eval_cfg: EvalConfig, seed: int, kl_coef: float,
                     num_steps: int, run_dir: str, ckpt: Checkpointer, tracker: Tracker,
-                    should_stop: Callable[[], bool] = lambda: False) -> Start:
+                    should_stop: Callable[[], bool] = lambda: False,
+                    score: Optional[Callable] = None) -> Start:
     """The train state and loop state to start the RL loop from: a fresh start from the warm
     params, or the last checkpoint. metrics.jsonl loses the rows after that checkpoint (the
     resumed run logs those steps again), and the start evaluation is logged once."""
@@ -147,7 +149,7 @@ def start_or_resume(policy: Policy, setup: TaskSetup, updates: Updates, verifier
             eval_start = json.load(f)
     else:  # the key is the loop's eval key (fold 2): start and end see the same draws
         eval_start = held_out_accuracy(policy, setup, verifier, eval_cfg, warm,
-                                     jax.random.fold_in(base_key, 2))
+                                       jax.random.fold_in(base_key, 2), score)
         if jax.process_index() == 0:  # the run's one writer (distributed.py)
             with open(eval_path, "w") as f:
                 json.dump(eval_start, f)

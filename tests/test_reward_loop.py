@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 ARGS = ["+experiment=math_rm", "model.hidden_size=32", "model.num_layers=2",
         "model.intermediate_size=64", "warmup.steps=10", "warmup.sequences_per_step=8",
-        "reward_model.steps=6", "reward_model.pairs_per_step=8", "reward_model.heldout_pairs=16",
+        "reward_model.steps=6", "preferences.pairs_per_step=8", "preferences.heldout_pairs=16",
         "logger=disabled", "logger.progress_bar=false", "checkpoint.every_steps=2"]
 
 

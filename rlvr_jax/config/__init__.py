@@ -16,12 +16,13 @@ registration, validation, composition, the run's directory name).
 from rlvr_jax.config.choices import (AdvEstimator, Algorithm, Choice, ConfigError,
                                      CriticLayout, DataFormat, Dtype, KLEstimator, LoggerMode,
                                      LossAgg, LRSchedule, OnBadRow, PolicyLoss, Remat,
-                                     RewardScheme, RopeScaling, SandboxMode, VerifierKind, choice)
+                                     RewardScheme, RewardSource, RopeScaling, SandboxMode, VerifierKind, choice)
 from rlvr_jax.config.load import (as_dict, compose, conf_dir, register_configs, run_dirname,
                                   to_run_config, validate, warmstart_key)
-from rlvr_jax.config.run import (CheckpointConfig, DistributedConfig, EvalConfig, LoggerConfig,
-                                 MeshConfig, RewardModelConfig, RunConfig, VerifierConfig,
-                                 WarmupConfig)
+from rlvr_jax.config.run import (LEARNED_REWARD_KL_COEF, CheckpointConfig, DistributedConfig,
+                                 DPOConfig, EvalConfig, LoggerConfig, MeshConfig,
+                                 PreferenceConfig, RewardConfig, RewardModelConfig, RunConfig,
+                                 VerifierConfig, WarmupConfig)
 from rlvr_jax.config.schemas import (TASK_SCHEMAS, TASK_VERIFIERS, AlgoConfig,
                                      ArithmeticTaskConfig, CodegenTaskConfig, DAPOConfig,
                                      DatasetTaskConfig, ModelConfig, OptimConfig,
@@ -50,6 +51,11 @@ __all__ = [
     "MeshConfig",
     "DistributedConfig",
     "RewardModelConfig",
+    "RewardConfig",
+    "PreferenceConfig",
+    "DPOConfig",
+    "LEARNED_REWARD_KL_COEF",
+    "RewardSource",
     "ModelConfig",
     "OnBadRow",
     "OptimConfig",

@@ -51,4 +51,5 @@ DataFormat = choice("DataFormat", "auto", "gsm8k", "math", "verl")
 OnBadRow = choice("OnBadRow", "raise", "skip")
 LoggerMode = choice("LoggerMode", "offline", "online", "disabled")
 Remat = choice("Remat", "none", "full", "dots")  # models/policy.py: REMAT_POLICIES
-Job = choice("Job", "rl", "reward_model")  # what a run trains: the policy, or a reward model
+Job = choice("Job", "rl", "reward_model", "dpo")  # loop.py | preference_runs.py
+RewardSource = choice("RewardSource", "verifier", "reward_model", "combined")  # learned_reward.py

@@ -13,7 +13,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from rlvr_jax.config.choices import ConfigError, _check
-from rlvr_jax.config.run import LoggerConfig, MeshConfig, RunConfig, VerifierConfig
+from rlvr_jax.config.run import (LEARNED_REWARD_KL_COEF, LoggerConfig, MeshConfig, RunConfig,
+                                 VerifierConfig)
 from rlvr_jax.config.schemas import (TASK_SCHEMAS, TASK_VERIFIERS, AlgoConfig, ModelConfig,
                                      SamplingConfig)
 
@@ -57,6 +58,9 @@ def register_configs() -> None:
 def validate(cfg: RunConfig) -> RunConfig:
     """Each part's checks, then the constraints between parts; every error names its key."""
     m, t, a, w, v = cfg.model, cfg.task, cfg.algo, cfg.warmup, cfg.verifier
+    cfg.reward.check()
+    if a.loss.kl_coef == -1:  # by the reward source: resolved once, here
+        a.loss.kl_coef = 0.0 if cfg.reward.source == "verifier" else LEARNED_REWARD_KL_COEF
     m.check()
     t.check()
     cfg.sampling.check()
@@ -65,7 +69,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     v.check()
     cfg.mesh.check()
     cfg.distributed.check()
+    cfg.preferences.check()
     cfg.reward_model.check()
+    cfg.dpo.check()
     cfg.checkpoint.check()
     cfg.eval.check()
     _check(cfg.num_steps >= 0, "num_steps", "must be >= 0")

@@ -1,4 +1,4 @@
-"""The run's typed schemas: warm start, reward model, verifier, mesh, processes, logging,
+"""The run's typed schemas: warm start, reward source, preference jobs, verifier, mesh, processes, logging,
 checkpoints, evaluation, and the RunConfig that holds every part (schemas.py: the model, the
 tasks, sampling and the algorithm)."""
 
@@ -9,7 +9,8 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from rlvr_jax.config.choices import Job, LoggerMode, RewardScheme, SandboxMode, VerifierKind, _check
+from rlvr_jax.config.choices import (Job, LoggerMode, RewardScheme, RewardSource, SandboxMode,
+                                     VerifierKind, _check)
 from rlvr_jax.config.schemas import AlgoConfig, ModelConfig, SamplingConfig
 
 
@@ -36,29 +37,86 @@ class WarmupConfig:
 
 
 @dataclass
-class RewardModelConfig:
-    """`job=reward_model`: a reward model (models/reward.py) trained with the Bradley-Terry
-    loss on preference pairs from the task's procedural source (tasks/preference_pairs.py: a
-    correct and a wrong response, each label flipped with probability `label_noise`)."""
+class PreferenceConfig:
+    """Preference pairs for `job=reward_model` and `job=dpo`, from the task's procedural source
+    (tasks/preference_pairs.py): a correct and a wrong response to the same problem, each
+    label flipped with probability `label_noise`. The same seed gives both jobs the same pairs."""
 
-    steps: int = 1500
     pairs_per_step: int = 32
-    learning_rate: float = 1e-4  # 1e-3 did not learn (held-out accuracy 0.49 after 600 steps)
-    lr_warmup_steps: int = 20
     label_noise: float = 0.2
     max_offset: int = 10  # the wrong response is off by 1..max_offset
-    margin: float = 0.0  # preference.bradley_terry_loss
-    label_smoothing: float = 0.0
     heldout_pairs: int = 256  # pairs on held-out problems, for the pairwise accuracy
 
-    def check(self, key: str = "reward_model") -> None:
-        _check(self.steps >= 1 and self.pairs_per_step >= 1, f"{key}.steps",
-               "steps and pairs_per_step must be >= 1")
+    def check(self, key: str = "preferences") -> None:
+        _check(self.pairs_per_step >= 1, f"{key}.pairs_per_step", "must be >= 1")
         _check(0.0 <= self.label_noise < 0.5, f"{key}.label_noise", "must be in [0, 0.5)")
         _check(self.max_offset >= 1, f"{key}.max_offset", "must be >= 1")
+        _check(self.heldout_pairs >= 1, f"{key}.heldout_pairs", "must be >= 1")
+
+
+@dataclass
+class RewardModelConfig:
+    """`job=reward_model`: a reward model (models/reward.py) trained with the Bradley-Terry
+    loss on the `preferences` pairs."""
+
+    steps: int = 1500
+    learning_rate: float = 1e-4  # 1e-3 did not learn (held-out accuracy 0.49 after 600 steps)
+    lr_warmup_steps: int = 20
+    margin: float = 0.0  # preference.bradley_terry_loss
+    label_smoothing: float = 0.0
+
+    def check(self, key: str = "reward_model") -> None:
+        _check(self.steps >= 1, f"{key}.steps", "must be >= 1")
+        _check(self.learning_rate > 0, f"{key}.learning_rate", "must be > 0")
         _check(0.0 <= self.label_smoothing < 0.5, f"{key}.label_smoothing",
                "must be in [0, 0.5)")
-        _check(self.heldout_pairs >= 1, f"{key}.heldout_pairs", "must be >= 1")
+
+
+@dataclass
+class DPOConfig:
+    """`job=dpo`: the warm policy trained with the DPO loss (preference.dpo_loss) on the
+    `preferences` pairs, against itself frozen as the reference."""
+
+    steps: int = 300
+    learning_rate: float = 1e-4
+    lr_warmup_steps: int = 20
+    beta: float = 0.1  # the implicit reward's scale: beta * log(pi / pi_ref)
+    label_smoothing: float = 0.0  # conservative DPO (the labels' assumed flip rate)
+
+    def check(self, key: str = "dpo") -> None:
+        _check(self.steps >= 1, f"{key}.steps", "must be >= 1")
+        _check(self.learning_rate > 0, f"{key}.learning_rate", "must be > 0")
+        _check(self.beta > 0, f"{key}.beta", "must be > 0")
+        _check(0.0 <= self.label_smoothing < 0.5, f"{key}.label_smoothing",
+               "must be in [0, 0.5)")
+
+
+# algo.loss.kl_coef=-1 (the default) resolves to this for a learned reward source: a reward
+# model is exploitable, so the policy is held near the reference unless asked otherwise.
+LEARNED_REWARD_KL_COEF = 0.05
+
+
+@dataclass
+class RewardConfig:
+    """Where an RL step's reward comes from (rlvr_jax/learned_reward.py). The verifier always
+    runs: with a learned source it is the gold measure (reward/accuracy, evaluations)."""
+
+    # verifier: the task's verifier (the table of verifier.reward_scheme);
+    # reward_model: the score of the reward model in `reward_model_dir`;
+    # combined: verifier reward + reward_model_weight x score.
+    source: RewardSource = RewardSource["verifier"]
+    # A finished job=reward_model run directory. With source=verifier it is only watched:
+    # its score of the training samples and evaluations is logged (reward/learned_mean).
+    reward_model_dir: str = ""
+    reward_model_weight: float = 1.0  # combined only
+
+    def check(self, key: str = "reward") -> None:
+        _check(self.source == "verifier" or bool(self.reward_model_dir),
+               f"{key}.reward_model_dir",
+               f"{key}.source={self.source} needs a trained reward model: set it to a "
+               "job=reward_model run directory (+experiment=math_rm trains one)")
+        _check(self.source != "combined" or self.reward_model_weight > 0,
+               f"{key}.reward_model_weight", "must be > 0 with source=combined")
 
 
 @dataclass
@@ -177,8 +235,13 @@ class RunConfig:
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
     mesh: MeshConfig = field(default_factory=MeshConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
-    job: Job = Job["rl"]  # rl: train the policy (the loop); reward_model: train a reward model
+    # rl: train the policy (loop.py); reward_model: train a reward model; dpo: train the policy
+    # on preference pairs (preference_runs.py)
+    job: Job = Job["rl"]
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    preferences: PreferenceConfig = field(default_factory=PreferenceConfig)
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    dpo: DPOConfig = field(default_factory=DPOConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

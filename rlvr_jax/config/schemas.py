@@ -201,7 +201,9 @@ class PolicyLossConfig:
     clip_eps_low: float = 0.2  # ratio clipped to [1 - low, 1 + high]
     clip_eps_high: float = 0.28
     dual_clip_c: float = 0.0  # > 1 caps the loss of negative-advantage tokens at c * |A|; 0: off
-    kl_coef: float = 0.0  # beta of the KL penalty to the reference policy; 0 skips its forward
+    # beta of the KL penalty to the reference policy; 0 skips its forward. -1: 0 with the
+    # verifier's reward, run.LEARNED_REWARD_KL_COEF with a reward model's (reward.source).
+    kl_coef: float = -1.0
     kl_estimator: KLEstimator = KLEstimator["k3"]
     agg: LossAgg = LossAgg["token-mean"]
     entropy_coef: float = 0.0  # entropy bonus, aggregated like the policy loss
@@ -211,7 +213,8 @@ class PolicyLossConfig:
                "need 0 <= clip_eps_low < 1 and clip_eps_high >= 0")
         _check(self.dual_clip_c == 0.0 or self.dual_clip_c > 1.0, f"{key}.dual_clip_c",
                "must be 0 (off) or > 1")
-        _check(self.kl_coef >= 0, f"{key}.kl_coef", "must be >= 0")
+        _check(self.kl_coef >= 0 or self.kl_coef == -1, f"{key}.kl_coef",
+               "must be >= 0, or -1 (by the reward source)")
         _check(self.entropy_coef >= 0, f"{key}.entropy_coef", "must be >= 0")
 
 
