@@ -1,7 +1,7 @@
 """A trained reward model as a reward source (`reward.source=reward_model|combined`), or as a
 watched proxy beside the verifier (`reward.source=verifier` with `reward.reward_model_dir`).
 
-The reward model is a finished `job=reward_model` run (reward_loop.py): its last checkpoint's
+The reward model is a finished `job=reward_model` run (preference_runs.py): its last checkpoint's
 {"trunk", "head"} params and the model config it recorded. It scores the policy's own tokens,
 so it must share the policy's tokenizer (checked here). Its params are held on the mesh in the
 compute dtype, frozen; scoring is one jitted forward per batch (prompt ++ response, the score

@@ -22,7 +22,7 @@ from functools import partial
 
 import jax
 
-from rlvr_jax import (build, distributed, learned_reward, perf, reward_loop, rewards,
+from rlvr_jax import (build, distributed, learned_reward, perf, preference_runs, rewards,
                       run_control, stages, tracking, warmstart)
 from rlvr_jax.checkpoint import Checkpointer
 from rlvr_jax.config import ConfigError, RunConfig, as_dict, warmstart_key
@@ -46,22 +46,22 @@ def run(cfg: RunConfig) -> dict:
         1800 if jax.process_count() > 1 else 0)
     with lock, run_control.StopSignals() as stop, run_control.Watchdog(timeout) as watchdog:
         distributed.check_process_count(cfg.run_dir)
-        rm = cfg.job == "reward_model"
-        done = finished_summary(cfg.run_dir, cfg.reward_model.steps if rm else cfg.num_steps)
-        if done is not None and rm:
+        steps = preference_runs.steps_of(cfg)
+        done = finished_summary(cfg.run_dir, steps)
+        if done is not None and cfg.job == "reward_model":
             print(f"run {os.path.abspath(cfg.run_dir)} is complete: {json.dumps(done)}",
                   flush=True)
             return done
         if done is not None:
             table = format_table(done, cfg.eval.num_problems, cfg.eval.sampled_per_problem,
-                                 cfg.num_steps)
-            print(f"run {os.path.abspath(cfg.run_dir)} is complete ({cfg.num_steps} steps):\n"
+                                 steps)
+            print(f"run {os.path.abspath(cfg.run_dir)} is complete ({steps} steps):\n"
                   f"{table}\nnothing to do (delete the directory, or change the command, to "
                   "run again)", flush=True)
             return done
         try:
-            if rm:
-                return reward_loop.run(cfg, _task_setup(cfg), _stop_requested(
+            if cfg.job != "rl":  # learning from preference pairs
+                return preference_runs.run(cfg, _task_setup(cfg), _stop_requested(
                     stop, watchdog.kick), build.Traces())
             return _build_and_run(cfg, stop, watchdog.kick)
         except run_control.Stopped as e:
@@ -165,7 +165,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
     policy_params = updates.policy_params  # (state params, ref) -> what the sampler runs
     tracker.start_at(loop.step)
     base_key = jax.random.wrap_key_data(loop.rng_key)
-    rl_key, eval_key = jax.random.fold_in(base_key, 3), jax.random.fold_in(base_key, 2)
+    rl_key, eval_key = jax.random.fold_in(base_key, 3), warmstart.eval_key(cfg.seed)
     update_key = jax.random.fold_in(base_key, 5)
     sampled = a.dapo.sampled_prompts(P)
     # The run's settings, bound once: each stage below takes only its per-step values.

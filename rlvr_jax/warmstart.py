@@ -143,17 +143,8 @@ def start_or_resume(policy: Policy, setup: TaskSetup, updates: Updates, verifier
     warm = warm_params(policy, setup, updates, warmup=warmup, seed=seed, ckpt=ckpt,
                        tracker=tracker, should_stop=should_stop)
     model_cfg = setup.model_cfg
-    eval_path = os.path.join(run_dir, "eval_start.json")
-    if os.path.exists(eval_path):
-        with open(eval_path) as f:
-            eval_start = json.load(f)
-    else:  # the key is the loop's eval key (fold 2): start and end see the same draws
-        eval_start = held_out_accuracy(policy, setup, verifier, eval_cfg, warm,
-                                       jax.random.fold_in(base_key, 2), score)
-        if jax.process_index() == 0:  # the run's one writer (distributed.py)
-            with open(eval_path, "w") as f:
-                json.dump(eval_start, f)
-        tracker.log(0, {f"eval/{k}": v for k, v in eval_start.items()})
+    eval_start = start_evaluation(run_dir, tracker, lambda: held_out_accuracy(
+        policy, setup, verifier, eval_cfg, warm, eval_key(seed), score))
     state = optim.init_train_state(
         updates.init_rl_params(warm, jax.random.fold_in(base_key, 4)), updates.rl_tx)
     state = jax.device_put(state, policy.shardings(state))
@@ -168,6 +159,26 @@ def start_or_resume(policy: Policy, setup: TaskSetup, updates: Updates, verifier
     tracker.truncate_after(loop.step)  # rows of steps this run will do again
     return Start(state, loop, reference_params(warm, model_cfg.compute_dtype), eval_start,
                  wall_before)
+
+
+def eval_key(seed: int) -> jax.Array:
+    """The key of every held-out evaluation of a run (start, during, end): the same draws."""
+    return jax.random.fold_in(jax.random.key(seed), 2)
+
+
+def start_evaluation(run_dir: str, tracker: Tracker, evaluate: Callable[[], dict]) -> dict:
+    """The held-out evaluation of the warm params, computed and logged (step 0) once per run;
+    a resumed run reads it back from eval_start.json."""
+    path = os.path.join(run_dir, "eval_start.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    result = evaluate()
+    if jax.process_index() == 0:  # the run's one writer (distributed.py)
+        with open(path, "w") as f:
+            json.dump(result, f)
+    tracker.log(0, {f"eval/{k}": v for k, v in result.items()})
+    return result
 
 
 def reference_params(warm, compute_dtype: str):

@@ -155,8 +155,12 @@ def test_the_dpo_step_starts_at_log_2_and_raises_the_chosen_margin():
     ref = [train_step.sequence_logp(model, params, t, m, r, L) for t, m, r in (
         (batch.chosen_B_T, batch.chosen_mask_B_T, batch.chosen_response_mask_B_R),
         (batch.rejected_B_T, batch.rejected_mask_B_T, batch.rejected_response_mask_B_R))]
+    with_ref = train_step.make_with_reference_logp(model, prompt_len=L)(params, batch)
+    np.testing.assert_allclose(with_ref.ref_logp_chosen_B, ref[0], rtol=1e-5)
+    np.testing.assert_allclose(with_ref.ref_logp_rejected_B, ref[1], rtol=1e-5)
     batch = batch._replace(ref_logp_chosen_B=ref[0], ref_logp_rejected_B=ref[1])
-    state, step, traces = _step(train_step.make_dpo_step, params, prompt_len=L, beta=0.5)
+    state, step, traces = _step(train_step.make_dpo_step, {"policy": params}, prompt_len=L,
+                                beta=0.5)
     state, m = step(state, batch)
     assert float(m["loss"]) == pytest.approx(np.log(2), abs=1e-5)
     for _ in range(30):

@@ -84,6 +84,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     _check(m.lora_rank == 0 or a.name != "ppo", "model.lora_rank",
            "LoRA trains the GRPO family's policy; algo=ppo's critic needs full weights "
            "(set model.lora_rank=0)")
+    _check(m.lora_rank == 0 or cfg.job == "rl", "model.lora_rank",
+           f"job={cfg.job} trains full weights (LoRA adapters train the RL policy only): set "
+           "model.lora_rank=0")
     if t.name == "dataset":
         _check(bool(m.path) or w.steps == 0, "model.path",
                "task=dataset has no demonstrations for a warm start: set model.path to a "

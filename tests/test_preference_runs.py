@@ -1,5 +1,5 @@
-"""job=reward_model end to end: warm start, Bradley-Terry steps on procedural pairs, held-out
-accuracy against labels and truth, one compile, exact resume."""
+"""job=reward_model and job=dpo end to end: warm start, Bradley-Terry or DPO steps on
+procedural pairs, held-out accuracy against labels and truth, one compile, exact resume."""
 
 import json
 
@@ -9,6 +9,7 @@ import pytest
 
 from rlvr_jax import compose, run
 from rlvr_jax.checkpoint import read_params
+from tests.helpers import TINY
 
 pytestmark = pytest.mark.slow
 
@@ -38,3 +39,28 @@ def test_a_reward_model_run_trains_reports_and_resumes_exactly(tmp_path):
     jax.tree.map(np.testing.assert_array_equal, a, b)
     # The finished run says so and does nothing.
     assert run(compose(ARGS, run_dir=twice))["train/steps"] == 6
+
+
+DPO = ["+experiment=math_dpo", *TINY, "dpo.steps=6", "preferences.pairs_per_step=8",
+       "preferences.heldout_pairs=16", "eval.every_steps=3", "checkpoint.every_steps=2"]
+
+
+def test_a_dpo_run_evaluates_the_task_and_resumes_exactly(tmp_path):
+    once = run(compose(DPO, run_dir=tmp_path / "once"))
+    assert once["compiles"]["dpo_step"] == 1 and once["compiles"]["dpo_reference_logp"] == 1
+    assert once["train/steps"] == 6 and 0.0 <= once["dpo/heldout_gold_accuracy"] <= 1.0
+    rows = [json.loads(line) for line in open(tmp_path / "once" / "metrics.jsonl")]
+    steps = [r for r in rows if "dpo/loss" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4, 5, 6]
+    assert steps[0]["dpo/loss"] == pytest.approx(np.log(2), abs=1e-5)  # policy == reference
+    assert [r["step"] for r in rows if "eval/sampled_accuracy" in r] == [0, 3, 6]
+    twice = tmp_path / "twice"
+    assert run(compose(DPO + ["stop_after_steps=4"], run_dir=twice)) == {"stopped_at_step": 4}
+    resumed = run(compose(DPO, run_dir=twice))
+    for k in ("eval/sampled_accuracy_end", "eval/greedy_accuracy_start",
+              "dpo/heldout_label_accuracy"):
+        assert resumed[k] == once[k], k
+    a, _ = read_params(tmp_path / "once")
+    b, _ = read_params(twice)
+    assert set(a) == {"policy"}  # as an RL run's: export and evaluate read it alike
+    jax.tree.map(np.testing.assert_array_equal, a, b)

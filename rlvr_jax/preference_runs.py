@@ -1,0 +1,246 @@
+"""`job=reward_model` and `job=dpo`: learning from preference pairs, with an RL run's life
+(loop.py): the same run directory, lock, stop signals, checkpoints and exact resume, metrics
+and one-writer rules.
+
+    warm policy (model.path, or the supervised warm start) ->
+      reward_model: its trunk + a zero head, Bradley-Terry steps (Ouyang et al. 2022)
+      dpo:          the policy, DPO steps against itself frozen (Rafailov et al. 2023),
+                    held-out task accuracy before, during and after, as an RL run reports it
+    -> held-out pairwise accuracy -> summary
+
+Pairs come from `tasks/preference_pairs.py` (a correct and a wrong response, labels flipped
+with probability `preferences.label_noise`); a seed gives both jobs the same pairs. The gold
+label stays known, so pairwise accuracy is reported against the noisy labels and against the
+truth. DPO is offline: every pair is seen once, and its reference log-probs are computed once,
+when its batch is drawn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from functools import partial
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import numpy as np
+
+from rlvr_jax import (batching, build, distributed, learned_reward, optim, sharding, tracking,
+                      train_step, warmstart)
+from rlvr_jax.checkpoint import Checkpointer, abstract_like
+from rlvr_jax.config import RunConfig, as_dict, warmstart_key
+from rlvr_jax.models import reward
+from rlvr_jax.tasks.preference_pairs import LabelledPair, heldout_pairs, procedural_pairs
+from rlvr_jax.types import LoopState, PairBatch
+from rlvr_jax.verify.verifiers import make_verifier
+
+
+class PairJob(NamedTuple):
+    """What differs between the two jobs; `run` does the rest."""
+
+    prefix: str  # metric prefix: "rm" | "dpo"
+    steps: int
+    state: object  # the fresh train state (params {"trunk", "head"} | {"policy"})
+    step: Callable  # jitted (state, PairBatch) -> (state, metrics), state donated
+    prepare: Callable  # device PairBatch -> PairBatch (DPO: + reference log-probs; jit)
+    margins: Callable  # (params, PairBatch) -> m_B: > 0 when the chosen side wins
+    evaluate: Optional[Callable]  # params -> held-out task metrics (DPO), or None
+
+
+def steps_of(cfg: RunConfig) -> int:
+    """The number of steps a run of `cfg.job` trains for."""
+    return {"rl": cfg.num_steps, "reward_model": cfg.reward_model.steps,
+            "dpo": cfg.dpo.steps}[str(cfg.job)]
+
+
+def run(cfg: RunConfig, setup: build.TaskSetup, stop_requested, traces: build.Traces) -> dict:
+    t_start = time.perf_counter()
+    cfg = dataclasses.replace(cfg, model=setup.model_cfg)  # resolved: later runs read it
+    w, pr, dpo = cfg.warmup, cfg.preferences, cfg.job == "dpo"
+    policy = build.policy(setup, cfg.mesh, cfg.sampling, traces)
+    build.check_batches(policy.mesh, {"preferences.pairs_per_step": pr.pairs_per_step,
+                                      "warmup.sequences_per_step": w.sequences_per_step}
+                        | ({"eval.sequences_per_batch": cfg.eval.sequences_per_batch}
+                           if dpo else {}))
+    updates = build.updates(policy, setup, cfg.algo, w, cfg.sampling.temperature,
+                            cfg.num_steps, traces)  # its SFT step: the warm start
+    if distributed.is_writer():
+        with open(os.path.join(cfg.run_dir, "run_config.json"), "w") as f:
+            json.dump(as_dict(cfg), f, indent=2)
+    ckpt = Checkpointer(cfg.run_dir, cfg.checkpoint.every_steps, cfg.checkpoint.max_to_keep,
+                        os.path.join(w.shared_dir, warmstart_key(cfg)) if w.shared_dir else None)
+    tracker = tracking.for_process(
+        distributed.is_writer(), cfg.run_dir, mode=cfg.logger.mode, project=cfg.logger.project,
+        entity=cfg.logger.entity, name=cfg.name, config=as_dict(cfg), total_steps=steps_of(cfg),
+        progress_bar=cfg.logger.progress_bar)
+    warm = warmstart.warm_params(policy, setup, updates, warmup=w, seed=cfg.seed, ckpt=ckpt,
+                                 tracker=tracker, should_stop=stop_requested)
+    if not dpo:
+        return _train(cfg, setup, policy, ckpt, tracker, stop_requested, traces, t_start,
+                      _reward_model_job(cfg, policy, warm, traces))
+    v = cfg.verifier
+    verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
+                             batch_timeout_s=v.batch_timeout_s, mode=v.mode)
+    try:
+        learned = learned_reward.maybe_load(cfg.reward.reward_model_dir, setup, policy, traces)
+        evaluate = partial(warmstart.held_out_accuracy, policy, setup, verifier, cfg.eval,
+                           key=warmstart.eval_key(cfg.seed),
+                           score=learned_reward.eval_scorer(learned, policy.put))
+        return _train(cfg, setup, policy, ckpt, tracker, stop_requested, traces, t_start,
+                      _dpo_job(cfg, setup, policy, warm, traces, evaluate))
+    finally:
+        verifier.close()
+
+
+def _reward_model_job(cfg: RunConfig, policy: build.Policy, warm, traces) -> PairJob:
+    r = cfg.reward_model
+    tx, lr = optim.make_optimizer(optim.OptimizerSettings(
+        learning_rate=r.learning_rate, warmup_steps=r.lr_warmup_steps, total_steps=r.steps,
+        schedule="cosine", b1=0.9, b2=0.999, weight_decay=0.0, max_grad_norm=1.0))
+    state = optim.init_train_state(reward.init_reward_model(
+        policy.model.cfg, warm, jax.random.fold_in(jax.random.key(cfg.seed), 7)), tx)
+    state = jax.device_put(state, policy.shardings(state))
+    step = train_step.make_reward_model_step(
+        policy.model, tx, lr, state_sharding=policy.shardings(state),
+        metrics_sharding=sharding.replicated(policy.mesh), margin=r.margin,
+        label_smoothing=r.label_smoothing, on_trace=build.counter(traces, "reward_model_step"))
+    score = jax.jit(lambda p, t, m: reward.scores(policy.model, p, t, m))
+    margins = lambda p, b: (score(p, b.chosen_B_T, b.chosen_mask_B_T)
+                            - score(p, b.rejected_B_T, b.rejected_mask_B_T))
+    return PairJob("rm", r.steps, state, step, lambda b: b, margins, None)
+
+
+def _dpo_job(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, warm, traces,
+             evaluate: Callable) -> PairJob:
+    d = cfg.dpo
+    tx, lr = optim.make_optimizer(optim.OptimizerSettings(
+        learning_rate=d.learning_rate, warmup_steps=d.lr_warmup_steps, total_steps=d.steps,
+        schedule="cosine", b1=0.9, b2=0.999, weight_decay=0.0, max_grad_norm=1.0))
+    state = optim.init_train_state({"policy": warm}, tx)
+    state = jax.device_put(state, policy.shardings(state))
+    ref = warmstart.reference_params(warm, setup.model_cfg.compute_dtype)
+    step = train_step.make_dpo_step(
+        policy.model, tx, lr, prompt_len=setup.prompt_len, beta=d.beta,
+        label_smoothing=d.label_smoothing, state_sharding=policy.shardings(state),
+        metrics_sharding=sharding.replicated(policy.mesh),
+        on_trace=build.counter(traces, "dpo_step"))
+    with_ref = train_step.make_with_reference_logp(
+        policy.model, prompt_len=setup.prompt_len,
+        on_trace=build.counter(traces, "dpo_reference_logp"))
+    logp = jax.jit(partial(train_step.pair_logp, policy.model, prompt_len=setup.prompt_len))
+
+    def margins(params, batch: PairBatch):
+        """The implicit reward's margin / beta: (log-ratio of chosen) - (log-ratio of
+        rejected)."""
+        lc, lr_ = logp(params["policy"], batch)
+        b = with_ref(ref, batch)
+        return (lc - b.ref_logp_chosen_B) - (lr_ - b.ref_logp_rejected_B)
+
+    return PairJob("dpo", d.steps, state, step, partial(with_ref, ref), margins,
+                   lambda params: evaluate(params["policy"]))
+
+
+def _train(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, ckpt: Checkpointer,
+           tracker, stop_requested, traces, t_start: float, job: PairJob) -> dict:
+    pr, e, p = cfg.preferences, cfg.eval, job.prefix
+    eval_start = job.evaluate and warmstart.start_evaluation(
+        cfg.run_dir, tracker, lambda: job.evaluate(job.state.params))
+    state = job.state
+    loop = LoopState(0, 0, np.asarray(jax.random.key_data(jax.random.key(cfg.seed))), 0.0, None)
+    wall_before = 0.0
+    latest = ckpt.latest_step()
+    if latest is not None:
+        state, loop = ckpt.restore(latest, abstract_like(state))
+        wall_before = warmstart.read_wall(cfg.run_dir)
+        tracker.write(f"RESUMING from checkpoint step {latest} in {ckpt.directory} "
+                      f"({job.steps - loop.step} of {job.steps} steps left)")
+    tracker.truncate_after(loop.step)
+    write_wall = partial(warmstart.write_wall, cfg.run_dir) if distributed.is_writer() \
+        else (lambda seconds: None)
+    wall = lambda: wall_before + time.perf_counter() - t_start
+    encode = partial(_encode, setup.tokenizer, prompt_len=setup.prompt_len,
+                     max_new_tokens=setup.max_new_tokens)
+    pairs = partial(procedural_pairs, setup.task, seed=cfg.seed, count=pr.pairs_per_step,
+                    label_noise=pr.label_noise, max_offset=pr.max_offset)
+
+    tracker.start_at(loop.step)
+    last = min(job.steps, loop.step + cfg.stop_after_steps) if cfg.stop_after_steps \
+        else job.steps
+    for step in range(loop.step, last):
+        batch_pairs = pairs(batch_index=step)                                   # host
+        batch = job.prepare(policy.put(encode(batch_pairs)))                   # jit (DPO: ref)
+        state, metrics = job.step(state, batch)                                # jit
+        metrics = jax.device_get(metrics)
+        row = {f"{p}/{k}": float(v) for k, v in metrics.items()} | {
+            f"{p}/labels_agreeing_with_gold": float(np.mean([x.gold_agrees
+                                                             for x in batch_pairs]))} | {
+            f"compiles/{k}": v for k, v in traces.items()}
+        tracker.log(step + 1, row)                                             # log
+        tracker.advance({"acc": row[f"{p}/accuracy"], "loss": row[f"{p}/loss"]})
+        loop = LoopState(step + 1, (step + 1) * pr.pairs_per_step, loop.rng_key, 0.0, None)
+        stopping = stop_requested()
+        if ckpt.maybe_save(step + 1, state, loop, force=step + 1 == last or stopping):
+            write_wall(wall())                                                 # checkpoint
+        if stopping:
+            last = step + 1
+            break
+        if (job.evaluate and e.every_steps and (step + 1) % e.every_steps == 0
+                and step + 1 < job.steps):  # the last step gets the final evaluation
+            tracker.log(step + 1, {f"eval/{k}": v for k, v in job.evaluate(state.params).items()})
+    ckpt.close()
+    if last < job.steps:
+        write_wall(wall())
+        tracker.write(f"stopped after step {last}; checkpoint in {ckpt.directory}; rerun the "
+                      "same command to resume")
+        tracker.close()
+        return {"stopped_at_step": last}
+    held = heldout_accuracy(job.margins, state.params, setup.task, encode, policy.put, cfg.seed,
+                            pr)
+    summary = {f"{p}/heldout_gold_accuracy": held["gold"],
+               f"{p}/heldout_label_accuracy": held["labels"], f"{p}/label_noise": pr.label_noise}
+    if job.evaluate:
+        end = job.evaluate(state.params)
+        tracker.log(job.steps, {f"eval/{k}": v for k, v in end.items()})
+        summary |= {f"eval/{k}_{when}": r[k] for k in ("sampled_accuracy", "greedy_accuracy")
+                    for when, r in (("start", eval_start), ("end", end))}
+    write_wall(wall())
+    summary |= {"train/wall_seconds": wall(), "train/steps": job.steps, "compiles": dict(traces)}
+    tracker.log(job.steps, {k: v for k, v in summary.items() if k != "compiles"})
+    if distributed.is_writer():
+        with open(os.path.join(cfg.run_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+    what = "reward model" if p == "rm" else "DPO implicit reward"
+    tracker.write(f"{what}: held-out pairwise accuracy {held['gold']:.3f} against the truth, "
+                  f"{held['labels']:.3f} against labels flipped at {pr.label_noise:g} (labels "
+                  f"agree with the truth {1 - pr.label_noise:.2f} of the time)")
+    if job.evaluate:
+        tracker.write(f"held-out task accuracy: sampled {summary['eval/sampled_accuracy_start']:.3f}"
+                      f" -> {summary['eval/sampled_accuracy_end']:.3f}, greedy "
+                      f"{summary['eval/greedy_accuracy_start']:.3f} -> "
+                      f"{summary['eval/greedy_accuracy_end']:.3f}")
+    tracker.close()
+    return summary
+
+
+def _encode(tokenizer, pairs: list[LabelledPair], *, prompt_len: int, max_new_tokens: int):
+    return batching.pair_batch(tokenizer, [p.prompt for p in pairs], [p.chosen for p in pairs],
+                               [p.rejected for p in pairs], prompt_len, max_new_tokens)
+
+
+def heldout_accuracy(margins: Callable, params, task, encode, put, seed: int, pr) -> dict:
+    """Pairwise accuracy on held-out pairs, in batches of `pairs_per_step` (the last one
+    padded): how often the chosen side wins (margin > 0), against the noisy labels and
+    against the gold criterion."""
+    pairs = heldout_pairs(task, seed=seed, count=pr.heldout_pairs, label_noise=pr.label_noise,
+                          max_offset=pr.max_offset)
+    wins = []
+    for start in range(0, len(pairs), pr.pairs_per_step):
+        chunk = pairs[start: start + pr.pairs_per_step]
+        padded = chunk + [chunk[0]] * (pr.pairs_per_step - len(chunk))
+        m = distributed.to_host(margins(params, put(encode(padded))))
+        wins += list((m > 0)[: len(chunk)])
+    wins = np.asarray(wins)
+    gold = np.array([p.gold_agrees for p in pairs])
+    return {"labels": float(wins.mean()), "gold": float(np.mean(wins == gold))}
