@@ -179,6 +179,9 @@ def _train(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, ckpt: C
             f"compiles/{k}": v for k, v in traces.items()}
         tracker.log(step + 1, row)                                             # log
         tracker.advance({"acc": row[f"{p}/accuracy"], "loss": row[f"{p}/loss"]})
+        if not cfg.logger.progress_bar and ((step + 1) % 50 == 0 or step + 1 == last):
+            tracker.write(f"step {step + 1}/{job.steps}  loss {row[f'{p}/loss']:.4f}  "
+                          f"pair acc. {row[f'{p}/accuracy']:.3f}")
         loop = LoopState(step + 1, (step + 1) * pr.pairs_per_step, loop.rng_key, 0.0, None)
         stopping = stop_requested()
         if ckpt.maybe_save(step + 1, state, loop, force=step + 1 == last or stopping):
