@@ -32,7 +32,9 @@ from rlvr_jax import (batching, build, distributed, learned_reward, optim, shard
 from rlvr_jax.checkpoint import Checkpointer, abstract_like
 from rlvr_jax.config import RunConfig, as_dict, warmstart_key
 from rlvr_jax.models import reward
-from rlvr_jax.tasks.preference_pairs import LabelledPair, heldout_pairs, procedural_pairs
+from rlvr_jax.tasks.dataset import make_render
+from rlvr_jax.tasks.preference_pairs import (LabelledPair, PairSource, file_pairs, file_source,
+                                             procedural_source)
 from rlvr_jax.types import LoopState, PairBatch
 from rlvr_jax.verify.verifiers import make_verifier
 
@@ -66,6 +68,7 @@ def run(cfg: RunConfig, setup: build.TaskSetup, stop_requested, traces: build.Tr
                            if dpo else {}))
     updates = build.updates(policy, setup, cfg.algo, w, cfg.sampling.temperature,
                             cfg.num_steps, traces)  # its SFT step: the warm start
+    source = pair_source(pr, setup, cfg.seed)  # bad files fail here, before the warm start
     if distributed.is_writer():
         with open(os.path.join(cfg.run_dir, "run_config.json"), "w") as f:
             json.dump(as_dict(cfg), f, indent=2)
@@ -79,7 +82,7 @@ def run(cfg: RunConfig, setup: build.TaskSetup, stop_requested, traces: build.Tr
                                  tracker=tracker, should_stop=stop_requested)
     if not dpo:
         return _train(cfg, setup, policy, ckpt, tracker, stop_requested, traces, t_start,
-                      _reward_model_job(cfg, policy, warm, traces))
+                      source, _reward_model_job(cfg, policy, warm, traces))
     v = cfg.verifier
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
                              batch_timeout_s=v.batch_timeout_s, mode=v.mode)
@@ -89,7 +92,8 @@ def run(cfg: RunConfig, setup: build.TaskSetup, stop_requested, traces: build.Tr
                            key=warmstart.eval_key(cfg.seed),
                            score=learned_reward.eval_scorer(learned, policy.put))
         return _train(cfg, setup, policy, ckpt, tracker, stop_requested, traces, t_start,
-                      _dpo_job(cfg, setup, policy, warm, traces, evaluate))
+                      source, _dpo_job(cfg, setup, policy, warm, traces, evaluate,
+                                       source.prompt_len))
     finally:
         verifier.close()
 
@@ -113,7 +117,8 @@ def _reward_model_job(cfg: RunConfig, policy: build.Policy, warm, traces) -> Pai
 
 
 def _dpo_job(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, warm, traces,
-             evaluate: Callable) -> PairJob:
+             evaluate: Callable, prompt_len: int) -> PairJob:
+    """DPO on pairs laid out with `prompt_len` prompt slots (the task's, or the files')."""
     d = cfg.dpo
     tx, lr = optim.make_optimizer(optim.OptimizerSettings(
         learning_rate=d.learning_rate, warmup_steps=d.lr_warmup_steps, total_steps=d.steps,
@@ -122,14 +127,14 @@ def _dpo_job(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, warm,
     state = jax.device_put(state, policy.shardings(state))
     ref = warmstart.reference_params(warm, setup.model_cfg.compute_dtype)
     step = train_step.make_dpo_step(
-        policy.model, tx, lr, prompt_len=setup.prompt_len, beta=d.beta,
+        policy.model, tx, lr, prompt_len=prompt_len, beta=d.beta,
         label_smoothing=d.label_smoothing, state_sharding=policy.shardings(state),
         metrics_sharding=sharding.replicated(policy.mesh),
         on_trace=build.counter(traces, "dpo_step"))
     with_ref = train_step.make_with_reference_logp(
-        policy.model, prompt_len=setup.prompt_len,
+        policy.model, prompt_len=prompt_len,
         on_trace=build.counter(traces, "dpo_reference_logp"))
-    logp = jax.jit(partial(train_step.pair_logp, policy.model, prompt_len=setup.prompt_len))
+    logp = jax.jit(partial(train_step.pair_logp, policy.model, prompt_len=prompt_len))
 
     def margins(params, batch: PairBatch):
         """The implicit reward's margin / beta: (log-ratio of chosen) - (log-ratio of
@@ -143,7 +148,8 @@ def _dpo_job(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, warm,
 
 
 def _train(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, ckpt: Checkpointer,
-           tracker, stop_requested, traces, t_start: float, job: PairJob) -> dict:
+           tracker, stop_requested, traces, t_start: float, source: PairSource,
+           job: PairJob) -> dict:
     pr, e, p = cfg.preferences, cfg.eval, job.prefix
     eval_start = job.evaluate and warmstart.start_evaluation(
         cfg.run_dir, tracker, lambda: job.evaluate(job.state.params))
@@ -160,23 +166,19 @@ def _train(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, ckpt: C
     write_wall = partial(warmstart.write_wall, cfg.run_dir) if distributed.is_writer() \
         else (lambda seconds: None)
     wall = lambda: wall_before + time.perf_counter() - t_start
-    encode = partial(_encode, setup.tokenizer, prompt_len=setup.prompt_len,
+    encode = partial(_encode, setup.tokenizer, prompt_len=source.prompt_len,
                      max_new_tokens=setup.max_new_tokens)
-    pairs = partial(procedural_pairs, setup.task, seed=cfg.seed, count=pr.pairs_per_step,
-                    label_noise=pr.label_noise, max_offset=pr.max_offset)
 
     tracker.start_at(loop.step)
     last = min(job.steps, loop.step + cfg.stop_after_steps) if cfg.stop_after_steps \
         else job.steps
     for step in range(loop.step, last):
-        batch_pairs = pairs(batch_index=step)                                   # host
+        batch_pairs = source.batch(step)                                       # host
         batch = job.prepare(policy.put(encode(batch_pairs)))                   # jit (DPO: ref)
         state, metrics = job.step(state, batch)                                # jit
         metrics = jax.device_get(metrics)
-        row = {f"{p}/{k}": float(v) for k, v in metrics.items()} | {
-            f"{p}/labels_agreeing_with_gold": float(np.mean([x.gold_agrees
-                                                             for x in batch_pairs]))} | {
-            f"compiles/{k}": v for k, v in traces.items()}
+        row = ({f"{p}/{k}": float(v) for k, v in metrics.items()}
+               | _gold_row(p, batch_pairs) | {f"compiles/{k}": v for k, v in traces.items()})
         tracker.log(step + 1, row)                                             # log
         tracker.advance({"acc": row[f"{p}/accuracy"], "loss": row[f"{p}/loss"]})
         if not cfg.logger.progress_bar and ((step + 1) % 50 == 0 or step + 1 == last):
@@ -199,10 +201,11 @@ def _train(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, ckpt: C
                       "same command to resume")
         tracker.close()
         return {"stopped_at_step": last}
-    held = heldout_accuracy(job.margins, state.params, setup.task, encode, policy.put, cfg.seed,
-                            pr)
-    summary = {f"{p}/heldout_gold_accuracy": held["gold"],
-               f"{p}/heldout_label_accuracy": held["labels"], f"{p}/label_noise": pr.label_noise}
+    held = heldout_accuracy(job.margins, state.params, source.heldout, encode, policy.put,
+                            pr.pairs_per_step)
+    summary = {f"{p}/heldout_label_accuracy": held["labels"]} | (
+        {f"{p}/heldout_gold_accuracy": held["gold"], f"{p}/label_noise": pr.label_noise}
+        if "gold" in held else {})
     if job.evaluate:
         end = job.evaluate(state.params)
         tracker.log(job.steps, {f"eval/{k}": v for k, v in end.items()})
@@ -215,9 +218,14 @@ def _train(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, ckpt: C
         with open(os.path.join(cfg.run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
     what = "reward model" if p == "rm" else "DPO implicit reward"
-    tracker.write(f"{what}: held-out pairwise accuracy {held['gold']:.3f} against the truth, "
-                  f"{held['labels']:.3f} against labels flipped at {pr.label_noise:g} (labels "
-                  f"agree with the truth {1 - pr.label_noise:.2f} of the time)")
+    if "gold" in held:
+        tracker.write(f"{what}: held-out pairwise accuracy {held['gold']:.3f} against the "
+                      f"truth, {held['labels']:.3f} against labels flipped at "
+                      f"{pr.label_noise:g} (labels agree with the truth "
+                      f"{1 - pr.label_noise:.2f} of the time)")
+    else:
+        tracker.write(f"{what}: held-out pairwise accuracy {held['labels']:.3f} on "
+                      f"{len(source.heldout)} pairs of {pr.test_path}")
     if job.evaluate:
         tracker.write(f"held-out task accuracy: sampled {summary['eval/sampled_accuracy_start']:.3f}"
                       f" -> {summary['eval/sampled_accuracy_end']:.3f}, greedy "
@@ -232,18 +240,42 @@ def _encode(tokenizer, pairs: list[LabelledPair], *, prompt_len: int, max_new_to
                                [p.rejected for p in pairs], prompt_len, max_new_tokens)
 
 
-def heldout_accuracy(margins: Callable, params, task, encode, put, seed: int, pr) -> dict:
-    """Pairwise accuracy on held-out pairs, in batches of `pairs_per_step` (the last one
-    padded): how often the chosen side wins (margin > 0), against the noisy labels and
-    against the gold criterion."""
-    pairs = heldout_pairs(task, seed=seed, count=pr.heldout_pairs, label_noise=pr.label_noise,
-                          max_offset=pr.max_offset)
+def _gold_row(prefix: str, pairs: list[LabelledPair]) -> dict:
+    """The share of a batch's labels that agree with the gold criterion, when it is known."""
+    if pairs[0].gold_agrees is None:
+        return {}
+    return {f"{prefix}/labels_agreeing_with_gold": float(np.mean([x.gold_agrees
+                                                                  for x in pairs]))}
+
+
+def pair_source(pr, setup: build.TaskSetup, seed: int) -> PairSource:
+    """The run's preference pairs: the task's procedural ones, or the files'."""
+    if not pr.train_path:
+        return procedural_source(setup.task, seed=seed, count=pr.pairs_per_step,
+                                 label_noise=pr.label_noise, max_offset=pr.max_offset,
+                                 heldout=pr.heldout_pairs, prompt_len=setup.prompt_len)
+    count = lambda text: len(setup.tokenizer.encode(text, add_special_tokens=False))
+    load = partial(file_pairs, fmt=pr.format, on_bad_row=pr.on_bad_row,
+                   render=make_render(setup.tokenizer, ""), count_tokens=count,
+                   max_response_tokens=setup.max_new_tokens)
+    train, test = load(pr.train_path), load(pr.test_path)
+    return file_source(train, test, seed=seed, count=pr.pairs_per_step,
+                       prompt_len=max(count(p.prompt) for p in train + test))
+
+
+def heldout_accuracy(margins: Callable, params, pairs: list[LabelledPair], encode, put,
+                     batch: int) -> dict:
+    """Pairwise accuracy on held-out pairs, in batches of `batch` (the last one padded): how
+    often the chosen side wins (margin > 0), against the labels and, when known, against the
+    gold criterion."""
     wins = []
-    for start in range(0, len(pairs), pr.pairs_per_step):
-        chunk = pairs[start: start + pr.pairs_per_step]
-        padded = chunk + [chunk[0]] * (pr.pairs_per_step - len(chunk))
+    for start in range(0, len(pairs), batch):
+        chunk = pairs[start: start + batch]
+        padded = chunk + [chunk[0]] * (batch - len(chunk))
         m = distributed.to_host(margins(params, put(encode(padded))))
         wins += list((m > 0)[: len(chunk)])
     wins = np.asarray(wins)
-    gold = np.array([p.gold_agrees for p in pairs])
-    return {"labels": float(wins.mean()), "gold": float(np.mean(wins == gold))}
+    out = {"labels": float(wins.mean())}
+    if pairs[0].gold_agrees is not None:
+        out["gold"] = float(np.mean(wins == np.array([p.gold_agrees for p in pairs])))
+    return out

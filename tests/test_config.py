@@ -102,6 +102,14 @@ def test_bad_value_names_the_key(override, key):
 @pytest.mark.parametrize("overrides,key", [
     (["algo=ppo", "algo.ppo.kl_target=0.1"], "algo.ppo.kl_target"),  # needs kl_in_reward
     (["task=codegen", "verifier=math"], "verifier.kind"),  # codegen runs in the sandbox
+    (["reward.source=reward_model"], "reward.reward_model_dir"),  # which reward model?
+    (["reward.source=combined", "reward.reward_model_dir=x", "reward.reward_model_weight=0"],
+     "reward.reward_model_weight"),
+    (["job=dpo", "model.lora_rank=4"], "model.lora_rank"),  # adapters train RL policies only
+    (["job=reward_model", "model.lora_rank=4"], "model.lora_rank"),
+    (["job=dpo", "dpo.beta=0"], "dpo.beta"),
+    (["preferences.label_noise=0.5"], "preferences.label_noise"),  # labels carry no signal
+    (["algo.loss.kl_coef=-0.5"], "algo.loss.kl_coef"),
 ])
 def test_bad_ppo_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):
@@ -186,3 +194,14 @@ def test_compose_from_python_equals_the_command_line(tmp_path):
     with pytest.raises(ConfigError, match="algo.samples_per_prompt"):
         rlvr_jax.compose(["algo.samples_per_prompt=1"])
     assert callable(rlvr_jax.run) and callable(rlvr_jax.evaluate_model)
+
+
+@pytest.mark.parametrize("overrides,kl", [
+    ([], 0.0), (["reward.source=reward_model", "reward.reward_model_dir=x"], 0.05),
+    (["reward.source=combined", "reward.reward_model_dir=x"], 0.05),
+    (["reward.reward_model_dir=x"], 0.0),  # only watched: the verifier's reward
+    (["reward.source=reward_model", "reward.reward_model_dir=x", "algo.loss.kl_coef=0"], 0.0),
+    (["+experiment=math_rlhf"], 0.5), (["+experiment=math_grpo"], 0.0),
+])
+def test_the_kl_to_the_reference_is_on_by_default_for_a_learned_reward(overrides, kl):
+    assert run_config(overrides).algo.loss.kl_coef == kl

@@ -64,3 +64,34 @@ def test_a_dpo_run_evaluates_the_task_and_resumes_exactly(tmp_path):
     b, _ = read_params(twice)
     assert set(a) == {"policy"}  # as an RL run's: export and evaluate read it alike
     jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+def _pairs_file(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_a_reward_model_trains_on_preference_files(tmp_path):
+    rows = [{"prompt": f"{a:02d}+{b:02d}=", "chosen": f"{a + b}", "rejected": f"{a + b + 1}"}
+            for a, b in [(1, 2), (10, 20), (33, 44), (5, 61), (7, 8), (40, 9)]]
+    files = [f"preferences.train_path={_pairs_file(tmp_path / 'train.jsonl', rows)}",
+             f"preferences.test_path={_pairs_file(tmp_path / 'test.jsonl', rows[:3])}"]
+    out = run(compose(ARGS + files + ["preferences.pairs_per_step=8"], run_dir=tmp_path / "r"))
+    assert 0.0 <= out["rm/heldout_label_accuracy"] <= 1.0
+    assert "rm/heldout_gold_accuracy" not in out  # files carry no gold label
+    rows_logged = [json.loads(line) for line in open(tmp_path / "r" / "metrics.jsonl")]
+    assert [r["step"] for r in rows_logged if "rm/loss" in r] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_bad_preference_row_is_one_error_naming_its_line_before_any_training(tmp_path):
+    from rlvr_jax.data.loaders import DatasetError
+
+    train = _pairs_file(tmp_path / "train.jsonl", [
+        {"prompt": "1+2=", "chosen": "3", "rejected": "4"},
+        {"prompt": "1+2=", "chosen": "3"}])
+    test = _pairs_file(tmp_path / "test.jsonl", [{"prompt": "1+2=", "chosen": "3",
+                                                  "rejected": "4"}])
+    with pytest.raises(DatasetError, match=r"train.jsonl:2"):
+        run(compose(ARGS + [f"preferences.train_path={train}",
+                            f"preferences.test_path={test}"], run_dir=tmp_path / "r"))
+    assert not (tmp_path / "r" / "warmstart").exists()  # failed before the warm start

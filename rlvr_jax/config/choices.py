@@ -49,6 +49,7 @@ RewardScheme = choice("RewardScheme", "binary", "signed", "format_penalty", "cod
                       "graded")  # rewards.REWARD_TABLES
 DataFormat = choice("DataFormat", "auto", "gsm8k", "math", "verl")
 OnBadRow = choice("OnBadRow", "raise", "skip")
+PairFormat = choice("PairFormat", "auto", "pairs", "chat", "hh")  # data/preferences.FORMATS
 LoggerMode = choice("LoggerMode", "offline", "online", "disabled")
 Remat = choice("Remat", "none", "full", "dots")  # models/policy.py: REMAT_POLICIES
 Job = choice("Job", "rl", "reward_model", "dpo")  # loop.py | preference_runs.py

@@ -9,8 +9,8 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from rlvr_jax.config.choices import (Job, LoggerMode, RewardScheme, RewardSource, SandboxMode,
-                                     VerifierKind, _check)
+from rlvr_jax.config.choices import (Job, LoggerMode, OnBadRow, PairFormat, RewardScheme,
+                                     RewardSource, SandboxMode, VerifierKind, _check)
 from rlvr_jax.config.schemas import AlgoConfig, ModelConfig, SamplingConfig
 
 
@@ -38,16 +38,24 @@ class WarmupConfig:
 
 @dataclass
 class PreferenceConfig:
-    """Preference pairs for `job=reward_model` and `job=dpo`, from the task's procedural source
-    (tasks/preference_pairs.py): a correct and a wrong response to the same problem, each
-    label flipped with probability `label_noise`. The same seed gives both jobs the same pairs."""
+    """Preference pairs for `job=reward_model` and `job=dpo` (tasks/preference_pairs.py): the
+    task's procedural source (a correct and a wrong response to the same problem, each label
+    flipped with probability `label_noise`, the gold kept), or JSONL / Parquet files
+    (data/preferences.py: pairs, chat or Anthropic-HH rows). The same seed gives both jobs the
+    same pairs."""
 
     pairs_per_step: int = 32
-    label_noise: float = 0.2
-    max_offset: int = 10  # the wrong response is off by 1..max_offset
-    heldout_pairs: int = 256  # pairs on held-out problems, for the pairwise accuracy
+    label_noise: float = 0.2  # procedural only
+    max_offset: int = 10  # procedural only: the wrong response is off by 1..max_offset
+    heldout_pairs: int = 256  # procedural only: held-out pairs, for the pairwise accuracy
+    train_path: str = ""  # "": the task's procedural pairs
+    test_path: str = ""  # held-out pairs (required with train_path)
+    format: PairFormat = PairFormat["auto"]
+    on_bad_row: OnBadRow = OnBadRow["raise"]  # raise: error naming file:line | skip: counted
 
     def check(self, key: str = "preferences") -> None:
+        _check(bool(self.train_path) == bool(self.test_path), f"{key}.test_path",
+               f"set {key}.train_path and {key}.test_path together (the held-out pairs)")
         _check(self.pairs_per_step >= 1, f"{key}.pairs_per_step", "must be >= 1")
         _check(0.0 <= self.label_noise < 0.5, f"{key}.label_noise", "must be in [0, 0.5)")
         _check(self.max_offset >= 1, f"{key}.max_offset", "must be >= 1")
