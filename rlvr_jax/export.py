@@ -18,7 +18,7 @@ import sys
 
 from rlvr_jax import lora
 from rlvr_jax.checkpoint import CheckpointError, read_policy_params, read_warmstart_params
-from rlvr_jax.config import ModelConfig
+from rlvr_jax.config import ModelConfig, recorded_model_config
 from rlvr_jax.models import hf
 from rlvr_jax.tokenizer import load_pretrained_tokenizer, load_tokenizer
 
@@ -39,9 +39,7 @@ def export(run_dir: str, out_dir: str, step: int | None = None, family: str | No
     if not os.path.exists(cfg_path):
         raise CheckpointError(f"{cfg_path}: not found (RUN_DIR must be a run directory)")
     with open(cfg_path) as f:
-        model_dict = json.load(f)["model"]
-    names = {f.name for f in dataclasses.fields(ModelConfig)}
-    cfg = ModelConfig(**{k: v for k, v in model_dict.items() if k in names})
+        cfg = recorded_model_config(json.load(f)["model"])
     params, step = policy_of_run(run_dir, cfg, step)
     params = lora.fold(params, cfg.lora_scale)  # LoRA: W + (alpha / r) A B, plain weights
     if cfg.path:

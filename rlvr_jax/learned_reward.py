@@ -25,7 +25,7 @@ import numpy as np
 from rlvr_jax import distributed, warmstart
 from rlvr_jax.build import Policy, TaskSetup, Traces, counter
 from rlvr_jax.checkpoint import CheckpointError, read_params
-from rlvr_jax.config import ConfigError, ModelConfig
+from rlvr_jax.config import ConfigError, recorded_model_config
 from rlvr_jax.models import reward
 from rlvr_jax.models.policy import Decoder
 from rlvr_jax.tokenizer import load_pretrained_tokenizer, load_tokenizer
@@ -73,7 +73,7 @@ def load(run_dir: str, setup: TaskSetup, policy: Policy, traces: Traces) -> Lear
     `reward.reward_model_dir`."""
     run_dir = os.path.abspath(run_dir)
     recorded = _recorded_config(run_dir)
-    model_cfg = ModelConfig(**recorded["model"])
+    model_cfg = recorded_model_config(recorded["model"])
     if _tokenizer_of(run_dir, recorded["model"]).get_vocab() != setup.tokenizer.get_vocab():
         raise _fail(run_dir, "its tokenizer differs from the policy's; a reward model scores "
                     "the policy's tokens, so both need the same vocabulary")

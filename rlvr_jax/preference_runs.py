@@ -68,7 +68,10 @@ def run(cfg: RunConfig, setup: build.TaskSetup, stop_requested, traces: build.Tr
                            if dpo else {}))
     updates = build.updates(policy, setup, cfg.algo, w, cfg.sampling.temperature,
                             cfg.num_steps, traces)  # its SFT step: the warm start
-    source = pair_source(pr, setup, cfg.seed)  # bad files fail here, before the warm start
+    # Bad files and a bad reward-model directory fail here, before the warm start.
+    source = pair_source(pr, setup, cfg.seed)
+    learned = learned_reward.maybe_load(cfg.reward.reward_model_dir, setup, policy, traces) \
+        if dpo else None  # DPO's evaluations report its proxy score too
     if distributed.is_writer():
         with open(os.path.join(cfg.run_dir, "run_config.json"), "w") as f:
             json.dump(as_dict(cfg), f, indent=2)
@@ -87,7 +90,6 @@ def run(cfg: RunConfig, setup: build.TaskSetup, stop_requested, traces: build.Tr
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
                              batch_timeout_s=v.batch_timeout_s, mode=v.mode)
     try:
-        learned = learned_reward.maybe_load(cfg.reward.reward_model_dir, setup, policy, traces)
         evaluate = partial(warmstart.held_out_accuracy, policy, setup, verifier, cfg.eval,
                            key=warmstart.eval_key(cfg.seed),
                            score=learned_reward.eval_scorer(learned, policy.put))

@@ -17,8 +17,9 @@ from rlvr_jax.config.choices import (AdvEstimator, Algorithm, Choice, ConfigErro
                                      CriticLayout, DataFormat, Dtype, KLEstimator, LoggerMode,
                                      LossAgg, LRSchedule, OnBadRow, PolicyLoss, Remat,
                                      RewardScheme, RewardSource, RopeScaling, SandboxMode, VerifierKind, choice)
-from rlvr_jax.config.load import (as_dict, compose, conf_dir, register_configs, run_dirname,
-                                  to_run_config, validate, warmstart_key)
+from rlvr_jax.config.load import (as_dict, compose, conf_dir, recorded_model_config,
+                                  register_configs, run_dirname, to_run_config, validate,
+                                  warmstart_key)
 from rlvr_jax.config.run import (LEARNED_REWARD_KL_COEF, CheckpointConfig, DistributedConfig,
                                  DPOConfig, EvalConfig, LoggerConfig, MeshConfig,
                                  PreferenceConfig, RewardConfig, RewardModelConfig, RunConfig,
@@ -51,6 +52,7 @@ __all__ = [
     "MeshConfig",
     "DistributedConfig",
     "RewardModelConfig",
+    "recorded_model_config",
     "RewardConfig",
     "PreferenceConfig",
     "DPOConfig",

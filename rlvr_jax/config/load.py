@@ -140,6 +140,13 @@ def to_run_config(cfg: DictConfig | RunConfig | dict[str, Any]) -> RunConfig:
     return validate(obj)
 
 
+def recorded_model_config(model: dict) -> ModelConfig:
+    """The ModelConfig a run recorded in its run_config.json (keys a later version dropped
+    are ignored)."""
+    names = {f.name for f in dataclasses.fields(ModelConfig)}
+    return ModelConfig(**{k: v for k, v in model.items() if k in names})
+
+
 def as_dict(cfg: RunConfig) -> dict[str, Any]:
     """Plain JSON-able values (choices as their names)."""
     return dataclasses.asdict(cfg)
