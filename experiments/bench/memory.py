@@ -24,7 +24,6 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import argparse  # noqa: E402
-import dataclasses  # noqa: E402
 import time  # noqa: E402
 from functools import partial  # noqa: E402
 from typing import NamedTuple  # noqa: E402
