@@ -4,8 +4,9 @@ python experiments/rlhf_vs_rlvr/compare.py SWEEP_DIR [OUT.png]
 Reads SWEEP_DIR/<arm>_seed<k>/{summary.json,metrics.jsonl} written by the commands in this
 folder's README (arms: grpo, rlhf_kl<beta>, dpo; rm_seed<k> are the reward models), prints a
 markdown table (mean and min..max over seeds) and plots, against the fraction of each run's
-steps, the proxy (the reward model's mean score of held-out samples at T=1) and the gold
-(their verified accuracy): over-optimisation is the proxy rising while the gold falls."""
+steps, the proxy (the reward model's mean score of held-out samples at T=1, as a change from
+the start) and the gold (their verified accuracy): over-optimisation is the proxy rising
+while the gold falls. Each arm: the mean over seeds, with a min..max band."""
 
 from __future__ import annotations
 
@@ -106,12 +107,15 @@ def plot(arms: dict, out: str) -> None:
         n = min(len(r["x"]) for r in runs)
         x = runs[0]["x"][:n]
         for ax, key in zip(axes, ("proxy", "gold")):
-            ys = list(zip(*(r[key][:n] for r in runs)))
+            # The proxy as a change from the run's start: each seed's reward model has its
+            # own offset (a Bradley-Terry score is defined up to a constant).
+            ys = list(zip(*((r[key][:n] if key == "gold" else
+                             [v - r[key][0] for v in r[key][:n]]) for r in runs)))
             ax.plot(x, [statistics.mean(y) for y in ys], color=f"C{i}", label=label(name))
             ax.fill_between(x, [min(y) for y in ys], [max(y) for y in ys], color=f"C{i}",
                             alpha=0.15)
     axes[0].set(title="proxy: reward model's score of held-out samples",
-                xlabel="fraction of the run's steps", ylabel="mean score")
+                xlabel="fraction of the run's steps", ylabel="mean score - its value at 0")
     axes[1].set(title="gold: verified accuracy of held-out samples (T=1)",
                 xlabel="fraction of the run's steps", ylabel="accuracy")
     axes[1].legend(fontsize=8)
