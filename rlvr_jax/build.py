@@ -19,8 +19,8 @@ import jax
 from transformers import PreTrainedTokenizerBase
 
 from rlvr_jax import lora, optim, sharding, tasks, train_step
-from rlvr_jax.config import (AlgoConfig, ConfigError, MeshConfig, ModelConfig, SamplingConfig, TaskConfig,
-                             WarmupConfig)
+from rlvr_jax.config import (AlgoConfig, ConfigError, MeshConfig, ModelConfig, SamplingConfig,
+                             TaskConfig, WarmupConfig)
 from rlvr_jax.models import hf
 from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder, init_params

@@ -5,11 +5,12 @@
 
 One RL step, one stage per line (stages in rlvr_jax/stages.py): prompts -> sample (jit) |
 verify (worker processes, overlapping) -> reward-model scores (jit, when one is set:
-learned_reward.py) -> rewards -> dynamic sampling -> advantages -> update (jit, donated) ->
-log -> checkpoint. `job=reward_model` and `job=dpo` run preference_runs.py instead. Rerunning the same command in the same run directory
-resumes from the last checkpoint (and says so); it never silently restarts at step 0. One run
-holds a directory at a time (run_control.RunLock); SIGTERM or a first Ctrl-C ends the run after
-the step in flight with a checkpoint (run_control.StopSignals); a finished run says so.
+learned_reward.py) -> rewards -> dynamic sampling -> advantages -> update (jit, donated) -> log
+-> checkpoint. `job=reward_model` and `job=dpo` run preference_runs.py instead. Rerunning the
+same command in the same run directory resumes from the last checkpoint (and says so); it never
+silently restarts at step 0. One run holds a directory at a time (run_control.RunLock); SIGTERM
+or a first Ctrl-C ends the run after the step in flight with a checkpoint
+(run_control.StopSignals); a finished run says so.
 """
 
 from __future__ import annotations

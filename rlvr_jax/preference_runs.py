@@ -229,7 +229,8 @@ def _train(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, ckpt: C
         tracker.write(f"{what}: held-out pairwise accuracy {held['labels']:.3f} on "
                       f"{len(source.heldout)} pairs of {pr.test_path}")
     if job.evaluate:
-        tracker.write(f"held-out task accuracy: sampled {summary['eval/sampled_accuracy_start']:.3f}"
+        tracker.write(f"held-out task accuracy: sampled "
+                      f"{summary['eval/sampled_accuracy_start']:.3f}"
                       f" -> {summary['eval/sampled_accuracy_end']:.3f}, greedy "
                       f"{summary['eval/greedy_accuracy_start']:.3f} -> "
                       f"{summary['eval/greedy_accuracy_end']:.3f}")

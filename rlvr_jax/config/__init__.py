@@ -16,7 +16,8 @@ registration, validation, composition, the run's directory name).
 from rlvr_jax.config.choices import (AdvEstimator, Algorithm, Choice, ConfigError,
                                      CriticLayout, DataFormat, Dtype, KLEstimator, LoggerMode,
                                      LossAgg, LRSchedule, OnBadRow, PolicyLoss, Remat,
-                                     RewardScheme, RewardSource, RopeScaling, SandboxMode, VerifierKind, choice)
+                                     RewardScheme, RewardSource, RopeScaling, SandboxMode,
+                                     VerifierKind, choice)
 from rlvr_jax.config.load import (as_dict, compose, conf_dir, recorded_model_config,
                                   register_configs, run_dirname, to_run_config, validate,
                                   warmstart_key)

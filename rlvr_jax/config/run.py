@@ -1,6 +1,6 @@
-"""The run's typed schemas: warm start, reward source, preference jobs, verifier, mesh, processes, logging,
-checkpoints, evaluation, and the RunConfig that holds every part (schemas.py: the model, the
-tasks, sampling and the algorithm)."""
+"""The run's typed schemas: warm start, reward source, preference jobs, verifier, mesh,
+processes, logging, checkpoints, evaluation, and the RunConfig that holds every part
+(schemas.py: the model, the tasks, sampling and the algorithm)."""
 
 from __future__ import annotations
 
