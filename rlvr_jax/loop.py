@@ -276,7 +276,9 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
         "train/wall_seconds": wall,
         "train/steps": cfg.num_steps,
         "compiles": dict(traces),
-    }
+    } | {f"eval/sampled_learned_reward_{when}": e["sampled_learned_reward"]  # the proxy
+         for when, e in (("start", start.eval_start), ("end", eval_end))
+         if "sampled_learned_reward" in e}
     if distributed.is_writer():
         with open(os.path.join(cfg.run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
@@ -290,12 +292,17 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
 def format_table(summary: dict, num_problems: int, sampled_per_problem: int,
                  num_steps: int) -> str:
     s = summary
+    learned = ([f"{'  reward model score (sampled)':<40}"
+                f"{s['eval/sampled_learned_reward_start']:10.3f} "
+                f"{s['eval/sampled_learned_reward_end']:6.3f}"]
+               if "eval/sampled_learned_reward_end" in s else [])
     return "\n".join([
         f"held-out accuracy ({num_problems} problems)      before RL     end",
         f"  greedy                                {s['eval/greedy_accuracy_start']:10.3f} "
         f"{s['eval/greedy_accuracy_end']:6.3f}",
         f"  sampled (T=1, {sampled_per_problem}/problem)               "
         f"{s['eval/sampled_accuracy_start']:10.3f} {s['eval/sampled_accuracy_end']:6.3f}",
+        *learned,
         f"wall time {s['train/wall_seconds']:.0f}s for {num_steps} RL steps; "
         f"compiles {s['compiles']}",
     ])

@@ -46,6 +46,8 @@ def test_an_rlhf_run_resumes_exactly_and_compiles_each_scorer_once(rm_dir, tmp_p
     once = loop.run(run_config(args, tmp_path / "once"))
     assert once["compiles"]["reward_model_score"] == 1
     assert once["compiles"]["reward_model_score_eval"] == 1
+    assert once["eval/sampled_learned_reward_end"] == _rows(tmp_path / "once")[1][-1][
+        "eval/sampled_learned_reward"]  # the proxy in the summary, beside the gold
     assert json.load(open(tmp_path / "once" / "run_config.json"))["algo"]["loss"][
         "kl_coef"] == 0.05  # on by default for a learned reward
     steps, evals = _rows(tmp_path / "once")
