@@ -4,8 +4,9 @@ watched proxy beside the verifier (`reward.source=verifier` with `reward.reward_
 The reward model is a finished `job=reward_model` run (preference_runs.py): its last checkpoint's
 {"trunk", "head"} params and the model config it recorded. It scores the policy's own tokens,
 so it must share the policy's tokenizer (checked here). Its params are held on the mesh in the
-compute dtype, frozen; scoring is one jitted forward per batch (prompt ++ response, the score
-read at the last real token, models/reward.py), one device-to-host copy of the B scores.
+compute dtype, frozen; scoring is one jitted forward per sampler chunk (prompt ++ response,
+the score read at the last real token, models/reward.py) on the sampler's device arrays,
+dispatched before the host verifies the chunk, and one device-to-host copy of the scores.
 
 Simplified: the reward model is read once at start and never trained further (no on-line
 reward-model updates, as in most RLHF pipelines after InstructGPT).
@@ -20,6 +21,7 @@ from functools import partial
 from typing import Callable, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from rlvr_jax import distributed, warmstart
@@ -36,7 +38,8 @@ KEY = "reward.reward_model_dir"
 @dataclass(frozen=True)
 class LearnedReward:
     params: object  # {"trunk", "head"} on the mesh, compute dtype, frozen
-    score_train: Callable  # jitted (params, tokens_B_T, mask_B_T) -> r_B: the RL batch
+    # jitted (params, prompt_B_L, pmask_B_L, tokens_B_R, mask_B_R) -> r_B, on device arrays:
+    score_train: Callable  # the RL loop's sampler chunks
     score_eval: Callable  # the same for evaluation batches (another shape: its own compile)
     steps: int  # the reward model's training steps (its checkpoint)
 
@@ -91,8 +94,10 @@ def load(run_dir: str, setup: TaskSetup, policy: Policy, traces: Traces) -> Lear
     def scorer(name: str):
         on_trace = counter(traces, name)
 
-        def score(p, tokens_B_T, mask_B_T):
+        def score(p, prompt_B_L, pmask_B_L, tokens_B_R, mask_B_R):
             on_trace()
+            tokens_B_T = jnp.concatenate([prompt_B_L, tokens_B_R], axis=1)
+            mask_B_T = jnp.concatenate([pmask_B_L, mask_B_R.astype(pmask_B_L.dtype)], axis=1)
             return reward.scores(model, p, tokens_B_T, mask_B_T)
 
         return jax.jit(score)
@@ -111,11 +116,16 @@ def eval_scorer(learned: Optional[LearnedReward], put: Callable) -> Optional[Cal
     return None if learned is None else partial(scores, learned.score_eval, learned.params, put)
 
 
+def train_scorer(learned: Optional[LearnedReward]) -> Optional[Callable]:
+    """`(prompt_B_L, pmask_B_L, tokens_B_R, mask_B_R) -> r_B` on the sampler's device arrays
+    (no host round trip; dispatched asynchronously, so it runs while the host verifies), or
+    None."""
+    return None if learned is None else partial(learned.score_train, learned.params)
+
+
 def scores(score: Callable, params, put: Callable, prompt_B_L: np.ndarray,
            pmask_B_L: np.ndarray, tokens_B_R: np.ndarray, mask_B_R: np.ndarray) -> np.ndarray:
-    """r_B (host, float32) of B sampled responses: prompt ++ response through the jitted
-    `score`, the batch sharded like the sampler's."""
-    tokens_B_T = np.concatenate([prompt_B_L, tokens_B_R], axis=1)
-    mask_B_T = np.concatenate([pmask_B_L, mask_B_R.astype(pmask_B_L.dtype)], axis=1)
-    return np.asarray(distributed.to_host(score(params, put(tokens_B_T), put(mask_B_T))),
-                      np.float32)
+    """r_B (host, float32) of B responses given as host arrays: prompt ++ response through
+    the jitted `score`, the batch sharded like the sampler's."""
+    return np.asarray(distributed.to_host(score(params, put(prompt_B_L), put(pmask_B_L),
+                                                put(tokens_B_R), put(mask_B_R))), np.float32)

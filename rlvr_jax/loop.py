@@ -175,8 +175,8 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
                       prompts_per_step=sampled, samples_per_prompt=G, prompt_len=setup.prompt_len)
     sample_and_verify = partial(stages.sample_and_verify, policy.sample_train, policy.put,
                                 verifier, setup.task, setup.tokenizer,
+                                learned_reward.train_scorer(learned),
                                 chunks=cfg.verifier.overlap_chunks, samples_per_prompt=G)
-    learned_scores = partial(stages.learned_scores, learned, policy.put)
     d, r = a.dapo, cfg.reward
     score = partial(stages.score, source=r.source, learned_weight=r.reward_model_weight,
                     eos_id=setup.tokenizer.eos_token_id,
@@ -210,10 +210,9 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, updates: 
         key = jax.random.fold_in(rl_key, step)
         problems, prompt_B_L, pmask_B_L = prompts(step)                                # host
         params = policy_params(state.params, ref_params)  # with LoRA: base + adapters
-        rollout, verdicts, t_sample, t_verify, verified = sample_and_verify(
-            params, problems, prompt_B_L, pmask_B_L, key)                              # jit | host
+        rollout, verdicts, learned_B, t_sample, t_verify, verified = sample_and_verify(
+            params, problems, prompt_B_L, pmask_B_L, key)                # jit (+ RM) | host
         t2 = time.perf_counter()
-        learned_B = learned_scores(prompt_B_L, pmask_B_L, rollout)                     # jit (RM)
         fresh = score(verdicts, rollout, prompt_B_L, pmask_B_L, learned_B)             # rewards
         groups, carry, n_real, ds_row = select(loop.carry, fresh)                      # DAPO
         batch, adv_row = with_advantages(groups, n_real, state.params, ref_params,

@@ -11,8 +11,7 @@ from typing import Callable, Optional, Sequence
 import jax
 import numpy as np
 
-from rlvr_jax import (advantages, batching, distributed, dynamic_sampling, learned_reward, perf,
-                      rewards)
+from rlvr_jax import advantages, batching, distributed, dynamic_sampling, perf, rewards
 from rlvr_jax.tasks.base import Task, repeat_each
 from rlvr_jax.types import Groups, Rollout, StepTimes, Verdict
 from rlvr_jax.verify.verifiers import Verifier
@@ -29,22 +28,26 @@ def prompts(task: Task, tokenizer, step: int, *, seed: int, prompts_per_step: in
 
 
 def sample_and_verify(sample: Callable, put: Callable, verifier: Verifier, task: Task,
-                      tokenizer, params, problems: Sequence, prompt_B_L, pmask_B_L, key, *,
-                      chunks: int, samples_per_prompt: int):
+                      tokenizer, score: Optional[Callable], params, problems: Sequence,
+                      prompt_B_L, pmask_B_L, key, *, chunks: int, samples_per_prompt: int):
     """Sample the step's batch in `chunks` chunks with the same params (on-policy) and hand each
     chunk to the verifier as soon as it is decoded, so chunk k is verified (worker processes)
-    while chunk k+1 is sampled (jit). Over several processes each verifies the rows its own
+    while chunk k+1 is sampled (jit). With a reward model, `score` (learned_reward.
+    train_scorer) is dispatched on each chunk's device arrays before the host decodes it, so
+    it runs while the host verifies. Over several processes each verifies the rows its own
     devices sampled (distributed.py) and the verdicts are gathered. Returns (rollout, verdicts,
-    seconds blocked on sampling, seconds waiting for verdicts after the last chunk, the
-    samples each process verified)."""
+    the reward model's scores r_B or None, seconds blocked on sampling, seconds waiting for
+    verdicts after the last chunk, the samples each process verified)."""
     b = prompt_B_L.shape[0] // chunks
     problems_B = repeat_each(problems, samples_per_prompt)
-    parts, futures, t_sample = [], [], 0.0
+    parts, futures, scores, t_sample = [], [], [], 0.0
     for k in range(chunks):
         t0 = time.perf_counter()
         rows = slice(k * b, (k + 1) * b)
-        part = sample(params, put(prompt_B_L[rows]), put(pmask_B_L[rows]),
-                      key if chunks == 1 else jax.random.fold_in(key, k))
+        prompt, pmask = put(prompt_B_L[rows]), put(pmask_B_L[rows])
+        part = sample(params, prompt, pmask, key if chunks == 1 else jax.random.fold_in(key, k))
+        if score is not None:  # asynchronous: the device scores while the host verifies
+            scores.append(score(prompt, pmask, part.tokens_B_R, part.mask_B_R))
         part = distributed.to_host(part)
         t_sample += time.perf_counter() - t0
         mine = distributed.my_rows(b)
@@ -56,17 +59,9 @@ def sample_and_verify(sample: Callable, put: Callable, verifier: Verifier, task:
     verdicts = [v for chunk, _ in gathered for v in chunk]
     verified = [sum(counts) for counts in zip(*(c for _, c in gathered))]
     rollout = Rollout(*(np.concatenate(x) for x in zip(*parts)))
-    return rollout, verdicts, t_sample, time.perf_counter() - t0, verified
-
-
-def learned_scores(learned, put: Callable, prompt_B_L, pmask_B_L,
-                   rollout: Rollout) -> Optional[np.ndarray]:
-    """The reward model's scores r_B of the rollout (learned_reward.py; jit), or None
-    without one."""
-    if learned is None:
-        return None
-    return learned_reward.scores(learned.score_train, learned.params, put, prompt_B_L,
-                                 pmask_B_L, rollout.tokens_B_R, rollout.mask_B_R)
+    learned_B = np.concatenate([np.asarray(distributed.to_host(r), np.float32)
+                                for r in scores]) if scores else None
+    return rollout, verdicts, learned_B, t_sample, time.perf_counter() - t0, verified
 
 
 def score(verdicts: Sequence[Verdict], rollout: Rollout, prompt_B_L, pmask_B_L,

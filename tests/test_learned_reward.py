@@ -3,17 +3,19 @@ runs that load it. Exact resume (bitwise on CPU), one compile per scorer, the KL
 the combined reward, the scores of the loop's sharded batch path against one-by-one forwards,
 and one clear error per bad reward-model directory."""
 
+import dataclasses
 import json
 
 import jax
 import numpy as np
 import pytest
 
-from rlvr_jax import build, learned_reward, loop, stages
+from rlvr_jax import batching, build, learned_reward, loop, stages
 from rlvr_jax.checkpoint import read_params
 from rlvr_jax.config import ConfigError
 from rlvr_jax.models import reward
 from rlvr_jax.types import Rollout, Status, Verdict
+from rlvr_jax.verify.verifiers import make_verifier
 from tests.helpers import TINY, run_config
 
 pytestmark = pytest.mark.slow
@@ -74,20 +76,39 @@ def test_scores_of_the_sharded_batch_equal_one_by_one_forwards(rm_dir):
                              str(rm_dir / "rm" / "tokenizer"))
     policy = build.policy(setup, cfg.mesh, cfg.sampling, traces)  # 8 fake devices
     learned = learned_reward.load(str(rm_dir / "rm"), setup, policy, traces)
+    # A 3-step reward model scores ~1e-4 (its head starts at 0): shift the head for O(1) scores.
+    learned = dataclasses.replace(learned, params=dict(learned.params, head=jax.tree.map(
+        lambda x: x + 0.05, learned.params["head"])))
     rng = np.random.default_rng(0)
     b, L, R = 8, setup.prompt_len, setup.max_new_tokens
     prompt = rng.integers(3, 20, (b, L)).astype(np.int32)
     pmask = (np.arange(L)[None] >= rng.integers(0, L - 1, (b, 1))).astype(np.int32)
     tokens = rng.integers(3, 20, (b, R)).astype(np.int32)
     mask = (np.arange(R)[None] < rng.integers(1, R, (b, 1))).astype(np.float32)
-    batch = stages.learned_scores(learned, policy.put, prompt, pmask, Rollout(tokens, None, mask))
+    batch = learned_reward.scores(learned.score_train, learned.params, policy.put, prompt,
+                                  pmask, tokens, mask)
     model = build.Decoder(setup.model_cfg, setup.vocab_size)
     params = jax.device_get(learned.params)
-    one = [float(reward.scores(model, params, np.concatenate([prompt[i:i + 1], tokens[i:i + 1]], 1),
-                               np.concatenate([pmask[i:i + 1], mask[i:i + 1].astype(np.int32)], 1))[0])
-           for i in range(b)]
-    np.testing.assert_allclose(batch, one, rtol=1e-4, atol=1e-5)
-    assert len(set(np.round(batch, 4))) > 1, "a constant score would pass anything"
+    one = [float(reward.scores(model, params,
+                               np.concatenate([prompt[i:i + 1], tokens[i:i + 1]], 1),
+                               np.concatenate([pmask[i:i + 1], mask[i:i + 1].astype(np.int32)],
+                                              1))[0]) for i in range(b)]
+    np.testing.assert_allclose(batch, one, rtol=1e-4, atol=1e-6)
+    assert np.abs(batch).max() > 0.01 and len(set(np.round(batch, 4))) > 1, batch
+    # The loop's path: each sampler chunk scored on its device arrays, while it is verified.
+    problems = setup.task.train_batch(0, 0, 4)
+    prompt, pmask = batching.encode_prompts(setup.tokenizer, [setup.task.prompt(p) for p in
+                                                              problems], L)
+    prompt, pmask = np.repeat(prompt, 4, axis=0), np.repeat(pmask, 4, axis=0)
+    verifier = make_verifier("inprocess", workers=1, timeout_s=10.0, batch_timeout_s=None,
+                             mode=None)
+    rollout, _, learned_B, *_ = stages.sample_and_verify(
+        policy.sample_train, policy.put, verifier, setup.task, setup.tokenizer,
+        learned_reward.train_scorer(learned), policy.init_params(jax.random.key(0)), problems,
+        prompt, pmask, jax.random.key(1), chunks=2, samples_per_prompt=4)
+    whole = learned_reward.scores(learned.score_train, learned.params, policy.put, prompt, pmask,
+                                  rollout.tokens_B_R, rollout.mask_B_R)  # one batch of 16
+    np.testing.assert_allclose(learned_B, whole, rtol=1e-5, atol=1e-6)  # chunks of 8: rounding
 
 
 def test_combined_rewards_add_the_weighted_score_to_the_verifiers():
