@@ -100,11 +100,16 @@ def run(cfg: RunConfig, setup: build.TaskSetup, stop_requested, traces: build.Tr
         verifier.close()
 
 
+def _adam(learning_rate: float, warmup_steps: int, steps: int):
+    """Both jobs' optimizer: Adam, linear warm-up then cosine decay, gradients clipped at 1."""
+    return optim.make_optimizer(optim.OptimizerSettings(
+        learning_rate=learning_rate, warmup_steps=warmup_steps, total_steps=steps,
+        schedule="cosine", b1=0.9, b2=0.999, weight_decay=0.0, max_grad_norm=1.0))
+
+
 def _reward_model_job(cfg: RunConfig, policy: build.Policy, warm, traces) -> PairJob:
     r = cfg.reward_model
-    tx, lr = optim.make_optimizer(optim.OptimizerSettings(
-        learning_rate=r.learning_rate, warmup_steps=r.lr_warmup_steps, total_steps=r.steps,
-        schedule="cosine", b1=0.9, b2=0.999, weight_decay=0.0, max_grad_norm=1.0))
+    tx, lr = _adam(r.learning_rate, r.lr_warmup_steps, r.steps)
     state = optim.init_train_state(reward.init_reward_model(
         policy.model.cfg, warm, jax.random.fold_in(jax.random.key(cfg.seed), 7)), tx)
     state = jax.device_put(state, policy.shardings(state))
@@ -122,9 +127,7 @@ def _dpo_job(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, warm,
              evaluate: Callable, prompt_len: int) -> PairJob:
     """DPO on pairs laid out with `prompt_len` prompt slots (the task's, or the files')."""
     d = cfg.dpo
-    tx, lr = optim.make_optimizer(optim.OptimizerSettings(
-        learning_rate=d.learning_rate, warmup_steps=d.lr_warmup_steps, total_steps=d.steps,
-        schedule="cosine", b1=0.9, b2=0.999, weight_decay=0.0, max_grad_norm=1.0))
+    tx, lr = _adam(d.learning_rate, d.lr_warmup_steps, d.steps)
     state = optim.init_train_state({"policy": warm}, tx)
     state = jax.device_put(state, policy.shardings(state))
     ref = warmstart.reference_params(warm, setup.model_cfg.compute_dtype)
