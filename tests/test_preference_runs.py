@@ -20,7 +20,8 @@ ARGS = ["+experiment=math_rm", "model.hidden_size=32", "model.num_layers=2",
 
 
 def test_a_reward_model_run_trains_reports_and_resumes_exactly(tmp_path):
-    once = run(compose(ARGS, run_dir=tmp_path / "once"))
+    args = ARGS + [f"warmup.shared_dir={tmp_path / 'warm'}"]  # one warm start for both runs
+    once = run(compose(args, run_dir=tmp_path / "once"))
     assert once["compiles"]["reward_model_step"] == 1
     assert 0.0 <= once["rm/heldout_gold_accuracy"] <= 1.0 and once["rm/label_noise"] == 0.2
     rows = [json.loads(line) for line in open(tmp_path / "once" / "metrics.jsonl")]
@@ -29,16 +30,16 @@ def test_a_reward_model_run_trains_reports_and_resumes_exactly(tmp_path):
     assert steps[0]["rm/loss"] == pytest.approx(np.log(2), abs=1e-5)  # a zero head
     assert 0.5 <= np.mean([r["rm/labels_agreeing_with_gold"] for r in steps]) <= 1.0
     twice = tmp_path / "twice"
-    stopped = run(compose(ARGS + ["stop_after_steps=3"], run_dir=twice))
+    stopped = run(compose(args + ["stop_after_steps=3"], run_dir=twice))
     assert stopped == {"stopped_at_step": 3}
-    resumed = run(compose(ARGS, run_dir=twice))
+    resumed = run(compose(args, run_dir=twice))
     assert resumed["rm/heldout_gold_accuracy"] == once["rm/heldout_gold_accuracy"]
     a, _ = read_params(tmp_path / "once")
     b, _ = read_params(twice)
     assert set(a) == {"trunk", "head"}
     jax.tree.map(np.testing.assert_array_equal, a, b)
     # The finished run says so and does nothing.
-    assert run(compose(ARGS, run_dir=twice))["train/steps"] == 6
+    assert run(compose(args, run_dir=twice))["train/steps"] == 6
 
 
 DPO = ["+experiment=math_dpo", *TINY, "warmup.steps=0", "dpo.steps=6",
