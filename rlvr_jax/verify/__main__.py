@@ -60,8 +60,12 @@ FIELDS = {
 
 
 def _parse(line: str, kind: str) -> dict:
-    """One input line as a job, or ValueError saying what is wrong with it."""
-    row = json.loads(line)
+    """One input line as a job, or ValueError saying what is wrong with it (nothing else: a
+    line nested past the parser's recursion limit is a ValueError too)."""
+    try:
+        row = json.loads(line)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
     if not isinstance(row, dict):
         raise ValueError("expected a JSON object")
     fields = FIELDS[kind]

@@ -49,7 +49,12 @@ def same(got, want, tol: float) -> bool:
     if isinstance(want, bool) or isinstance(got, bool):
         return type(got) is type(want) and got == want
     if isinstance(want, (int, float)) and isinstance(got, (int, float)):
-        return got == want or math.isclose(got, want, rel_tol=tol, abs_tol=tol)
+        if got == want:  # exact for ints of any size, no float conversion
+            return True
+        try:
+            return math.isclose(got, want, rel_tol=tol, abs_tol=tol)
+        except OverflowError:  # an int too large for a float: it is no float near `want`
+            return False
     if isinstance(want, list) and isinstance(got, list):
         return len(got) == len(want) and all(same(g, w, tol) for g, w in zip(got, want))
     if isinstance(want, dict) and isinstance(got, dict):
@@ -57,10 +62,25 @@ def same(got, want, tol: float) -> bool:
     return type(got) is type(want) and got == want
 
 
+def short(value, limit: int) -> str:
+    """`str(value)` cut to `limit` characters, for details; never raises (an int past
+    Python's 4300-digit conversion limit does on `str`)."""
+    try:
+        return str(value)[:limit]
+    except ValueError:
+        return f"<{type(value).__name__} too large to print>"
+
+
+def neutral_reply(job: dict) -> dict:
+    """A reply that says nothing about any candidate (the firewall's control)."""
+    return {"status": "ok", "outputs": [{"value": None} for _ in job.get("inputs", [])]}
+
+
 def verdict(job: dict, reply: dict) -> Verdict:
     status = reply.get("status")
     if status != "ok":
-        return Verdict(_STATUS.get(status, Status.SANDBOX_ERROR), reply.get("detail", ""))
+        return Verdict(_STATUS.get(status, Status.SANDBOX_ERROR),
+                       short(reply.get("detail", ""), 500))
     outputs = reply.get("outputs", [])
     if "host_check" in job:  # the dataset's own test decides, on the host (e.g. HumanEval)
         if len(outputs) != len(job["inputs"]):
@@ -79,7 +99,7 @@ def verdict(job: dict, reply: dict) -> Verdict:
             passed += 1
         elif not first_fail:
             got = out.get("value", out.get("error"))
-            first_fail = f"test {i}: got {str(got)[:80]}"
+            first_fail = f"test {i}: got {short(got, 80)}"
     if passed == len(expected):
         return Verdict(Status.PASS, f"{passed}/{len(expected)} tests", fraction=1.0)
     return Verdict(Status.WRONG, f"{passed}/{len(expected)} tests; {first_fail}",

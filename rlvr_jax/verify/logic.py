@@ -17,6 +17,11 @@ import time
 from rlvr_jax.types import Status, Verdict
 
 MAX_VARIABLES = 14
+# Bounds that keep a claim's check short and the parser's recursion shallow whatever the text:
+# a formula of at most MAX_TOKENS tokens (a truth table of 2^14 rows over it stays ~1 s) nested
+# at most MAX_NESTING deep (parentheses, negations, implications).
+MAX_TOKENS = 256
+MAX_NESTING = 50
 _TOKEN = re.compile(r"\s*(<->|->|[()~!&|]|[A-Za-z_][A-Za-z0-9_]*)")
 _WORDS = {"not": "~", "and": "&", "or": "|", "!": "~"}
 
@@ -41,10 +46,24 @@ def tokenize(text: str) -> list[str]:
     return out
 
 
-def parse(text: str):
-    """Formula -> nested tuples: ("var", name) | ("const", bool) | (op, a[, b])."""
+def parse(text: str, max_tokens: int | None = None):
+    """Formula -> nested tuples: ("var", name) | ("const", bool) | (op, a[, b]). A formula
+    longer than `max_tokens` (None: no bound) or nested past MAX_NESTING is a ParseError."""
     toks = tokenize(text)
+    if max_tokens is not None and len(toks) > max_tokens:
+        raise ParseError(f"{len(toks)} tokens (at most {max_tokens})")
     pos = 0
+    nesting = 0
+
+    def nested(build):
+        """build() one level deeper."""
+        nonlocal nesting
+        nesting += 1
+        if nesting > MAX_NESTING:
+            raise ParseError(f"nested deeper than {MAX_NESTING}")
+        node = build()
+        nesting -= 1
+        return node
 
     def peek():
         return toks[pos] if pos < len(toks) else None
@@ -61,14 +80,14 @@ def parse(text: str):
         left = imp()
         if peek() == "<->":
             take()
-            return ("<->", left, iff())
+            return nested(lambda: ("<->", left, iff()))
         return left
 
     def imp():
         left = disj()
         if peek() == "->":
             take()
-            return ("->", left, imp())
+            return nested(lambda: ("->", left, imp()))
         return left
 
     def disj():
@@ -89,10 +108,10 @@ def parse(text: str):
         tok = peek()
         if tok == "~":
             take()
-            return ("~", unary())
+            return nested(lambda: ("~", unary()))
         if tok == "(":
             take()
-            inner = iff()
+            inner = nested(iff)
             take(")")
             return inner
         tok = take()
@@ -159,7 +178,7 @@ def check(job: dict) -> Verdict:
         return Verdict(Status.SANDBOX_ERROR, f"bad task: {e}")  # the task, not the answer
     claim_text = extract_claim(job["completion"])
     try:
-        claim = parse(claim_text or "")
+        claim = parse(claim_text or "", max_tokens=MAX_TOKENS)
         ok = entails(premises, claim) and (target is None or entails([claim], target))
     except ParseError as e:
         return Verdict(Status.UNPARSEABLE, f"claim {claim_text!r}: {e}", time.perf_counter() - t0)

@@ -7,8 +7,15 @@ math-verify is known to be loose: when both sides parse to plain numbers, they m
 numbers to a relative 1e-6 at 50 digits (math-verify's absolute tolerance accepts e.g.
 1/2^99 vs 1/2^98: both round to 0).
 
-`check` calls math-verify, whose timeouts use `signal.alarm`: run it in a worker process's
-main thread (see `pool.py`), never in a trainer thread.
+Looseness closed here, before math-verify sees the answer: an answer with more top-level items
+than the gold (`x=5, y=\\text{anything}` for gold `5`: math-verify keeps the first equation and
+drops the rest) or with more than one percent sign (`5\\%\\%\\%`) is WRONG.
+
+Bounds: an answer over `MAX_ANSWER_CHARS` is WRONG unparsed; math-verify's parsing and
+comparison each get `TIMEOUT_S` (its default is 5 s: a handful of adversarial answers such as
+`10^{10^{10}}` each cost a worker 5 s), and so does our own numeric check. `check` calls
+math-verify, whose timeouts use `signal.alarm`: run it in a worker process's main thread (see
+`pool.py`), never in a trainer thread.
 """
 
 from __future__ import annotations
@@ -19,6 +26,30 @@ import time
 from rlvr_jax.types import Status, Verdict
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+MAX_ANSWER_CHARS = 1000
+TIMEOUT_S = 1  # math-verify takes whole seconds
+_OPEN, _CLOSE = "([{", ")]}"
+_DIGIT_GROUP = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # 1,000: one number, not two items
+
+
+def top_level_items(answer: str) -> int:
+    """Items of a comma / semicolon separated answer, counted outside brackets and braces
+    (`(1, 2)` is one item, `x=5, y=3` two); digit-group commas and LaTeX's `\\,` are no
+    separators."""
+    text = _DIGIT_GROUP.sub("", answer.replace("\\,", " ").replace("\\;", " "))
+    depth, items = 0, 1
+    for c in text:
+        if c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth = max(depth - 1, 0)
+        elif c in ",;" and depth == 0:
+            items += 1
+    return items
+
+
+def _percent_signs(answer: str) -> int:
+    return answer.count("%")  # \\% counts once: its backslash is no percent sign
 
 
 def last_boxed(text: str) -> str | None:
@@ -51,7 +82,25 @@ def _parse(answer: str):
 
     # Wrapped in $...$ so LaTeX answers (fractions, sets, intervals) parse as LaTeX; a plain
     # number parses either way.
-    return parse(f"${answer}$") or parse(answer)
+    return (parse(f"${answer}$", parsing_timeout=TIMEOUT_S)
+            or parse(answer, parsing_timeout=TIMEOUT_S))
+
+
+def _numbers_differ(a, b) -> bool:
+    """Whether two sympy numbers differ past a relative 1e-6 at 50 digits; False when they
+    cannot be compared as numbers (math-verify's verdict stands) or take over TIMEOUT_S."""
+    import sympy
+    from math_verify.utils import TimeoutException, timeout
+
+    @timeout(TIMEOUT_S)
+    def differ():
+        x, y = sympy.N(a, 50), sympy.N(b, 50)
+        return not bool(abs(x - y) <= 1e-6 * max(abs(x), abs(y)))
+
+    try:
+        return differ()
+    except (TypeError, ValueError, TimeoutException):
+        return False
 
 
 def equivalent(gold: str, pred: str) -> tuple[bool, str]:
@@ -59,20 +108,21 @@ def equivalent(gold: str, pred: str) -> tuple[bool, str]:
     import sympy
     from math_verify import verify
 
+    if len(pred) > MAX_ANSWER_CHARS:
+        return False, f"answer longer than {MAX_ANSWER_CHARS} characters"
+    if top_level_items(pred) > top_level_items(gold):
+        return False, "more items than the gold answer"
+    if _percent_signs(pred) > max(1, _percent_signs(gold)):
+        return False, "repeated percent signs"
     g, p = _parse(gold), _parse(pred)
     if not g or not p:
         return False, "unparsed"
-    if not verify(g, p):
+    if not verify(g, p, timeout_seconds=TIMEOUT_S):
         return False, "math-verify: not equivalent"
     a, b = g[0], p[0]
-    if isinstance(a, sympy.Basic) and isinstance(b, sympy.Basic) and a.is_number and b.is_number:
-        try:
-            x, y = sympy.N(a, 50), sympy.N(b, 50)
-            close = bool(abs(x - y) <= 1e-6 * max(abs(x), abs(y)))
-        except (TypeError, ValueError):
-            close = True  # not comparable as numbers: keep math-verify's verdict
-        if not close:
-            return False, "math-verify accepted, but the numbers differ (relative 1e-6)"
+    if (isinstance(a, sympy.Basic) and isinstance(b, sympy.Basic) and a.is_number
+            and b.is_number and _numbers_differ(a, b)):
+        return False, "math-verify accepted, but the numbers differ (relative 1e-6)"
     return True, "equivalent"
 
 

@@ -45,25 +45,50 @@ import numpy as np
 
 from rlvr_jax.types import Status, Verdict
 from rlvr_jax.verify import code as code_check
+from rlvr_jax.verify import firewall
 from rlvr_jax.verify import sandbox
 from rlvr_jax.verify import sql as sql_check
 from rlvr_jax.verify import tools as tools_check
 
 
+# A worker's reply is one line; past this without a newline it is garbled (the worker bounds
+# what it sends: a 1 MiB result, 2000 characters of stdout, escapes included).
+MAX_LINE_BYTES = 16 << 20
+
+
 class _Worker:
+    """One worker process and what the host knows of it. States: `starting` (until its first
+    `{"ready": 1}`), `ready` (idle), `busy` (a job sent), `cleaning` (a sandboxed forkserver
+    worker after its reply, until it says ready again: the previous job's cleanup never runs
+    on the next job's clock)."""
+
     def __init__(self, kind: str, mode: str, cgroup=None):
         if mode == "none":
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "rlvr_jax.verify.worker", kind], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
-                env=env)
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0, env=env)
         else:
             self.proc = sandbox.spawn(once=mode == "fresh", cgroup=cgroup)
         self.mode, self.cgroup = mode, cgroup
+        self.fd = self.proc.stdout.fileno()
+        self.buf = bytearray()
         self.jobs_done = 0
-        self.started = time.monotonic()
-        self.ready = False  # until its first line, {"ready": 1}, is read
+        self.state = "starting"
+        self.since = time.monotonic()  # when it entered its state
+        self.oom_kills = 0  # the cgroup's OOM-kill count when last read
+
+    def read_lines(self) -> tuple[list[bytes], bool]:
+        """The complete lines available now (select said readable), and whether the worker's
+        stdout has closed. Never blocks on a partial line."""
+        chunk = os.read(self.fd, 1 << 20)
+        self.buf += chunk
+        *lines, rest = self.buf.split(b"\n")
+        self.buf = bytearray(rest)
+        if len(self.buf) > MAX_LINE_BYTES:
+            lines.append(b"<garbled: an over-long line>")
+            self.buf = bytearray()
+        return lines, not chunk
 
     def exit_code(self) -> Optional[int]:
         """Its exit code once its stdout has closed (it may take a moment to be reaped)."""
@@ -73,8 +98,16 @@ class _Worker:
             return None
 
     def send(self, job: dict) -> None:
-        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.write((json.dumps(job) + "\n").encode())
         self.proc.stdin.flush()
+
+    def new_oom_kills(self) -> int:
+        """OOM kills in this worker's cgroup since the last call (0 without a cgroup)."""
+        if self.cgroup is None:
+            return 0
+        total = self.cgroup.oom_kills()
+        new, self.oom_kills = total - self.oom_kills, total
+        return max(new, 0)
 
     def kill(self) -> None:
         if self.mode == "none":
@@ -90,9 +123,10 @@ class _Worker:
                 pass
 
 
-# kind -> module with wire(job) and verdict(job, reply)
+# kind -> module with wire(job), verdict(job, reply) and neutral_reply(job)
 SANDBOXED = {"code": code_check, "sql": sql_check, "tool": tools_check}
 MODES = ("none", "forkserver", "fresh")
+READY = {"ready": 1}
 
 
 class VerifierPool:
@@ -100,7 +134,7 @@ class VerifierPool:
                  batch_timeout_s: Optional[float] = None, cache_size: int = 100_000,
                  mode: Optional[str] = None, recycle_after: int = 1000,
                  memory_mb_per_sandbox: int = 2048, pids_per_sandbox: int = 128,
-                 start_timeout_s: float = 60.0):
+                 start_timeout_s: float = 60.0, cleanup_timeout_s: float = 10.0):
         from rlvr_jax.verify.worker import KINDS
 
         if kind not in KINDS and kind not in SANDBOXED:
@@ -116,8 +150,7 @@ class VerifierPool:
             sandbox.check_available()  # a clear error now, never a silent fallback
         self.kind, self.mode, self.timeout_s = kind, mode, timeout_s
         self.batch_timeout_s, self.recycle_after = batch_timeout_s, recycle_after
-        self.start_timeout_s = start_timeout_s
-        self._codec = SANDBOXED.get(kind)
+        self.start_timeout_s, self.cleanup_timeout_s = start_timeout_s, cleanup_timeout_s
         self._cgroups = []  # of live workers, and of replaced ones not yet removed
         self._cg_made = 0  # names must never repeat: a replaced worker's cgroup may outlive it
         self._cg_args = (memory_mb_per_sandbox << 20, pids_per_sandbox)
@@ -130,19 +163,20 @@ class VerifierPool:
 
     # ------------------------------------------------------------------ public
     def verify(self, jobs: Sequence[dict]) -> list[Verdict]:
-        """One verdict per job, in order; returns within the batch deadline."""
+        """One verdict per job, in order; returns within the batch deadline. Never raises
+        because of what a candidate wrote (firewall.py)."""
         results: list[Optional[Verdict]] = [None] * len(jobs)
-        keys = [json.dumps(j, sort_keys=True) for j in jobs]
+        keys = [_cache_key(j) for j in jobs]
         pending = collections.deque()
         for i, k in enumerate(keys):
-            if k in self._cache:
+            if k is not None and k in self._cache:
                 self._cache.move_to_end(k)
                 results[i] = self._cache[k]
             else:
                 pending.append((i, 0))
         self._run(jobs, pending, results)
         for k, v in zip(keys, results):
-            if v.status not in (Status.SANDBOX_ERROR, Status.TIMEOUT):
+            if k is not None and v.status not in (Status.SANDBOX_ERROR, Status.TIMEOUT):
                 self._cache[k] = v
                 if len(self._cache) > self._cache_size:
                     self._cache.popitem(last=False)
@@ -202,98 +236,133 @@ class VerifierPool:
     def _schedule(self, jobs, pending: collections.deque, results: list, busy: dict) -> None:
         start = time.monotonic()
         batch_deadline = start + self.batch_timeout_s if self.batch_timeout_s else float("inf")
-        idle = collections.deque(w for w in self._workers if w.ready)
-        starting = [w for w in self._workers if not w.ready]  # sent nothing until ready
+        idle = collections.deque(w for w in self._workers if w.state == "ready")
+        waiting = [w for w in self._workers if w.state in ("starting", "cleaning")]
         start_failures, last_failure = 0, ""
 
         def restart(w: _Worker) -> None:
-            starting.append(self._replace(w))
+            waiting.append(self._replace(w))
+
+        def on_line(w: _Worker, line: Optional[bytes]) -> None:
+            """One line from `w` (None: its stdout closed)."""
+            nonlocal start_failures, last_failure
+            try:  # a line that is not one JSON object counts as a dead worker
+                msg = json.loads(line) if line else None
+            except (ValueError, RecursionError, MemoryError):
+                msg = None
+            if w.state in ("starting", "cleaning"):
+                waiting.remove(w)
+                if msg == READY:
+                    w.state = "ready"
+                    idle.append(w)
+                    return
+                if w.state == "starting":
+                    start_failures += 1
+                    last_failure = (f"exit code {w.exit_code()}" if line is None
+                                    else "a malformed first line")
+                # A worker that died while cleaning up after a job (its cleanup over budget,
+                # see sandbox_worker.py) is replaced; no job is in flight, none is charged.
+                restart(w)
+                return
+            i, attempt, sent, job_id = busy.pop(w)
+            if isinstance(msg, dict) and "status" in msg and msg.get("id") != job_id:
+                # Another job's reply: this worker is out of step. A fresh one retries
+                # the job; the retry is not counted against it (not its failure).
+                restart(w)
+                pending.appendleft((i, attempt))
+                return
+            oom = w.new_oom_kills()
+            if isinstance(msg, dict) and "status" in msg and (
+                    time.monotonic() > sent + self.timeout_s):
+                # Reading and parsing the reply count inside the job's deadline.
+                results[i] = Verdict(Status.TIMEOUT, "reply read past the job deadline",
+                                     time.monotonic() - sent)
+                restart(w)
+                return
+            if isinstance(msg, dict) and "status" in msg:
+                if oom and msg.get("status") != "ok":
+                    # The kernel's OOM killer ran in this sandbox's cgroup during the job:
+                    # only the candidate's processes (or memory it left in the sandbox) can
+                    # fill it, so the failure is the candidate's memory limit.
+                    v = Verdict(Status.MEMORY_LIMIT, f"out of memory ({oom} OOM kill(s) in "
+                                                     "the sandbox's cgroup)")
+                else:
+                    v = verdict(self.kind, jobs[i], msg)
+                results[i] = dataclasses.replace(v, latency_s=time.monotonic() - sent)
+                w.jobs_done += 1
+                # A limit hit may leave the worker in a bad state: recycle it. A syntax or
+                # runtime error in the candidate is an ordinary answer.
+                violation = oom or msg.get("status") in ("timeout", "memory_limit",
+                                                         "output_limit", "sandbox_error")
+                if self.mode == "fresh" or (self.mode == "forkserver" and (
+                        violation or w.jobs_done >= self.recycle_after)):
+                    restart(w)  # fresh: one sandbox per job
+                elif self.mode == "forkserver":
+                    w.state, w.since = "cleaning", time.monotonic()  # ready again after it
+                    waiting.append(w)
+                else:
+                    w.state = "ready"
+                    idle.append(w)
+                return
+            if oom:
+                # The worker itself was the OOM killer's choice (memory charged to the cgroup
+                # that no process holds): the candidate's doing, never retried or masked.
+                results[i] = Verdict(Status.MEMORY_LIMIT, f"out of memory: the sandbox was "
+                                                          f"OOM-killed ({oom} kill(s))",
+                                     time.monotonic() - sent)
+                restart(w)
+                return
+            code = w.exit_code() if line is None else w.proc.poll()
+            why = "died" if line is None else "sent a malformed reply"
+            restart(w)
+            if attempt == 0:
+                pending.appendleft((i, 1))  # retried once, on a fresh worker
+            else:
+                results[i] = Verdict(Status.SANDBOX_ERROR,
+                                     f"worker {why} twice (exit code {code})",
+                                     time.monotonic() - sent)
 
         while pending or busy:
             while pending and idle:
                 w = idle.popleft()
                 i, attempt = pending.popleft()
+                wired, refused = wire(self.kind, jobs[i])
+                if refused is not None:  # the candidate's completion broke the host's parser
+                    results[i] = refused
+                    idle.appendleft(w)
+                    continue
                 self._next_id += 1
-                wired = self._codec.wire(jobs[i]) if self._codec else jobs[i]
                 try:
                     w.send(dict(wired, id=self._next_id))
                 except (BrokenPipeError, OSError):
                     pending.appendleft((i, attempt))
                     restart(w)
                     continue
+                w.state = "busy"
                 busy[w] = (i, attempt, time.monotonic(), self._next_id)
             if not (pending or busy):
                 break
             now = time.monotonic()
             next_deadline = min([t + self.timeout_s for _, _, t, _ in busy.values()]
-                                + [w.started + self.start_timeout_s for w in starting]
+                                + [w.since + self._wait_limit(w) for w in waiting]
                                 + [batch_deadline])
-            ready, _, _ = select.select([w.proc.stdout for w in [*busy, *starting]], [], [],
-                                        max(0.0, next_deadline - now))
-            by_fd = {w.proc.stdout: w for w in [*busy, *starting]}
-            for f in ready:
-                w = by_fd[f]
-                line = f.readline()
-                try:  # a reply that is not one JSON object counts as a dead worker
-                    msg = json.loads(line) if line else None
-                except (ValueError, RecursionError, MemoryError):
-                    msg = None
-                if w in starting:
-                    starting.remove(w)
-                    if msg == {"ready": 1}:
-                        w.ready = True
-                        idle.append(w)
-                    else:
-                        start_failures += 1
-                        last_failure = (f"exit code {w.exit_code()}" if not line
-                                        else "a malformed first line")
-                        restart(w)
-                    continue
-                i, attempt, sent, job_id = busy.pop(w)
-                if isinstance(msg, dict) and "status" in msg and msg.get("id") != job_id:
-                    # Another job's reply: this worker is out of step. A fresh one retries
-                    # the job; the retry is not counted against it (not its failure).
-                    restart(w)
-                    pending.appendleft((i, attempt))
-                    continue
-                if isinstance(msg, dict) and "status" in msg and (
-                        time.monotonic() > sent + self.timeout_s):
-                    # Reading and parsing the reply count inside the job's deadline.
-                    results[i] = Verdict(Status.TIMEOUT, "reply read past the job deadline",
-                                         time.monotonic() - sent)
-                    restart(w)
-                    continue
-                if isinstance(msg, dict) and "status" in msg:
-                    if self._codec:
-                        v = self._codec.verdict(jobs[i], msg)
-                    else:
-                        v = Verdict(Status(msg["status"]), msg["detail"])
-                    results[i] = dataclasses.replace(v, latency_s=time.monotonic() - sent)
-                    w.jobs_done += 1
-                    # A limit hit may leave the worker in a bad state: recycle it. A syntax or
-                    # runtime error in the candidate is an ordinary answer.
-                    violation = msg.get("status") in ("timeout", "memory_limit", "output_limit",
-                                                      "sandbox_error")
-                    if self.mode == "fresh" or (self.mode == "forkserver" and (
-                            violation or w.jobs_done >= self.recycle_after)):
-                        restart(w)  # fresh: one sandbox per job
-                    else:
-                        idle.append(w)
-                    continue
-                code = w.exit_code() if not line else w.proc.poll()
-                why = "died" if not line else "sent a malformed reply"
-                restart(w)
-                if attempt == 0:
-                    pending.appendleft((i, 1))  # retried once, on a fresh worker
-                else:
-                    results[i] = Verdict(Status.SANDBOX_ERROR,
-                                         f"worker {why} twice (exit code {code})",
-                                         time.monotonic() - sent)
+            by_fd = {w.fd: w for w in [*busy, *waiting]}
+            ready, _, _ = select.select(list(by_fd), [], [], max(0.0, next_deadline - now))
+            for fd in ready:
+                w = by_fd[fd]
+                lines, closed = w.read_lines()
+                for line in lines:
+                    if w not in busy and w not in waiting:
+                        break  # replaced on an earlier line of this read
+                    on_line(w, line)
+                if closed and (w in busy or w in waiting):
+                    on_line(w, None)
             now = time.monotonic()
-            for w in [w for w in starting if now >= w.started + self.start_timeout_s]:
-                starting.remove(w)
-                start_failures += 1
-                last_failure = f"not ready after {self.start_timeout_s:g} s"
+            for w in [w for w in waiting if now >= w.since + self._wait_limit(w)]:
+                waiting.remove(w)
+                if w.state == "starting":
+                    start_failures += 1
+                    last_failure = f"not ready after {self.start_timeout_s:g} s"
                 restart(w)
             if pending and start_failures > 2 * len(self._workers):
                 # The sandbox itself is broken: the waiting jobs are the infrastructure's
@@ -304,16 +373,63 @@ class VerifierPool:
                                          f"workers failed to start {start_failures} times "
                                          f"(last: {last_failure})")
             for w, (i, attempt, sent, _) in list(busy.items()):
-                if now >= sent + self.timeout_s or now >= batch_deadline:
+                if now >= sent + self.timeout_s:
                     busy.pop(w)
                     restart(w)
-                    why = "job" if now >= sent + self.timeout_s else "batch"
-                    results[i] = Verdict(Status.TIMEOUT, f"killed at the {why} deadline",
+                    results[i] = Verdict(Status.TIMEOUT, "killed at the job deadline",
                                          now - sent)
+                elif now >= batch_deadline:
+                    # Cut short by the whole call's deadline before its own: the candidate
+                    # had less than its time, so this is no verdict on it (masked).
+                    busy.pop(w)
+                    restart(w)
+                    results[i] = Verdict(Status.SANDBOX_ERROR, "cut at the batch deadline "
+                                         f"after {now - sent:.2f} s (before its own)", now - sent)
             if now >= batch_deadline:
-                while pending:
+                while pending:  # never ran: capacity, not the candidate's doing (masked)
                     i, _ = pending.popleft()
-                    results[i] = Verdict(Status.TIMEOUT, "not started before the batch deadline")
+                    results[i] = Verdict(Status.SANDBOX_ERROR,
+                                         "not started before the batch deadline")
+
+    def _wait_limit(self, w: _Worker) -> float:
+        return self.start_timeout_s if w.state == "starting" else self.cleanup_timeout_s
+
+
+# ---------------------------------------------------------------------- the firewall
+def wire(kind: str, job: dict):
+    """(what to send the worker, None), or (None, the candidate's verdict) when reading its
+    completion raised (e.g. a tool call whose name is not a string)."""
+    codec = SANDBOXED.get(kind)
+    if codec is None:
+        return job, None
+    return firewall.attempt(lambda: codec.wire(job), lambda: codec.wire(_neutral(job)),
+                            Status.RUNTIME_ERROR, f"{kind} job")
+
+
+def verdict(kind: str, job: dict, msg: dict) -> Verdict:
+    """A worker's reply as a verdict. A sandboxed kind's codec compares the candidate's
+    outputs on the host, behind the firewall: a huge returned int or a forged error field of
+    another type is the candidate's runtime error, never an exception in the caller."""
+    codec = SANDBOXED.get(kind)
+    if codec is None:  # a trusted grader's worker ran its own firewall (worker.py)
+        return firewall.guarded(lambda: Verdict(Status(msg["status"]), str(msg["detail"])),
+                                None, Status.SANDBOX_ERROR, f"{kind} worker reply")
+    return firewall.guarded(lambda: codec.verdict(job, msg),
+                            lambda: codec.verdict(_neutral(job), codec.neutral_reply(job)),
+                            Status.RUNTIME_ERROR, f"{kind} reply")
+
+
+def _neutral(job: dict) -> dict:
+    """The job with the candidate's part replaced by a neutral one: the firewall's control."""
+    return dict(job, completion="")
+
+
+def _cache_key(job: dict) -> Optional[str]:
+    """The verdict cache's key; None (not cached) for a job that does not serialise."""
+    try:
+        return json.dumps(job, sort_keys=True)
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 def to_arrays(verdicts: Sequence[Verdict], scheme: str = "binary") -> dict[str, np.ndarray]:

@@ -43,8 +43,10 @@ libraries under /usr, which the candidate can read.
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import signal
+import struct
 import subprocess
 import time
 from typing import Optional
@@ -69,7 +71,56 @@ def worker_fd() -> int:
     return fd
 
 
-def bwrap_argv(once: bool, script_fd: int, tmp_mb: int = 64) -> list[str]:
+# System V IPC, denied by a seccomp filter: a shared memory segment (or a message queue, a
+# semaphore set) outlives the processes that made it, so its memory sits in no process: the
+# OOM killer then takes the worker instead of the candidate, and without a cgroup nothing
+# bounds it (RLIMIT_AS counts only what a process maps). No candidate needs it (Python's
+# multiprocessing uses POSIX semaphores in /dev/shm). Numbers per architecture, with the
+# audit arch that seccomp_data reports; a call from another ABI (i386's int 0x80 on x86_64,
+# x32) is killed, since its numbers differ.
+_SYSV_IPC = {
+    "x86_64": (0xC000003E, (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220)),
+    "aarch64": (0xC00000B7, tuple(range(186, 198))),
+}
+_X32_BIT = 0x40000000
+
+
+def seccomp_filter() -> Optional[bytes]:
+    """A classic BPF program for bwrap's `--seccomp FD` (struct sock_filter[]): EPERM for the
+    System V IPC calls, kill for a foreign ABI, allow the rest; None on an architecture not
+    listed (then the worker still removes IPC objects after each job)."""
+    arch = _SYSV_IPC.get(platform.machine())
+    if arch is None:
+        return None
+    audit_arch, calls = arch
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JGE|K, RET|K
+    allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050000 | 1
+    n = len(calls)
+    # Layout: 0 load arch; 1 arch check; 2 load nr; 3 x32 check; 4..4+n-1 one per call;
+    # then allow, eperm, kill.
+    allow_at, eperm_at, kill_at = 4 + n, 5 + n, 6 + n
+    prog = [(ld, 0, 0, 4), (jeq, 0, kill_at - 2, audit_arch), (ld, 0, 0, 0),
+            (jge, kill_at - 4, 0, _X32_BIT) if audit_arch == 0xC000003E else (jeq, 0, 0, 0)]
+    for k, nr in enumerate(calls):
+        prog.append((jeq, eperm_at - (4 + k) - 1, 0, nr))
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, eperm), (ret, 0, 0, kill)]
+    assert len(prog) == kill_at + 1
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
+def seccomp_fd() -> Optional[int]:
+    """A memory file holding `seccomp_filter()`, for bwrap's `--seccomp`; None if none."""
+    prog = seccomp_filter()
+    if prog is None:
+        return None
+    fd = os.memfd_create("rlvr-sandbox-seccomp", 0)
+    os.write(fd, prog)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def bwrap_argv(once: bool, script_fd: int, tmp_mb: int = 64,
+               seccomp: Optional[int] = None) -> list[str]:
     argv = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
             "--new-session", "--as-pid-1", "--clearenv", "--cap-drop", "ALL",
             "--ro-bind", "/usr", "/usr"]
@@ -91,7 +142,10 @@ def bwrap_argv(once: bool, script_fd: int, tmp_mb: int = 64) -> list[str]:
              "--remount-ro", "/",
              "--setenv", "PATH", "/usr/bin", "--setenv", "HOME", "/tmp",
              "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--chdir", "/tmp",
-             "--hostname", "sandbox", "--", PYTHON, "-I", "-S", "/opt/rlvr/worker.py"]
+             "--hostname", "sandbox"]
+    if seccomp is not None:
+        argv += ["--seccomp", str(seccomp)]
+    argv += ["--", PYTHON, "-I", "-S", "/opt/rlvr/worker.py"]
     return argv + (["--once"] if once else [])
 
 
@@ -111,17 +165,19 @@ def check_available() -> None:
                                  "install bubblewrap`; there is no unsandboxed fallback")
     if not os.path.exists(PYTHON):
         raise SandboxUnavailable(f"{PYTHON} not found: the sandbox runs the system Python 3")
-    fd = worker_fd()
+    fd, filt = worker_fd(), seccomp_fd()
+    fds = (fd,) if filt is None else (fd, filt)
     try:
-        argv = bwrap_argv(once=True, script_fd=fd)
+        argv = bwrap_argv(once=True, script_fd=fd, seccomp=filt)
         probe = subprocess.run(argv[: argv.index("--")] + ["--", PYTHON, "-I", "-S", "-c",
                                                            "import json, resource"],
-                               capture_output=True, text=True, timeout=20, pass_fds=(fd,),
+                               capture_output=True, text=True, timeout=20, pass_fds=fds,
                                **_drop_privileges())
     except subprocess.TimeoutExpired:
         raise SandboxUnavailable("bwrap did not start within 20 s") from None
     finally:
-        os.close(fd)
+        for f in fds:
+            os.close(f)
     if probe.returncode != 0:
         err = probe.stderr.strip()
         if any(s in err for s in ("namespace", "uid map", "setting up uid", "Operation not "
@@ -136,18 +192,28 @@ def check_available() -> None:
 
 
 class Cgroup:
-    """Best effort: a cgroup bounding memory and pids of one sandbox's whole tree.
+    """Best effort: a cgroup bounding memory and pids of one sandbox's whole tree, with a CPU
+    share of its own where the cpu controller is there.
 
     The sandbox must be inside it before bwrap forks anything: the unprivileged launcher
     shell writes its own pid into the cgroup, then execs bwrap (see `spawn`), so every process
     of the sandbox inherits it. The cgroup's procs files are handed to that uid for this; a
-    probe checks that joining works, else the kind says "none" and only rlimits apply."""
+    probe checks that joining works, else the kind says "none" and only rlimits apply.
+
+    The CPU share: the scheduler divides the CPU between cgroups first, so a sandbox whose
+    candidate runs 30 processes (each in a session of its own, which would otherwise give each
+    its own scheduling autogroup) gets one sandbox's share, never starving an honest job in
+    another sandbox into a timeout. `oom_kills()` counts the kernel's OOM kills inside it: the
+    pool reads it to report the candidate's memory limit even when the worker was the one
+    killed."""
 
     NONE = "none (per-process rlimits only)"
+    CPU_SHARES = 1024  # v1 cpu.shares of every sandbox (the default weight, equal for all)
 
     def __init__(self, name: str, memory_bytes: int, pids: int):
         self.paths: list[str] = []
         self.kind = self.NONE
+        self._events = None  # the file with the oom_kill count
         if os.geteuid() != 0:
             return
         try:
@@ -155,11 +221,22 @@ class Cgroup:
                 for ctrl, knob, value in (("memory", "memory.limit_in_bytes", memory_bytes),
                                           ("pids", "pids.max", pids)):
                     self._make(f"/sys/fs/cgroup/{ctrl}/rlvr_{name}", {knob: value})
-                kind = "cgroup v1 (memory, pids)"
+                self._events = f"/sys/fs/cgroup/memory/rlvr_{name}/memory.oom_control"
+                kind = "cgroup v1 (memory, pids"
+                if os.path.isdir("/sys/fs/cgroup/cpu"):
+                    try:
+                        self._make(f"/sys/fs/cgroup/cpu/rlvr_{name}",
+                                   {"cpu.shares": self.CPU_SHARES})
+                        kind += ", cpu"
+                    except OSError:
+                        pass  # memory and pids still bound the tree
+                kind += ")"
             elif os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-                self._make(f"/sys/fs/cgroup/rlvr_{name}", {"memory.max": memory_bytes,
-                                                           "pids.max": pids})
-                kind = "cgroup v2 (memory, pids)"
+                path = f"/sys/fs/cgroup/rlvr_{name}"
+                self._make(path, {"memory.max": memory_bytes, "pids.max": pids})
+                self._events = f"{path}/memory.events"
+                kind = ("cgroup v2 (memory, pids, cpu)" if os.path.exists(f"{path}/cpu.weight")
+                        else "cgroup v2 (memory, pids)")
             else:
                 return
             probe = subprocess.run(["/bin/sh", "-c", self.join_script() + "exit 0"],
@@ -170,6 +247,21 @@ class Cgroup:
         except (OSError, subprocess.SubprocessError):
             self.remove()
             self.kind = self.NONE
+            self._events = None
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel's OOM killer has killed in this cgroup (0 when the
+        kernel does not count them or there is no cgroup)."""
+        if self._events is None:
+            return 0
+        try:
+            with open(self._events) as f:
+                for line in f:
+                    if line.startswith("oom_kill "):
+                        return int(line.split()[1])
+        except (OSError, ValueError):
+            pass
+        return 0
 
     def _make(self, path: str, knobs: dict) -> None:
         os.makedirs(path, exist_ok=True)
@@ -235,16 +327,18 @@ def spawn(once: bool, cgroup: Optional[Cgroup] = None, tmp_mb: int = 64) -> subp
     working cgroup, a shell joins it and execs bwrap, so nothing runs outside it. bwrap starts
     a session (and process group) of its own: `kill` takes the whole group, so a bwrap child
     still setting up (before its die-with-parent is armed) cannot outlive it."""
-    fd = worker_fd()
-    argv = bwrap_argv(once, fd, tmp_mb)
+    fd, filt = worker_fd(), seccomp_fd()
+    fds = (fd,) if filt is None else (fd, filt)
+    argv = bwrap_argv(once, fd, tmp_mb, seccomp=filt)
     if cgroup is not None and cgroup.paths:
         argv = ["/bin/sh", "-c", cgroup.join_script() + 'exec "$@"', "sh", *argv]
     try:
         return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True, bufsize=1,
-                                pass_fds=(fd,), start_new_session=True, **_drop_privileges())
+                                stderr=subprocess.DEVNULL, bufsize=0, pass_fds=fds,
+                                start_new_session=True, **_drop_privileges())
     finally:
-        os.close(fd)  # bwrap holds its own copy until it has read the script
+        for f in fds:
+            os.close(f)  # bwrap holds its own copies until it has read them
 
 
 def kill(proc: subprocess.Popen) -> None:

@@ -16,8 +16,12 @@ as one line on a separate result pipe. The worker enforces the wall deadline and
 and result caps, checks the result line (the child runs the candidate: nothing it says is
 trusted, see `_checked`), answers one JSON line carrying the job's id, and only then kills every
 other process in the namespace (the child, leftover daemons, fork bombs), empties /tmp and
-/dev/shm and removes every System V IPC object, before it reads the next job. It never sees
-expected values: outputs are compared on the host.
+/dev/shm (without recursion or long paths, within CLEANUP_S, else it exits and the host starts
+a fresh sandbox) and removes every System V IPC object, forks the next job's child and says
+`{"ready": 1}` again: the host sends the next job only then, so one job's cleanup never runs
+on the next one's clock. In `--once` (fresh) mode it exits after the reply: the sandbox goes
+whole. The job's child makes itself the OOM killer's first choice (for good: see `_oom_first`).
+It never sees expected values: outputs are compared on the host.
 
 Signals: as pid 1 of its namespace with every handler at SIG_DFL (or SIG_IGN), the worker is
 immune to signals sent from inside the namespace (the kernel drops them for a namespace's init),
@@ -32,7 +36,6 @@ import os
 import resource
 import select
 import signal
-import stat
 import sys
 import time
 
@@ -59,6 +62,19 @@ def _warm():
     namespace = {}
     exec(compile("def f(x):\n    return [x, {'k': x}]", "<warm>", "exec"), namespace)
     json.loads(json.dumps({"value": namespace["f"](1)}))
+
+
+def _oom_first():
+    """Make this process the OOM killer's first choice in the sandbox (score adjustment
+    1000), before the candidate runs: when the sandbox's memory runs out, the candidate goes,
+    not the worker. Set before the process becomes non-dumpable, which makes its /proc files
+    root's: the candidate cannot lower it again. (Whoever is killed, the host reads the
+    cgroup's OOM count and reports the candidate's memory limit.)"""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
 
 
 def _child(job, out_w, res_w):
@@ -166,41 +182,79 @@ def _kill_others():
             break
 
 
-def _remove_tree(path):
-    """Delete `path` whatever modes the candidate left on it: it runs as our uid, so every
-    directory can be given back its owner's rwx before it is listed and emptied."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        try:
-            os.chmod(path, 0o700)
-            names = os.listdir(path)
-        except OSError:
-            names = []
-        for name in names:
-            _remove_tree(os.path.join(path, name))
-        try:
-            os.rmdir(path)
-        except OSError:
-            pass
-    else:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+CLEANUP_S = 2.0  # past this the worker exits instead (the host starts a fresh sandbox)
 
 
-def _wipe(directory):
-    """Empty a writable mount (its own mode restored too)."""
+def _empty(root, deadline):
+    """Delete everything below the directory `root` (kept, its mode restored to 1777); True
+    once it is empty, False past `deadline` or when something will not go.
+
+    No recursion and no long paths, whatever tree the candidate left (nested past PATH_MAX or
+    past Python's recursion limit, any modes): one directory is open at a time and everything
+    is removed relative to it (unlinkat / rmdirat / openat), the names on the way down kept
+    on a list and parents reopened through "..". Every candidate process is dead by now, so
+    the tree holds still. Each directory is made 0700 (we are its owner) before it is read."""
     try:
-        os.chmod(directory, 0o1777)
-        names = os.listdir(directory)
+        cur = os.open(root, _DIR)
     except OSError:
-        return
-    for name in names:
-        _remove_tree(os.path.join(directory, name))
+        return False
+    names, ops = [], 0
+    try:
+        while True:
+            subdirs = []
+            with os.scandir(cur) as entries:
+                for e in entries:
+                    ops += 1
+                    if ops % 1024 == 0 and time.monotonic() > deadline:
+                        return False
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            subdirs.append(e.name)
+                        else:
+                            os.unlink(e.name, dir_fd=cur)
+                    except OSError:
+                        pass
+            below = None
+            for name in subdirs:  # empty ones go at once; the first that is not, we enter
+                ops += 1
+                if ops % 1024 == 0 and time.monotonic() > deadline:
+                    return False
+                try:
+                    os.rmdir(name, dir_fd=cur)
+                except OSError:
+                    below = name
+                    break
+            if below is not None:
+                try:
+                    os.chmod(below, 0o700, dir_fd=cur)
+                    child = os.open(below, _DIR, dir_fd=cur)
+                except OSError:
+                    return False
+                names.append(below)
+                os.close(cur)
+                cur = child
+                continue
+            if not names:
+                with os.scandir(cur) as entries:
+                    return next(entries, None) is None
+            parent = os.open("..", _DIR, dir_fd=cur)
+            os.close(cur)
+            cur = parent
+            try:
+                os.rmdir(names.pop(), dir_fd=cur)
+            except OSError:
+                return False
+            if time.monotonic() > deadline:
+                return False
+    except OSError:
+        return False
+    finally:
+        os.close(cur)
+        try:
+            os.chmod(root, 0o1777)
+        except OSError:
+            pass
 
 
 def _remove_ipc():
@@ -252,6 +306,7 @@ class _Spare:
             keep = sorted({0, 1, 2, job_r, out_w, res_w})
             for lo, hi in zip(keep, keep[1:] + [os.sysconf("SC_OPEN_MAX")]):
                 os.closerange(lo + 1, hi)
+            _oom_first()  # while still dumpable: after that, /proc/self is not ours to write
             _no_dump()
             _warm()
             with os.fdopen(job_r, "rb") as f:
@@ -366,14 +421,17 @@ def run_job(job, spare):
 
 def cleanup(spare):
     """Kill the job's child and whatever it left behind, close its pipes, empty /tmp and
-    /dev/shm, remove System V IPC objects: nothing of this job is there for the next."""
+    /dev/shm, remove System V IPC objects (none can exist where the seccomp filter denies
+    them): nothing of this job is there for the next. False when the mounts could not be
+    emptied within CLEANUP_S: then the worker exits and the host starts a fresh sandbox."""
     _kill_others()
     for fd in (spare.out_r, spare.res_r, getattr(spare, "pidfd", None)):
         if fd is not None:
             os.close(fd)
-    _wipe("/tmp")
-    _wipe("/dev/shm")
+    deadline = time.monotonic() + CLEANUP_S
+    clean = _empty("/tmp", deadline) and _empty("/dev/shm", deadline)
     _remove_ipc()
+    return clean
 
 
 def _immune_to_signals():
@@ -418,10 +476,14 @@ def main():
             reply = {"status": "sandbox_error", "detail": f"{type(e).__name__}: {e}"}
         reply["id"] = job_id  # the host matches replies to jobs by id, never by order
         out.write(json.dumps(reply) + "\n")
-        cleanup(spare)  # before the next job is read
-        if once:
+        if once:  # fresh: the whole sandbox goes with this process, nothing to clean
             break
+        if not cleanup(spare):
+            break  # a tree too large to empty in time: a fresh sandbox is cheaper
         spare = _Spare()  # after the cleanup: the next job's child starts from a clean state
+        # Ready again: the host sends the next job only now, so this cleanup never runs on
+        # the next job's clock.
+        out.write('{"ready": 1}\n')
 
 
 if __name__ == "__main__":

@@ -28,6 +28,11 @@ def wire(job: dict) -> dict:
             "limits": LIMITS, "max_rows": int(job.get("max_rows", 10000))}
 
 
+def neutral_reply(job: dict) -> dict:
+    """A reply that says nothing about any candidate (the firewall's control)."""
+    return {"status": "ok", "outputs": [{"value": []}]}
+
+
 def _key(row) -> str:
     return json.dumps([round(v, 9) if isinstance(v, float) else v for v in row])
 
@@ -44,4 +49,4 @@ def verdict(job: dict, reply: dict) -> Verdict:
         ok = Counter(map(_key, got)) == Counter(map(_key, want))
     return Verdict(Status.PASS if ok else Status.WRONG,
                    f"{len(got)} rows, expected {len(want)}"
-                   + ("" if ok else f"; first got {str(got[:1])[:60]}"))
+                   + ("" if ok else f"; first got {code.short(got[:1], 60)}"))

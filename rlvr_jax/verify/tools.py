@@ -16,7 +16,7 @@ import json
 import re
 
 from rlvr_jax.types import Status, Verdict
-from rlvr_jax.verify import code
+from rlvr_jax.verify import code, json_scan
 
 SCHEMAS = {
     "calculator": {"type": "object", "required": ["expression"],
@@ -63,19 +63,23 @@ _JSON_BLOCK = re.compile(r"```(?:json)?\s*\n(.*?)```", re.S)
 
 
 def extract_call(completion: str):
-    """The tool call object, or None."""
-    blocks = _JSON_BLOCK.findall(completion)
-    candidates = blocks[::-1] if blocks else []
-    starts = [m.start() for m in re.finditer(r"\{", completion)]
-    candidates += [completion[s:] for s in starts[::-1]]
-    decoder = json.JSONDecoder()
-    for text in candidates:
-        try:
-            obj, _ = decoder.raw_decode(text.strip())
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict) and "tool" in obj:
-            return obj
+    """The tool call object, or None: the last ```json block that holds one, else the
+    last-starting JSON object with a "tool" key. Linear in the completion's length
+    (json_scan.py); nesting past json_scan.MAX_DEPTH is no call."""
+    found = json_scan.objects(completion, "tool")
+    starts = []
+    for m in reversed(list(_JSON_BLOCK.finditer(completion))):
+        first = json_scan._WS.match(completion, m.start(1)).end()
+        f = found.get(first)
+        if f is not None and f.end >= 0 and f.end <= m.end(1):  # the block opens with it
+            starts.append(first)
+    starts += sorted(found, reverse=True)
+    for start in starts:
+        f = found[start]
+        if f.end >= 0 and f.has_key:
+            obj = json_scan.load(completion, f, start)
+            if obj is not None and "tool" in obj:
+                return obj
     return None
 
 
@@ -84,8 +88,8 @@ def validate(call, allowed) -> str:
     if call is None:
         return "no JSON tool call found"
     name, args = call.get("tool"), call.get("arguments", {})
-    if name not in SCHEMAS or name not in allowed:
-        return f"tool {name!r} is not available (allowed: {', '.join(allowed)})"
+    if not isinstance(name, str) or name not in SCHEMAS or name not in allowed:
+        return f"tool {code.short(name, 40)} is not available (allowed: {', '.join(allowed)})"
     if set(call) - {"tool", "arguments"} or not isinstance(args, dict):
         return "a call is {\"tool\": name, \"arguments\": {...}}"
     schema = SCHEMAS[name]
@@ -120,8 +124,13 @@ def verdict(job: dict, reply: dict) -> Verdict:
         return code.verdict(job, reply)
     out = reply["outputs"][0]
     if "error" in out:
-        return Verdict(Status.RUNTIME_ERROR, f"tool raised {out['error'][:80]}")
+        return Verdict(Status.RUNTIME_ERROR, f"tool raised {code.short(out['error'], 80)}")
     ok = code.same(out["value"], json.loads(json.dumps(job["expected"])),
                    float(job.get("tolerance", 1e-9)))
     return Verdict(Status.PASS if ok else Status.WRONG,
-                   f"{call['tool']} returned {str(out['value'])[:40]}")
+                   f"{call['tool']} returned {code.short(out['value'], 40)}")
+
+
+def neutral_reply(job: dict) -> dict:
+    """A reply that says nothing about any candidate (the firewall's control)."""
+    return {"status": "ok", "outputs": [{"value": None}]}

@@ -1,6 +1,8 @@
 """Trusted checkers that run in the trainer's process, behind the same `submit(jobs)` as the
 worker pool: for checks that execute no candidate code and cannot hang (an integer compared with
-the ground truth). Anything that runs or parses untrusted programs goes to the pool instead."""
+the ground truth). Anything that runs or parses untrusted programs goes to the pool instead.
+Each check runs behind the verdict firewall (firewall.py): nothing a completion says can raise
+into the trainer."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ from concurrent.futures import Future
 from typing import Callable, Sequence
 
 from rlvr_jax.types import Status, Verdict
+from rlvr_jax.verify import firewall
 
 _INT = re.compile(r"\s*(-?\d+)\s*")
+MAX_DIGITS = 4000  # under Python's int-from-string limit (4300 digits), far over any answer
 
 
 def check_integer(job: dict) -> Verdict:
@@ -22,6 +26,8 @@ def check_integer(job: dict) -> Verdict:
     m = _INT.fullmatch(completion)
     if m is None:
         return Verdict(Status.UNPARSEABLE, f"not an integer: {completion[:40]!r}")
+    if len(m.group(1)) > MAX_DIGITS:
+        return Verdict(Status.WRONG, f"an integer of {len(m.group(1))} digits")
     got = int(m.group(1))
     if got == answer:
         return Verdict(Status.PASS)
@@ -41,7 +47,9 @@ class TrustedVerifier:
         out = []
         for job in jobs:
             t0 = time.perf_counter()
-            v = self._check(job)
+            v = firewall.guarded(lambda: self._check(job),
+                                 lambda: self._check(dict(job, completion="")),
+                                 Status.WRONG, "trusted check")
             out.append(Verdict(v.status, v.detail, time.perf_counter() - t0, v.fraction))
         return out
 

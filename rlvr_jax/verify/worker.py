@@ -3,16 +3,26 @@
 Says `{"ready": 1}` once started, then reads one JSON job per line on stdin, writes one JSON verdict per line on stdout
 (`{"status": int, "detail": str, "latency_s": float}`), until stdin closes. Anything the check
 itself prints goes to stderr, so it cannot forge a verdict line. The pool (`pool.py`) owns the
-deadlines: it kills a worker that does not answer in time."""
+deadlines: it kills a worker that does not answer in time.
+
+Each check runs behind the verdict firewall (firewall.py): a grader that raises on a
+pathological answer (a RecursionError on 3000 nested negations, a MemoryError) gives that
+answer's verdict, WRONG with the exception named; only a failure that a neutral answer
+reproduces is a SANDBOX_ERROR. The process's address space is capped (`MEMORY_MB`), so a
+grader cannot take the trainer's machine down with it."""
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import time
 
 from rlvr_jax.types import Status, Verdict
+from rlvr_jax.verify import firewall
+
+MEMORY_MB = 4096  # address space of a grader process (sympy and math-verify use ~0.5 GB)
 
 
 def _math(job: dict) -> Verdict:
@@ -46,8 +56,16 @@ KINDS = {"math": _math, "logic": _logic, "retrieval": _retrieval, "test_sleep": 
          "test_slow_start": _sleep, "test_no_start": _sleep}
 
 
-def main(kind: str) -> None:
+def checked(kind: str, job: dict) -> Verdict:
+    """The kind's check behind the firewall; its control is the same job with an empty
+    completion."""
     check = KINDS[kind]
+    return firewall.guarded(lambda: check(job), lambda: check(dict(job, completion="")),
+                            Status.WRONG, f"{kind} check")
+
+
+def main(kind: str) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_MB << 20, MEMORY_MB << 20))
     if kind == "math":  # pay math-verify's import (about 1.5 s) at start, not on a deadline
         from math_verify import parse
 
@@ -69,9 +87,9 @@ def main(kind: str) -> None:
             if kind == "test_sleep" and job.get("garble"):  # tests of the pool itself
                 out.write("not a verdict\n")
                 continue
-            v = check(job)
-        except Exception as e:  # a checker bug is the verifier's failure, not the answer's
-            v = Verdict(Status.SANDBOX_ERROR, f"checker raised {type(e).__name__}: {e}")
+            v = checked(kind, job)
+        except Exception as e:  # a job that is no JSON object: the host's bug, not an answer's
+            v = Verdict(Status.SANDBOX_ERROR, f"bad job: {firewall.describe(e)}")
         out.write(json.dumps({"status": int(v.status), "detail": v.detail, "id": job_id,
                               "latency_s": time.perf_counter() - t0}) + "\n")
 

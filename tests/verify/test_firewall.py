@@ -1,0 +1,180 @@
+"""The verdict firewall (rlvr_jax/verify/firewall.py) and the host-side readers behind it, on
+the findings of the second outside audit that need no sandbox: each of these raised into the
+caller (and so ended a training step) or gave a wrong verdict before. The sandboxed findings
+are in test_isolation.py; the property-based fuzzing of every reader is in test_fuzz.py."""
+
+import time
+
+import pytest
+
+from rlvr_jax.types import Status, Verdict
+from rlvr_jax.verify import code, firewall, logic, tools, trusted, worker
+from rlvr_jax.verify import math as math_check
+from rlvr_jax.verify import sql as sql_check
+from rlvr_jax.verify.pool import VerifierPool
+from rlvr_jax.verify.trusted import TrustedVerifier
+
+
+# ----------------------------------------------------------------------------- attribution
+def test_an_exception_on_the_candidates_data_is_its_verdict():
+    def check(text):
+        if text:
+            raise OverflowError("int too large to convert to float")
+        return Verdict(Status.WRONG)
+
+    v = firewall.guarded(lambda: check("9" * 999), lambda: check(""), Status.RUNTIME_ERROR, "x")
+    assert v.status == Status.RUNTIME_ERROR and "OverflowError" in v.detail
+
+
+def test_an_exception_a_neutral_answer_reproduces_is_our_bug(caplog):
+    def broken(text):
+        raise KeyError("expected")  # the task's fields are missing: not the candidate's doing
+
+    with caplog.at_level("ERROR", logger="rlvr_jax.verify"):
+        v = firewall.guarded(lambda: broken("1"), lambda: broken(""), Status.WRONG, "x")
+    assert v.status == Status.SANDBOX_ERROR and "verifier bug" in v.detail
+    assert "verifier bug" in caplog.text  # logged, not only masked
+
+
+def test_a_wrong_return_type_is_our_bug_and_ctrl_c_still_stops():
+    assert firewall.guarded(lambda: "PASS", None, Status.WRONG, "x").status == \
+        Status.SANDBOX_ERROR
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        firewall.guarded(interrupted, None, Status.WRONG, "x")
+
+
+def test_an_exception_with_an_unprintable_message_is_still_described():
+    class Nasty(Exception):
+        def __str__(self):
+            raise ValueError("no")
+
+    v = firewall.guarded(lambda: (_ for _ in ()).throw(Nasty()), lambda: None,
+                         Status.RUNTIME_ERROR, "x")
+    assert v.status == Status.RUNTIME_ERROR and "Nasty: <unprintable>" in v.detail
+
+
+# ----------------------------------------------------------------------------- host readers
+CODE_JOB = {"completion": "def f(x):return x**999", "entry_point": "f",
+            "inputs": [[5], [7]], "expected": [7, 9]}
+
+
+def test_a_huge_returned_int_is_a_wrong_answer_not_an_exception():
+    """Finding 1: `def f(x):return x**999` made the host's comparison raise OverflowError."""
+    reply = {"status": "ok", "outputs": [{"value": 5 ** 999}, {"value": 7 ** 999}]}
+    assert code.verdict(CODE_JOB, reply).status == Status.WRONG
+    floats = dict(CODE_JOB, expected=[7.5, 9.5])
+    assert code.verdict(floats, reply).status == Status.WRONG
+
+
+def test_tool_calls_with_odd_fields_are_the_candidates_verdict():
+    """Finding 1, the tool verifier: a tool name that is not a string, a result too large to
+    compare, a forged error field of another type, deep JSON after a call."""
+    job = {"completion": '{"tool": ["calculator"], "arguments": {"expression": "1"}}',
+           "expected": 1}
+    assert tools.verdict(job, tools.neutral_reply(job)).status == Status.UNPARSEABLE
+    call = '{"tool": "calculator", "arguments": {"expression": "9**999"}}'
+    big = {"status": "ok", "outputs": [{"value": 9 ** 999}]}
+    assert tools.verdict({"completion": call, "expected": 2.5}, big).status == Status.WRONG
+    forged = {"status": "ok", "outputs": [{"error": 5}]}
+    assert tools.verdict({"completion": call, "expected": 2}, forged).status == \
+        Status.RUNTIME_ERROR
+    deep = '{"tool": "calculator", "arguments": {"expression": "1+1"}} ' + '{"a": ' * 5000
+    assert tools.extract_call(deep) == {"tool": "calculator", "arguments": {"expression": "1+1"}}
+    assert tools.extract_call('{"tool": "sort", "arguments": ' + "[" * 5000) is None
+
+
+def test_tool_call_extraction_is_linear():
+    """Finding 5: 50k braces cost ~2 s of host time (a decode attempt from every brace)."""
+    def seconds(n):
+        text = '{"a": "{' * n + ' {"tool": "calculator", "arguments": {"expression": "1"}}'
+        t0 = time.perf_counter()
+        assert tools.extract_call(text)["tool"] == "calculator"
+        return time.perf_counter() - t0
+
+    small, large = seconds(10_000), seconds(40_000)
+    assert large < 1.0
+    assert large < 10 * small + 0.05  # 4x the input: a quadratic scan would take 16x
+
+
+def test_tool_call_extraction_keeps_its_rules():
+    block = '```json\n{"tool": "sort", "arguments": {"items": [2, 1]}}\n```'
+    assert tools.extract_call(block + ' then {"tool": "x"}')["tool"] == "sort"  # block first
+    assert tools.extract_call('{"tool": "a"} {"tool": "b"}')["tool"] == "b"  # the last one
+    nested = '{"tool": "python", "arguments": {"code": "d = {1: {2: \\"}\\"}}"}}'
+    assert tools.extract_call(nested)["arguments"]["code"] == 'd = {1: {2: "}"}}'
+    assert tools.extract_call('{"\\u0074ool": "sort", "arguments": {}}')["tool"] == "sort"
+    assert tools.extract_call('no call {"a": 1}') is None
+    assert tools.extract_call('{"tool": 1' + "0" * 5000 + "}") is None  # past int() limits
+
+
+@pytest.mark.parametrize("claim", ["(" * 200 + "p" + ")" * 200, "~" * 3000 + "p",
+                                   " | ".join(["p"] * 3000)])
+def test_the_logic_checker_bounds_a_pathological_claim(claim):
+    """Finding 2b: RecursionError in the logic checker was reported as sandbox_error."""
+    v = worker.checked("logic", {"premises": ["p", "q"], "completion": f"Conclusion: {claim}"})
+    assert v.status == Status.UNPARSEABLE, v.detail
+
+
+def test_a_checker_that_raises_on_an_answer_gives_the_answer_its_verdict(monkeypatch):
+    """Finding 2b, the class: whatever a trusted checker raises on an answer is the answer's
+    verdict (WRONG), never a masked sandbox error."""
+    def fragile(job):
+        if "boom" in job["completion"]:
+            raise RecursionError("maximum recursion depth exceeded")
+        return Verdict(Status.WRONG)
+
+    monkeypatch.setitem(worker.KINDS, "logic", fragile)
+    assert worker.checked("logic", {"completion": "boom"}).status == Status.WRONG
+
+
+def test_the_trusted_integer_check_survives_a_5000_digit_answer():
+    """Python refuses int() past 4300 digits: that raised in the trainer's own process."""
+    verifier = TrustedVerifier(trusted.check_integer)
+    got = verifier.verify([{"completion": "9" * 5000, "answer": 3},
+                           {"completion": "3", "answer": 3}])
+    assert [v.status for v in got] == [Status.WRONG, Status.PASS]
+
+
+def test_sql_readers_of_odd_rows():
+    job = {"completion": "SELECT 1", "schema": "", "expected": [[1]]}
+    assert sql_check.verdict(job, {"status": "ok", "outputs": [{"value": [[1]]}]}).status == \
+        Status.PASS
+    assert sql_check.verdict(job, sql_check.neutral_reply(job)).status == Status.WRONG
+
+
+# ----------------------------------------------------------------------------- grading
+@pytest.mark.parametrize("gold, answer, status", [
+    ("5", r"\boxed{x=5, y=\text{anything}}", Status.WRONG),  # finding 5: an extra item
+    ("5", r"\boxed{5\%\%\%}", Status.WRONG),  # finding 5: repeated percent signs
+    ("5", r"\boxed{5\%}", Status.PASS),  # one percent sign is still a percentage
+    ("5", r"\boxed{x=5}", Status.PASS),
+    ("1000", r"\boxed{1,000}", Status.PASS),  # a digit-group comma is no separator
+    ("(1,2)", r"\boxed{(1, 2)}", Status.PASS),  # commas inside brackets are one item
+    ("1, 2", r"\boxed{2, 1}", Status.PASS),
+    ("5", "\\boxed{" + "1" * 2000 + "}", Status.WRONG),  # over MAX_ANSWER_CHARS, unparsed
+])
+def test_math_grading_is_strict(gold, answer, status):
+    assert math_check.check(gold, answer).status == status
+
+
+@pytest.mark.parametrize("answer", [r"\boxed{9^{9^{9^{9}}}}", r"\boxed{10^{10^{10}}}",
+                                    r"\boxed{100000000!}", "\\boxed{" + "(" * 25 + "1"
+                                    + ")" * 25 + "}"])
+def test_an_adversarial_math_answer_is_bounded_in_time(answer):
+    """Finding 5: each cost the worker math-verify's internal 5 s timeout."""
+    t0 = time.perf_counter()
+    assert math_check.check("5", answer).status == Status.WRONG
+    assert time.perf_counter() - t0 < 3.5  # parse twice + compare, 1 s each at most
+
+
+def test_the_math_pool_never_raises_or_masks_on_odd_answers():
+    """Through the worker processes: odd answers get verdicts, in order."""
+    with VerifierPool("math", workers=1, timeout_s=20.0) as pool:
+        got = pool.verify([{"gold": "5", "completion": r"\boxed{x=5, y=\text{anything}}"},
+                           {"gold": "5", "completion": "\\boxed{" + "{" * 5000},
+                           {"gold": "5", "completion": "The answer is 5"}])
+    assert [v.status for v in got] == [Status.WRONG, Status.UNPARSEABLE, Status.PASS]
