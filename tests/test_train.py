@@ -73,3 +73,44 @@ def test_multirun_sweeps_the_learning_rate(tmp_path):
     # Hydra writes the swept values as floats in the directory names.
     assert {p.parent.name.split(",")[0] for p in summaries} == {"algo.optim.learning_rate=0.0001",
                                                                 "algo.optim.learning_rate=0.0003"}
+
+
+HOSTILE = [
+    "def f(x):return x**999",  # a huge int: its comparison with a float overflowed on the host
+    "def f(x):return 10**5000",  # past JSON's integer limit
+    "def f(x):\n    class E(BaseException):\n        def __str__(self): raise ValueError\n"
+    "    raise E()",  # an exception that escapes `except Exception` and cannot be printed
+    "def f(x):return float('nan')",
+    "def f(x):\n    v = 0\n    for _ in range(300): v = [v]\n    return v",  # nested past 100
+    "import sys\nsys.setrecursionlimit(10**6)\ndef f(x):return f(x)",  # overflows the C stack
+]
+
+
+def test_a_codegen_run_scores_hostile_completions(tmp_path, monkeypatch):
+    """Issue 24: a codegen RL run in which every third completion is replaced by a program
+    returning huge ints or raising odd exceptions finishes, with those samples scored (wrong,
+    runtime_error), none masked as a sandbox error and no crash."""
+    from rlvr_jax.tasks.codegen import CodegenTask
+    from tests.helpers import UNAVAILABLE
+
+    if UNAVAILABLE:
+        pytest.skip(f"no sandbox: {UNAVAILABLE}")
+    honest = CodegenTask.verify_jobs
+
+    def hostile(specs, completions):
+        texts = [HOSTILE[i // 3 % len(HOSTILE)] if i % 3 == 0 else c
+                 for i, c in enumerate(completions)]
+        return honest(specs, texts)
+
+    monkeypatch.setattr(CodegenTask, "verify_jobs", staticmethod(hostile))
+    overrides = ["+experiment=code_grpo", "num_steps=2", *TINY, "warmup.steps=4",
+                 "verifier.overlap_chunks=2"]
+    summary = loop.run(run_config(overrides, tmp_path / "run"))
+    assert "eval/sampled_accuracy_end" in summary
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
+            .splitlines()]
+    steps = [r for r in rows if "reward/mean" in r]
+    assert len(steps) == 2
+    for r in steps:
+        assert r["status/sandbox_error"] == 0, r
+        assert r["status/runtime_error"] >= 1 and r["status/wrong"] >= 1, r

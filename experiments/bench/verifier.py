@@ -1,6 +1,11 @@
 """Code-verifier throughput and latency: forkserver vs fresh sandboxes, side by side.
 
     python experiments/bench/verifier.py [--jobs 200] [--workers 2]
+    python experiments/bench/verifier.py --baseline REV [--rounds 6]
+
+With `--baseline REV` it measures forkserver throughput and latency of this checkout against
+the code at git revision REV (checked out into a temporary worktree), in alternating rounds of
+the same jobs, each round in a fresh process importing one of the two, and prints the ratio.
 
 For a trivial program (1 call) and a 5-test program, each mode scores the same jobs (distinct,
 so the cache never answers); rounds alternate between the modes. These batches saturate the
@@ -13,9 +18,14 @@ spawn + first answer), the slowest job against its deadline, and the process's p
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 from rlvr_jax.verify.pool import VerifierPool, child_processes
@@ -44,13 +54,72 @@ def pct(xs, q):
     return statistics.quantiles(xs, n=100)[q - 1] if len(xs) > 1 else xs[0]
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def one_round(jobs_per_round: int, workers: int, tag: int) -> dict:
+    """One forkserver round of each program in this process (whichever rlvr_jax it imports):
+    jobs/s and p50 latency, after a warm-up batch."""
+    out = {}
+    with VerifierPool("code", workers=workers, timeout_s=10.0, mode="forkserver") as pool:
+        run(pool, jobs(TRIVIAL, 1, 20, -tag))
+        for name, program, calls in (("trivial", TRIVIAL, 1), ("5 tests", FIVE, 5)):
+            wall, lat = run(pool, jobs(program, calls, jobs_per_round, tag))
+            out[name] = {"rate": jobs_per_round / wall, "p50": pct(lat, 50)}
+    return out
+
+
+def compare(rev: str, jobs_per_round: int, workers: int, rounds: int) -> None:
+    """This checkout against `rev`, alternating rounds, each in a fresh process."""
+    tmp = tempfile.mkdtemp(prefix="rlvr-baseline-")
+    base = os.path.join(tmp, "src")
+    subprocess.run(["git", "-C", REPO, "worktree", "add", "--detach", "-f", base, rev],
+                   check=True, capture_output=True)
+    try:
+        results = {"baseline": [], "this": []}
+        for r in range(rounds):
+            for which, src in (("baseline", base), ("this", REPO))[::(-1) ** r]:
+                env = dict(os.environ, PYTHONPATH=src)
+                proc = subprocess.run(
+                    [sys.executable, os.path.abspath(__file__),
+                     "--one-round", "--jobs", str(jobs_per_round), "--workers", str(workers),
+                     "--tag", str(r)], cwd=src, env=env, capture_output=True, text=True,
+                    check=True)
+                results[which].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        print(f"forkserver, {workers} workers, {jobs_per_round} jobs a round, {rounds} "
+              f"alternating rounds (medians); baseline = {rev}")
+        print("| program | baseline jobs/s | this jobs/s | ratio | baseline p50 ms | "
+              "this p50 ms |")
+        print("|---|---|---|---|---|---|")
+        for name in ("trivial", "5 tests"):
+            b = [x[name] for x in results["baseline"]]
+            t = [x[name] for x in results["this"]]
+            rb, rt = (statistics.median(x["rate"] for x in v) for v in (b, t))
+            pb, pt = (statistics.median(x["p50"] for x in v) for v in (b, t))
+            print(f"| {name} | {rb:.0f} | {rt:.0f} | {rt / rb:.2f}x | {1e3 * pb:.2f} | "
+                  f"{1e3 * pt:.2f} |")
+    finally:
+        subprocess.run(["git", "-C", REPO, "worktree", "remove", "--force", base],
+                       capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=200)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--leak-jobs", type=int, default=10_000)
+    ap.add_argument("--baseline", metavar="REV", help="compare with the code at this revision")
+    ap.add_argument("--one-round", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--tag", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.one_round:  # a child of --baseline: one round, one JSON line
+        print(json.dumps(one_round(args.jobs, args.workers, 1_000_000 + args.tag)))
+        return
+    if args.baseline:
+        compare(args.baseline, args.jobs, args.workers, args.rounds)
+        return
     timeout = 10.0
     pools = {m: VerifierPool("code", workers=args.workers, timeout_s=timeout, mode=m)
              for m in ("forkserver", "fresh")}

@@ -7,15 +7,23 @@ plain subprocesses (`python -m rlvr_jax.verify.worker KIND`, mode `none`). Untru
 containment: `forkserver` (a long-lived sandboxed worker forks a child per job; recycled after
 `recycle_after` jobs or any limit violation) or `fresh` (one sandbox per job).
 
-A worker says `{"ready": 1}` once it has started (bubblewrap, Python, its imports): only then is
-it sent a job, so a job's deadline (`timeout_s`) measures the candidate, never a slow worker
-start on a loaded machine. A worker that does not become ready within `start_timeout_s` is
+A worker says `{"ready": 1}` once it has started (bubblewrap, Python, its imports), and a
+forkserver worker says it again after each job's cleanup: only then is it sent a job, so a
+job's deadline (`timeout_s`) measures the candidate, never a slow worker start on a loaded
+machine nor the previous job's leftovers. Replies are read from the raw pipe into a buffer per
+worker, so a partial line never blocks the loop and two lines in one read are both seen. A worker that does not become ready within `start_timeout_s` is
 replaced; when workers keep failing to start, the batch's waiting jobs are SANDBOX_ERROR (an
 infrastructure failure). A worker that misses its job's deadline is killed (SIGKILL) and
 replaced, and the job is a TIMEOUT; a worker that dies is replaced and its job retried once on the fresh
 worker, then reported as SANDBOX_ERROR (an infrastructure failure: the loop masks it out of the
-loss, never scores it). A whole call also has a deadline (`batch_timeout_s`). Verdicts of
+loss, never scores it), unless the sandbox's cgroup counted an OOM kill during the job: then it
+is the candidate's MEMORY_LIMIT. A whole call also has a deadline (`batch_timeout_s`); a job it
+cuts short or never starts is masked (SANDBOX_ERROR), never a scored TIMEOUT. Verdicts of
 identical jobs are cached.
+
+Every host function that reads candidate-controlled data (wiring a job, comparing outputs)
+runs behind the verdict firewall (`firewall.py`, see `wire` and `verdict` below): `verify`
+never raises because of what a candidate wrote.
 
 Every job carries an id that its reply echoes: a reply for another job (a worker out of step,
 e.g. after a batch aborted by an exception) replaces that worker instead of being read as this
@@ -236,12 +244,24 @@ class VerifierPool:
     def _schedule(self, jobs, pending: collections.deque, results: list, busy: dict) -> None:
         start = time.monotonic()
         batch_deadline = start + self.batch_timeout_s if self.batch_timeout_s else float("inf")
-        idle = collections.deque(w for w in self._workers if w.state == "ready")
+        # Free to take a job: ready workers, and cleaning ones (the job waits in the worker's
+        # pipe and its clock starts at the worker's next ready line, so the cleanup overlaps
+        # the host's work without running on the job's clock).
+        idle = collections.deque(w for w in self._workers if w.state in ("ready", "cleaning"))
         waiting = [w for w in self._workers if w.state in ("starting", "cleaning")]
         start_failures, last_failure = 0, ""
 
         def restart(w: _Worker) -> None:
+            for queue in (idle, waiting):
+                if w in queue:
+                    queue.remove(w)
             waiting.append(self._replace(w))
+
+        def requeue(w: _Worker) -> None:
+            """A job queued behind `w`'s cleanup never started: it goes back, uncharged."""
+            if w in busy:
+                i, attempt, _, _ = busy.pop(w)
+                pending.appendleft((i, attempt))
 
         def on_line(w: _Worker, line: Optional[bytes]) -> None:
             """One line from `w` (None: its stdout closed)."""
@@ -253,15 +273,23 @@ class VerifierPool:
             if w.state in ("starting", "cleaning"):
                 waiting.remove(w)
                 if msg == READY:
-                    w.state = "ready"
-                    idle.append(w)
+                    if w in busy:  # a job waited for this cleanup: its clock starts now
+                        i, attempt, _, job_id = busy[w]
+                        busy[w] = (i, attempt, time.monotonic(), job_id)
+                        w.state = "busy"
+                    else:
+                        if w.state == "starting":
+                            idle.append(w)
+                        w.state = "ready"
                     return
                 if w.state == "starting":
                     start_failures += 1
                     last_failure = (f"exit code {w.exit_code()}" if line is None
                                     else "a malformed first line")
                 # A worker that died while cleaning up after a job (its cleanup over budget,
-                # see sandbox_worker.py) is replaced; no job is in flight, none is charged.
+                # see sandbox_worker.py) is replaced; a job queued behind it never started and
+                # goes to another worker, uncharged.
+                requeue(w)
                 restart(w)
                 return
             i, attempt, sent, job_id = busy.pop(w)
@@ -300,6 +328,7 @@ class VerifierPool:
                 elif self.mode == "forkserver":
                     w.state, w.since = "cleaning", time.monotonic()  # ready again after it
                     waiting.append(w)
+                    idle.append(w)
                 else:
                     w.state = "ready"
                     idle.append(w)
@@ -338,12 +367,16 @@ class VerifierPool:
                     pending.appendleft((i, attempt))
                     restart(w)
                     continue
-                w.state = "busy"
-                busy[w] = (i, attempt, time.monotonic(), self._next_id)
+                if w.state == "cleaning":  # queued: the clock starts at its ready line
+                    busy[w] = (i, attempt, None, self._next_id)
+                else:
+                    w.state = "busy"
+                    busy[w] = (i, attempt, time.monotonic(), self._next_id)
             if not (pending or busy):
                 break
             now = time.monotonic()
-            next_deadline = min([t + self.timeout_s for _, _, t, _ in busy.values()]
+            next_deadline = min([t + self.timeout_s for _, _, t, _ in busy.values()
+                                 if t is not None]
                                 + [w.since + self._wait_limit(w) for w in waiting]
                                 + [batch_deadline])
             by_fd = {w.fd: w for w in [*busy, *waiting]}
@@ -359,10 +392,10 @@ class VerifierPool:
                     on_line(w, None)
             now = time.monotonic()
             for w in [w for w in waiting if now >= w.since + self._wait_limit(w)]:
-                waiting.remove(w)
                 if w.state == "starting":
                     start_failures += 1
                     last_failure = f"not ready after {self.start_timeout_s:g} s"
+                requeue(w)
                 restart(w)
             if pending and start_failures > 2 * len(self._workers):
                 # The sandbox itself is broken: the waiting jobs are the infrastructure's
@@ -373,6 +406,13 @@ class VerifierPool:
                                          f"workers failed to start {start_failures} times "
                                          f"(last: {last_failure})")
             for w, (i, attempt, sent, _) in list(busy.items()):
+                if sent is None:  # queued behind a cleanup: not started, not timed
+                    if now >= batch_deadline:
+                        busy.pop(w)
+                        restart(w)  # the job sits in its pipe: never let it run later
+                        results[i] = Verdict(Status.SANDBOX_ERROR,
+                                             "not started before the batch deadline")
+                    continue
                 if now >= sent + self.timeout_s:
                     busy.pop(w)
                     restart(w)
