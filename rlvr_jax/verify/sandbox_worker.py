@@ -47,6 +47,7 @@ MAX_RESULT_DEPTH = 100
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once: dlopen in every child cost ~0.7 ms
+_FILTERED = False  # set in main(): a seccomp filter (sandbox.py's) is on this process
 
 
 def _no_dump():
@@ -202,10 +203,11 @@ def _empty(root, deadline):
     names, ops = [], 0
     try:
         while True:
-            subdirs = []
+            subdirs, seen = [], 0
             with os.scandir(cur) as entries:
                 for e in entries:
                     ops += 1
+                    seen += 1
                     if ops % 1024 == 0 and time.monotonic() > deadline:
                         return False
                     try:
@@ -236,6 +238,8 @@ def _empty(root, deadline):
                 cur = child
                 continue
             if not names:
+                if not seen:  # the common case: the job left nothing
+                    return True
                 with os.scandir(cur) as entries:
                     return next(entries, None) is None
             parent = os.open("..", _DIR, dir_fd=cur)
@@ -430,8 +434,19 @@ def cleanup(spare):
             os.close(fd)
     deadline = time.monotonic() + CLEANUP_S
     clean = _empty("/tmp", deadline) and _empty("/dev/shm", deadline)
-    _remove_ipc()
+    if not _FILTERED:
+        _remove_ipc()
     return clean
+
+
+def _seccomp_filtered():
+    """Whether a seccomp filter is on this process (sandbox.py's denies System V IPC, so no
+    IPC object can exist to remove)."""
+    try:
+        with open("/proc/self/status") as f:
+            return any(line.split() == ["Seccomp:", "2"] for line in f)
+    except OSError:
+        return False
 
 
 def _immune_to_signals():
@@ -456,6 +471,8 @@ def main():
         sys.exit("sandbox_worker.py runs only as pid 1 of a bubblewrap sandbox (--as-pid-1)")
     _immune_to_signals()
     _no_dump()
+    global _FILTERED
+    _FILTERED = _seccomp_filtered()
     once = "--once" in sys.argv
     out = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open("/dev/null", os.O_WRONLY)
