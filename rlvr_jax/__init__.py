@@ -19,7 +19,7 @@ __all__ = ["compose", "run", "evaluate_model", "RunConfig", "ConfigError"]
 
 def __getattr__(name):
     if name == "run":
-        from rlvr_jax.loop import run
+        from rlvr_jax.jobs import run
 
         return run
     if name == "evaluate_model":

@@ -2,9 +2,10 @@
 jitted functions. The one place the config is unpacked (with loop.py, which reads its own
 knobs); nothing here mutates the config.
 
-    setup   = build.task_setup(cfg.task, cfg.model, cfg.sampling.max_new_tokens, tokenizer_dir)
+    setup   = build.run_task_setup(cfg)    # or task_setup(cfg.task, cfg.model, ...)
     policy  = build.policy(setup, cfg.mesh, cfg.sampling, traces)
-    updates = build.updates(policy, setup, cfg.algo, cfg.warmup, cfg.sampling.temperature, ...)
+    warmup  = build.warmup(policy, setup, cfg.warmup, traces)     # every job's warm start
+    updates = build.updates(policy, setup, cfg.algo, cfg.sampling.temperature, ...)  # RL only
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from typing import Callable, Optional
 import jax
 from transformers import PreTrainedTokenizerBase
 
-from rlvr_jax import lora, optim, sharding, tasks, train_step
-from rlvr_jax.config import (AlgoConfig, ConfigError, MeshConfig, ModelConfig, SamplingConfig,
-                             TaskConfig, WarmupConfig)
+import jax.numpy as jnp
+
+from rlvr_jax import distributed, lora, optim, sharding, tasks, train_step
+from rlvr_jax.config import (AlgoConfig, ConfigError, MeshConfig, ModelConfig, RunConfig,
+                             SamplingConfig, TaskConfig, WarmupConfig)
 from rlvr_jax.models import hf
 from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder, init_params
@@ -67,6 +70,16 @@ def task_setup(task_cfg: TaskConfig, model_cfg: ModelConfig, max_new_tokens: int
                      prompt_len, max_new_tokens)
 
 
+def run_task_setup(cfg: RunConfig) -> TaskSetup:
+    """`task_setup` for a run: the writer process saves the tokenizer in the run directory,
+    the others read it back after a barrier."""
+    setup = partial(task_setup, cfg.task, cfg.model, cfg.sampling.max_new_tokens,
+                    os.path.join(cfg.run_dir, "tokenizer"))
+    mine = setup() if distributed.is_writer() else None
+    distributed.barrier("task_setup")  # the writer has saved the tokenizer the others read
+    return mine or setup()
+
+
 # ------------------------------------------------------------------ policy + samplers
 @dataclass(frozen=True)
 class Policy:
@@ -109,8 +122,6 @@ class Updates:
     init_rl_params: Callable  # (warm policy params, key) -> {"policy": ..., ["value": ...]}
     policy_params: Callable  # (state params, ref params) -> the policy's whole tree
     ppo_prepare: Optional[Callable]  # jitted (params, ref, batch, outcome_B, kl_coef) -> ...
-    sft_tx: object
-    sft_step: Callable  # jitted (state, SFTBatch) -> (state, metrics)
 
 
 def _settings(o, learning_rate: float, updates_per_step: int, num_steps: int):
@@ -121,10 +132,10 @@ def _settings(o, learning_rate: float, updates_per_step: int, num_steps: int):
         b2=o.adam_b2, weight_decay=o.weight_decay, max_grad_norm=o.max_grad_norm)
 
 
-def updates(policy: Policy, setup: TaskSetup, algo: AlgoConfig, warmup: WarmupConfig,
-            temperature: float, num_steps: int, traces: Traces) -> Updates:
-    """The RL step (GRPO family or PPO), PPO's prepare step and the SFT warm-start step, each
-    jitted with its train state's shardings as out_shardings (one compile)."""
+def updates(policy: Policy, setup: TaskSetup, algo: AlgoConfig, temperature: float,
+            num_steps: int, traces: Traces) -> Updates:
+    """The RL step (GRPO family or PPO) and PPO's prepare step, each jitted with its train
+    state's shardings as out_shardings (one compile)."""
     model, repl = policy.model, sharding.replicated(policy.mesh)
     a, o = algo, algo.optim
     schedule = train_step.UpdateSchedule(a.epochs_per_rollout, a.minibatches_per_epoch,
@@ -182,16 +193,40 @@ def updates(policy: Policy, setup: TaskSetup, algo: AlgoConfig, warmup: WarmupCo
             gamma=p.gae_gamma, lam=p.gae_lambda, whiten_advantages=p.whiten_advantages,
             kl_in_reward=p.kl_in_reward, kl_estimator=l.kl_estimator,
             on_trace=counter(traces, "ppo_prepare"))
-    w = warmup
-    sft_tx, sft_lr = optim.make_optimizer(optim.OptimizerSettings(
+    return Updates(rl_tx, rl_step, init_rl_params, policy_params, ppo_prepare)
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """The supervised warm start's optimizer and jitted step, shared by every job."""
+
+    tx: object
+    step: Callable  # jitted (state, SFTBatch) -> (state, metrics), state donated
+
+
+def warmup(policy: Policy, setup: TaskSetup, w: WarmupConfig, traces: Traces) -> Warmup:
+    """The SFT step on demonstrations, jitted with its train state's shardings as
+    out_shardings (one compile)."""
+    tx, lr = optim.make_optimizer(optim.OptimizerSettings(
         learning_rate=w.learning_rate, warmup_steps=w.lr_warmup_steps, total_steps=w.steps,
         schedule="cosine", b1=0.9, b2=0.99, weight_decay=w.weight_decay, max_grad_norm=1.0))
-    sft_state_sh = policy.shardings(jax.eval_shape(lambda p: optim.init_train_state(p, sft_tx),
-                                                   abstract_params))
-    sft_step = train_step.make_sft_step(model, sft_tx, sft_lr, prompt_len=setup.prompt_len,
-                                        state_sharding=sft_state_sh, metrics_sharding=repl,
-                                        on_trace=counter(traces, "sft_step"))
-    return Updates(rl_tx, rl_step, init_rl_params, policy_params, ppo_prepare, sft_tx, sft_step)
+    abstract_params = jax.eval_shape(policy.init_params, jax.random.key(0))
+    state_sh = policy.shardings(jax.eval_shape(lambda p: optim.init_train_state(p, tx),
+                                               abstract_params))
+    step = train_step.make_sft_step(policy.model, tx, lr, prompt_len=setup.prompt_len,
+                                    state_sharding=state_sh,
+                                    metrics_sharding=sharding.replicated(policy.mesh),
+                                    on_trace=counter(traces, "sft_step"))
+    return Warmup(tx, step)
+
+
+def reference_params(params, compute_dtype: str):
+    """A frozen policy (the RL reference, a loaded reward model) held in the compute dtype:
+    the model casts every parameter to it where it is used (policy.py), so its log-probs are
+    bitwise those of the float32 copy, in half the memory (bfloat16 compute)."""
+    dt = jnp.dtype(compute_dtype)
+    return jax.tree.map(lambda x: x.astype(dt) if jnp.issubdtype(x.dtype, jnp.floating) else x,
+                        params)
 
 
 def check_batches(mesh: jax.sharding.Mesh, sizes: dict[str, int]) -> None:

@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlvr_jax import distributed, warmstart
-from rlvr_jax.build import Policy, TaskSetup, Traces, counter
+from rlvr_jax import distributed
+from rlvr_jax.build import Policy, TaskSetup, Traces, counter, reference_params
 from rlvr_jax.checkpoint import CheckpointError, read_params
 from rlvr_jax.config import ConfigError, recorded_model_config
 from rlvr_jax.models import reward
@@ -88,7 +88,7 @@ def load(run_dir: str, setup: TaskSetup, policy: Policy, traces: Traces) -> Lear
         raise _fail(run_dir, f"its checkpoint holds {sorted(params)}, not a reward model")
     vocab = model_cfg.vocab_size or len(setup.tokenizer)
     model = Decoder(model_cfg, vocab)
-    params = warmstart.reference_params(params, model_cfg.compute_dtype)  # frozen: no f32 copy
+    params = reference_params(params, model_cfg.compute_dtype)  # frozen: no f32 copy
     params = jax.device_put(params, policy.shardings(params))
 
     def scorer(name: str):

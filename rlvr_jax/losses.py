@@ -176,14 +176,16 @@ def gspo_surrogate(logp_B_R: jax.Array, old_logp_B_R: jax.Array, adv_B: jax.Arra
                     "clip_high": ((adv_B > 0) & (s_B > 1.0 + eps_high)).astype(jnp.float32)}
 
 
-def grpo_loss(logp_B_R: jax.Array, old_logp_B_R: jax.Array, ref_logp_B_R: jax.Array | None,
-              advantages_B_R: jax.Array, mask_B_R: jax.Array, entropy_B_R: jax.Array, *,
-              eps_low: float, eps_high: float, kl_coef: float, kl_estimator: str = "k3",
-              loss_agg: str = "token-mean", norm_tokens: int = 0, dual_clip_c: float = 0.0,
-              policy_loss: str = "clip", entropy_coef: float = 0.0,
-              total: Counts | None = None) -> tuple[jax.Array, dict]:
-    """The policy objective of GRPO (arXiv:2402.03300 eq. 3) and PPO, with the field's variants
-    as named options:
+def policy_gradient_loss(logp_B_R: jax.Array, old_logp_B_R: jax.Array,
+                         ref_logp_B_R: jax.Array | None, advantages_B_R: jax.Array,
+                         mask_B_R: jax.Array, entropy_B_R: jax.Array, *, eps_low: float,
+                         eps_high: float, kl_coef: float, kl_estimator: str = "k3",
+                         loss_agg: str = "token-mean", norm_tokens: int = 0,
+                         dual_clip_c: float = 0.0, policy_loss: str = "clip",
+                         entropy_coef: float = 0.0,
+                         total: Counts | None = None) -> tuple[jax.Array, dict]:
+    """The policy-gradient objective of the GRPO family (arXiv:2402.03300 eq. 3) and of PPO
+    (arXiv:1707.06347), with the field's variants as named options:
 
         loss = agg_{b,t}( L_clip[b,t] + beta * KL_k[b,t] - c_H * H[b,t] )
 
@@ -249,7 +251,8 @@ def value_loss(values_B_R: jax.Array, old_values_B_R: jax.Array, returns_B_R: ja
         V_clip = V_old + clip(V - V_old, -c, c)
         L_V    = 1/2 * max((V - R)^2, (V_clip - R)^2)
 
-    `clip <= 0` turns the clipping off. Returns (loss, metrics); `total` as in `grpo_loss`."""
+    `clip <= 0` turns the clipping off. Returns (loss, metrics); `total` as in
+    `policy_gradient_loss`."""
     err_B_R = jnp.square(values_B_R - returns_B_R)
     if clip > 0.0:
         v_clip_B_R = old_values_B_R + jnp.clip(values_B_R - old_values_B_R, -clip, clip)

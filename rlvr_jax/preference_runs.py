@@ -1,6 +1,6 @@
-"""`job=reward_model` and `job=dpo`: learning from preference pairs, with an RL run's life
-(loop.py): the same run directory, lock, stop signals, checkpoints and exact resume, metrics
-and one-writer rules.
+"""`job=reward_model` and `job=dpo`: learning from preference pairs. Siblings of the RL job
+(loop.py) over the same run scaffold (run_scaffold.py: run directory, lock, stop signals,
+checkpoints and exact resume, metrics and one-writer rules).
 
     warm policy (model.path, or the supervised warm start) ->
       reward_model: its trunk + a zero head, Bradley-Terry steps (Ouyang et al. 2022)
@@ -18,8 +18,6 @@ when its batch is drawn.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import time
 from functools import partial
 from typing import Callable, NamedTuple, Optional
@@ -27,10 +25,10 @@ from typing import Callable, NamedTuple, Optional
 import jax
 import numpy as np
 
-from rlvr_jax import (batching, build, distributed, learned_reward, optim, sharding, tracking,
-                      train_step, warmstart)
-from rlvr_jax.checkpoint import Checkpointer, abstract_like
-from rlvr_jax.config import RunConfig, as_dict, warmstart_key
+from rlvr_jax import (batching, build, distributed, learned_reward, optim, run_scaffold,
+                      sharding, train_step, warmstart)
+from rlvr_jax.checkpoint import Checkpointer
+from rlvr_jax.config import RunConfig
 from rlvr_jax.models import reward
 from rlvr_jax.tasks.dataset import make_render
 from rlvr_jax.tasks.preference_pairs import (LabelledPair, PairSource, file_pairs, file_source,
@@ -51,14 +49,10 @@ class PairJob(NamedTuple):
     evaluate: Optional[Callable]  # params -> held-out task metrics (DPO), or None
 
 
-def steps_of(cfg: RunConfig) -> int:
-    """The number of steps a run of `cfg.job` trains for."""
-    return {"rl": cfg.num_steps, "reward_model": cfg.reward_model.steps,
-            "dpo": cfg.dpo.steps}[str(cfg.job)]
-
-
-def run(cfg: RunConfig, setup: build.TaskSetup, stop_requested, traces: build.Traces) -> dict:
-    t_start = time.perf_counter()
+def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
+    """A preference job, inside the run scaffold (run_scaffold.run(cfg, jobs) calls it)."""
+    traces = build.Traces()
+    setup = build.run_task_setup(cfg)
     cfg = dataclasses.replace(cfg, model=setup.model_cfg)  # resolved: later runs read it
     w, pr, dpo = cfg.warmup, cfg.preferences, cfg.job == "dpo"
     policy = build.policy(setup, cfg.mesh, cfg.sampling, traces)
@@ -66,26 +60,18 @@ def run(cfg: RunConfig, setup: build.TaskSetup, stop_requested, traces: build.Tr
                                       "warmup.sequences_per_step": w.sequences_per_step}
                         | ({"eval.sequences_per_batch": cfg.eval.sequences_per_batch}
                            if dpo else {}))
-    updates = build.updates(policy, setup, cfg.algo, w, cfg.sampling.temperature,
-                            cfg.num_steps, traces)  # its SFT step: the warm start
+    sft = build.warmup(policy, setup, w, traces)  # the warm start's step
     # Bad files and a bad reward-model directory fail here, before the warm start.
     source = pair_source(pr, setup, cfg.seed)
     learned = learned_reward.maybe_load(cfg.reward.reward_model_dir, setup, policy, traces) \
         if dpo else None  # DPO's evaluations report its proxy score too
-    if distributed.is_writer():
-        with open(os.path.join(cfg.run_dir, "run_config.json"), "w") as f:
-            json.dump(as_dict(cfg), f, indent=2)
-    ckpt = Checkpointer(cfg.run_dir, cfg.checkpoint.every_steps, cfg.checkpoint.max_to_keep,
-                        os.path.join(w.shared_dir, warmstart_key(cfg)) if w.shared_dir else None)
-    tracker = tracking.for_process(
-        distributed.is_writer(), cfg.run_dir, mode=cfg.logger.mode, project=cfg.logger.project,
-        entity=cfg.logger.entity, name=cfg.name, config=as_dict(cfg), total_steps=steps_of(cfg),
-        progress_bar=cfg.logger.progress_bar)
-    warm = warmstart.warm_params(policy, setup, updates, warmup=w, seed=cfg.seed, ckpt=ckpt,
+    ckpt, tracker = run_scaffold.outputs(cfg)
+    stop_requested = session.stop_requested
+    warm = warmstart.warm_params(policy, setup, sft, warmup=w, seed=cfg.seed, ckpt=ckpt,
                                  tracker=tracker, should_stop=stop_requested)
     if not dpo:
-        return _train(cfg, setup, policy, ckpt, tracker, stop_requested, traces, t_start,
-                      source, _reward_model_job(cfg, policy, warm, traces))
+        return _train(cfg, setup, policy, ckpt, tracker, session, traces, source,
+                      _reward_model_job(cfg, policy, warm, traces))
     v = cfg.verifier
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
                              batch_timeout_s=v.batch_timeout_s, mode=v.mode)
@@ -93,9 +79,9 @@ def run(cfg: RunConfig, setup: build.TaskSetup, stop_requested, traces: build.Tr
         evaluate = partial(warmstart.held_out_accuracy, policy, setup, verifier, cfg.eval,
                            key=warmstart.eval_key(cfg.seed),
                            score=learned_reward.eval_scorer(learned, policy.put))
-        return _train(cfg, setup, policy, ckpt, tracker, stop_requested, traces, t_start,
-                      source, _dpo_job(cfg, setup, policy, warm, traces, evaluate,
-                                       source.prompt_len))
+        return _train(cfg, setup, policy, ckpt, tracker, session, traces, source,
+                      _dpo_job(cfg, setup, policy, warm, traces, evaluate,
+                               source.prompt_len))
     finally:
         verifier.close()
 
@@ -130,7 +116,7 @@ def _dpo_job(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, warm,
     tx, lr = _adam(d.learning_rate, d.lr_warmup_steps, d.steps)
     state = optim.init_train_state({"policy": warm}, tx)
     state = jax.device_put(state, policy.shardings(state))
-    ref = warmstart.reference_params(warm, setup.model_cfg.compute_dtype)
+    ref = build.reference_params(warm, setup.model_cfg.compute_dtype)
     step = train_step.make_dpo_step(
         policy.model, tx, lr, prompt_len=prompt_len, beta=d.beta,
         label_smoothing=d.label_smoothing, state_sharding=policy.shardings(state),
@@ -153,30 +139,22 @@ def _dpo_job(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, warm,
 
 
 def _train(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, ckpt: Checkpointer,
-           tracker, stop_requested, traces, t_start: float, source: PairSource,
+           tracker, session: run_scaffold.Session, traces, source: PairSource,
            job: PairJob) -> dict:
     pr, e, p = cfg.preferences, cfg.eval, job.prefix
+    stop_requested = session.stop_requested
     eval_start = job.evaluate and warmstart.start_evaluation(
         cfg.run_dir, tracker, lambda: job.evaluate(job.state.params))
-    state = job.state
-    loop = LoopState(0, 0, np.asarray(jax.random.key_data(jax.random.key(cfg.seed))), 0.0, None)
-    wall_before = 0.0
-    latest = ckpt.latest_step()
-    if latest is not None:
-        state, loop = ckpt.restore(latest, abstract_like(state))
-        wall_before = warmstart.read_wall(cfg.run_dir)
-        tracker.write(f"RESUMING from checkpoint step {latest} in {ckpt.directory} "
-                      f"({job.steps - loop.step} of {job.steps} steps left)")
-    tracker.truncate_after(loop.step)
-    write_wall = partial(warmstart.write_wall, cfg.run_dir) if distributed.is_writer() \
-        else (lambda seconds: None)
-    wall = lambda: wall_before + time.perf_counter() - t_start
+    state, loop, wall_before = run_scaffold.resume(ckpt, tracker, job.state,
+                                                   run_scaffold.fresh_loop(cfg.seed),
+                                                   cfg.run_dir, job.steps)
+    write_wall = run_scaffold.wall_writer(cfg.run_dir)
+    wall = lambda: wall_before + time.perf_counter() - session.t_start
     encode = partial(_encode, setup.tokenizer, prompt_len=source.prompt_len,
                      max_new_tokens=setup.max_new_tokens)
 
     tracker.start_at(loop.step)
-    last = min(job.steps, loop.step + cfg.stop_after_steps) if cfg.stop_after_steps \
-        else job.steps
+    last = run_scaffold.last_step(loop.step, job.steps, cfg.stop_after_steps)
     for step in range(loop.step, last):
         batch_pairs = source.batch(step)                                       # host
         batch = job.prepare(policy.put(encode(batch_pairs)))                   # jit (DPO: ref)
@@ -199,13 +177,9 @@ def _train(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, ckpt: C
         if (job.evaluate and e.every_steps and (step + 1) % e.every_steps == 0
                 and step + 1 < job.steps):  # the last step gets the final evaluation
             tracker.log(step + 1, {f"eval/{k}": v for k, v in job.evaluate(state.params).items()})
-    ckpt.close()
     if last < job.steps:
-        write_wall(wall())
-        tracker.write(f"stopped after step {last}; checkpoint in {ckpt.directory}; rerun the "
-                      "same command to resume")
-        tracker.close()
-        return {"stopped_at_step": last}
+        return run_scaffold.stopped(ckpt, tracker, write_wall, wall(), last, None)
+    ckpt.close()
     held = heldout_accuracy(job.margins, state.params, source.heldout, encode, policy.put,
                             pr.pairs_per_step)
     summary = {f"{p}/heldout_label_accuracy": held["labels"]} | (
@@ -219,9 +193,7 @@ def _train(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, ckpt: C
     write_wall(wall())
     summary |= {"train/wall_seconds": wall(), "train/steps": job.steps, "compiles": dict(traces)}
     tracker.log(job.steps, {k: v for k, v in summary.items() if k != "compiles"})
-    if distributed.is_writer():
-        with open(os.path.join(cfg.run_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
+    run_scaffold.write_summary(cfg.run_dir, summary)
     what = "reward model" if p == "rm" else "DPO implicit reward"
     if "gold" in held:
         tracker.write(f"{what}: held-out pairwise accuracy {held['gold']:.3f} against the "

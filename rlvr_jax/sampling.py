@@ -148,6 +148,8 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
                             jnp.full((b, n), pad_id, jnp.int32), jnp.zeros((b, n), jnp.float32),
                             jnp.zeros((b, n), jnp.float32))
         _, _, c = record(jax.lax.while_loop(cond, body, carry))
-        return Rollout(c.tokens_B_R, c.logp_B_R, c.mask_B_R)
+        # One turn: every generated token is the policy's own, so the loss mask is the
+        # attention mask (a multi-turn sampler's differ on the environment's tokens).
+        return Rollout(c.tokens_B_R, c.logp_B_R, c.mask_B_R, c.mask_B_R)
 
     return jax.jit(sample)

@@ -6,7 +6,7 @@ step's timing row. Host-side glue around the jitted pieces; each takes the value
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import jax
 import numpy as np
@@ -27,17 +27,36 @@ def prompts(task: Task, tokenizer, step: int, *, seed: int, prompts_per_step: in
     return problems, np.repeat(prompt, g, axis=0), np.repeat(mask, g, axis=0)
 
 
+class Sampled(NamedTuple):
+    """One step's rollout with its verdicts (host), from `sample_and_verify`."""
+
+    rollout: Rollout  # host arrays [B, R], in P_G order
+    verdicts: list  # one Verdict per sequence
+    learned_B: Optional[np.ndarray]  # float32 reward-model scores, or None without one
+    sample_s: float  # seconds blocked on the sampler
+    verify_wait_s: float  # seconds waiting for verdicts after the last chunk was sampled
+    verified: list  # samples each process verified (several processes: distributed.py)
+
+
+class Selected(NamedTuple):
+    """The groups the update trains on, from `select` (dynamic sampling or the identity)."""
+
+    groups: Groups
+    carry: Optional[Groups]  # informative groups kept for the next step
+    n_real: int  # groups that are real (the rest pad the batch to its static shape)
+    stats: dict  # dynamic/* metrics
+
+
 def sample_and_verify(sample: Callable, put: Callable, verifier: Verifier, task: Task,
                       tokenizer, score: Optional[Callable], params, problems: Sequence,
-                      prompt_B_L, pmask_B_L, key, *, chunks: int, samples_per_prompt: int):
+                      prompt_B_L, pmask_B_L, key, *, chunks: int,
+                      samples_per_prompt: int) -> Sampled:
     """Sample the step's batch in `chunks` chunks with the same params (on-policy) and hand each
     chunk to the verifier as soon as it is decoded, so chunk k is verified (worker processes)
     while chunk k+1 is sampled (jit). With a reward model, `score` (learned_reward.
     train_scorer) is dispatched on each chunk's device arrays before the host decodes it, so
     it runs while the host verifies. Over several processes each verifies the rows its own
-    devices sampled (distributed.py) and the verdicts are gathered. Returns (rollout, verdicts,
-    the reward model's scores r_B or None, seconds blocked on sampling, seconds waiting for
-    verdicts after the last chunk, the samples each process verified)."""
+    devices sampled (distributed.py) and the verdicts are gathered."""
     b = prompt_B_L.shape[0] // chunks
     problems_B = repeat_each(problems, samples_per_prompt)
     parts, futures, scores, t_sample = [], [], [], 0.0
@@ -61,7 +80,7 @@ def sample_and_verify(sample: Callable, put: Callable, verifier: Verifier, task:
     rollout = Rollout(*(np.concatenate(x) for x in zip(*parts)))
     learned_B = np.concatenate([np.asarray(distributed.to_host(r), np.float32)
                                 for r in scores]) if scores else None
-    return rollout, verdicts, learned_B, t_sample, time.perf_counter() - t0, verified
+    return Sampled(rollout, verdicts, learned_B, t_sample, time.perf_counter() - t0, verified)
 
 
 def score(verdicts: Sequence[Verdict], rollout: Rollout, prompt_B_L, pmask_B_L,
@@ -71,9 +90,11 @@ def score(verdicts: Sequence[Verdict], rollout: Rollout, prompt_B_L, pmask_B_L,
           mask_truncated: bool) -> Groups:
     """Rewards by `source` (config.RewardConfig): the verdicts' table, the reward model's
     scores `learned_B`, or the table + `learned_weight` x scores; plus DAPO's overlong
-    shaping. Samples the verifier failed on (sandbox errors) leave the loss mask when the
+    shaping. The loss mask starts from the rollout's own (the policy's tokens: never an
+    environment's); samples the verifier failed on (sandbox errors) leave it when the
     verifier's reward is used, as do truncated responses if asked. Returns the rollout as
     groups (host)."""
+    assert rollout.loss_mask_B_R is not None, "a rollout without a loss mask"
     g = samples_per_prompt
     weights_B = np.ones(len(verdicts), np.float32)
     rewards_B = np.zeros(len(verdicts), np.float32)
@@ -89,21 +110,22 @@ def score(verdicts: Sequence[Verdict], rollout: Rollout, prompt_B_L, pmask_B_L,
         lengths_B = rollout.mask_B_R.sum(axis=1) + cut_B  # a cut response counts as > budget
         rewards_B = rewards_B + np.asarray(advantages.overlong_penalty(
             lengths_B, max_new_tokens, overlong_buffer_tokens, overlong_penalty_factor))
-    loss_mask_B_R = rollout.mask_B_R * weights_B[:, None] * (
+    loss_mask_B_R = rollout.loss_mask_B_R * weights_B[:, None] * (
         ~cut_B[:, None] if mask_truncated else 1.0)
     return batching.groups_from_rollout(prompt_B_L, pmask_B_L, rollout.tokens_B_R,
                                         rollout.logp_B_R, rollout.mask_B_R, loss_mask_B_R,
                                         rewards_B, g)
 
 
-def select(carry: Optional[Groups], fresh: Groups, *, dynamic: bool, prompts_per_step: int):
-    """(update groups, next carry, number of real groups, stats). Identity without dynamic
-    sampling; see rlvr_jax/dynamic_sampling.py."""
+def select(carry: Optional[Groups], fresh: Groups, *, dynamic: bool,
+           prompts_per_step: int) -> Selected:
+    """The update's groups: the identity without dynamic sampling; see
+    rlvr_jax/dynamic_sampling.py."""
     if not dynamic:
-        return fresh, None, fresh.num, {}
+        return Selected(fresh, None, fresh.num, {})
     groups, carry, stats = dynamic_sampling.select(carry, fresh, prompts_per_step,
                                                    prompts_per_step)
-    return groups, carry, int(stats["dynamic/real_groups"]), stats
+    return Selected(groups, carry, int(stats["dynamic/real_groups"]), stats)
 
 
 def with_advantages(groups: Groups, n_real: int, params, ref_params, kl_coef: float, *,

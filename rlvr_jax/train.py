@@ -1,6 +1,6 @@
 """Entry point: `python -m rlvr_jax.train +experiment=math_grpo [key=value ...]`.
 
-Hydra composes conf/ on top of the typed schemas in rlvr_jax/config.py; the run directory is
+Hydra composes conf/ on top of the typed schemas in rlvr_jax/config/; the run directory is
 `runs/<name>/<overrides that change the result>`, so rerunning the same command resumes the
 same run. User errors (config, data, paths, checkpoints, the sandbox's host requirements, a run
 directory in use) print one message and exit 2; tracebacks are for bugs (or HYDRA_FULL_ERROR=1).
@@ -48,9 +48,9 @@ def main(cfg: DictConfig) -> float | None:
     cfg.run_dir = HydraConfig.get().runtime.output_dir
     try:
         run_cfg = config_lib.to_run_config(cfg)
-        from rlvr_jax import loop  # after config validation: a bad key fails before JAX starts
+        from rlvr_jax import jobs  # after config validation: a bad key fails before JAX starts
 
-        summary = loop.run(run_cfg)
+        summary = jobs.run(run_cfg)
     except user_errors() as e:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

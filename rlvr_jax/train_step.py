@@ -1,7 +1,7 @@
 """Compiled update steps: `step(state, ...) -> (state, metrics)`, train state donated.
 
 The forward runs over prompt ++ response (T = L + R); hidden states at slots L-1 .. T-2 predict the
-response tokens at P .. T-1, so the response log-probs are aligned with the sampler's.
+response tokens at L .. T-1, so the response log-probs are aligned with the sampler's.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from rlvr_jax.types import PairBatch, SFTBatch, TrainBatch, TrainState
 
 
 class LossOptions(NamedTuple):
-    """The policy loss's options (`losses.grpo_loss`), built once from the config."""
+    """The policy loss's options (`losses.policy_gradient_loss`), built once from the config."""
 
     eps_low: float = 0.2
     eps_high: float = 0.28
@@ -102,7 +102,7 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
             ref_logp_B_R, _ = response_logp(model, jax.lax.stop_gradient(ref_params),
                                             mb.tokens_B_T, mb.input_mask_B_T, prompt_len,
                                             temperature)
-        total_loss, metrics = losses.grpo_loss(
+        total_loss, metrics = losses.policy_gradient_loss(
             logp_B_R, mb.old_logp_B_R, ref_logp_B_R, mb.advantages_B_R, mb.response_mask_B_R,
             entropy_B_R, **loss._asdict(), total=total)
         total_loss = actor_on * total_loss

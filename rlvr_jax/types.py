@@ -55,15 +55,19 @@ class Verdict:
 
 
 class Rollout(NamedTuple):
-    """What the sampler returns (device arrays)."""
+    """What the sampler returns (device arrays; host arrays once fetched). The attention mask
+    and the loss mask are kept apart: in a multi-turn episode the tokens an environment wrote
+    are attended to but are no actions, so they never enter the loss. In a single-turn
+    rollout the two are equal."""
 
     tokens_B_R: Any  # int32 response tokens; pad after EOS
     logp_B_R: Any  # float32 log-prob of each sampled token under softmax(logits / temperature)
-    mask_B_R: Any  # float32 1 for generated tokens up to and including EOS, else 0
+    mask_B_R: Any  # float32 attention: 1 for real response tokens up to and including EOS
+    loss_mask_B_R: Any = None  # float32 1 for the policy's own sampled tokens (the actions)
 
 
 class TrainBatch(NamedTuple):
-    """One policy-gradient batch. Prompts are left-padded to P, responses right-padded to N."""
+    """One policy-gradient batch. Prompts are left-padded to L, responses right-padded to R."""
 
     tokens_B_T: Any  # int32 prompt ++ response
     input_mask_B_T: Any  # float32 1 for real (non-pad) tokens; attention keys and positions

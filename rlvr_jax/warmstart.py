@@ -1,14 +1,14 @@
 """How a run starts: the supervised warm start on imperfect demonstrations (or a Hugging Face
-checkpoint), the held-out evaluation before RL, and resuming from the last checkpoint.
+checkpoint), the held-out evaluation before RL, and the RL loop's fresh state (resuming from
+the last checkpoint is the run scaffold's: run_scaffold.resume).
 
 Each demonstration is the task's prompt and an answer that is wrong with probability
 `wrong_fraction` (off by 1..max_offset). A policy that imitates them perfectly answers correctly
 only ~(1 - wrong_fraction) of the time when sampled: the ceiling of imitation, which the RL phase
 is there to break using the verifier.
 
-Resume: the train state and the loop state come back from the last checkpoint; the warm-start
-params (the frozen reference policy) and the start evaluation from their own files, so a
-resumed run recomputes nothing an uninterrupted run computed once.
+Resume: the warm-start params (the frozen reference policy) and the start evaluation come back
+from their own files, so a resumed run recomputes nothing an uninterrupted run computed once.
 """
 
 from __future__ import annotations
@@ -16,21 +16,20 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, Optional
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from rlvr_jax import batching, evaluation, optim
-from rlvr_jax.build import Policy, TaskSetup, Updates
-from rlvr_jax.checkpoint import Checkpointer, abstract_like
+from rlvr_jax.build import Policy, TaskSetup, Updates, Warmup
+from rlvr_jax.checkpoint import Checkpointer
 from rlvr_jax.config import EvalConfig, WarmupConfig
 from rlvr_jax.models import hf
 from rlvr_jax.run_control import Stopped
 from rlvr_jax.tasks.base import Task
 from rlvr_jax.tracking import Tracker
-from rlvr_jax.types import LoopState, SFTBatch, TrainState
+from rlvr_jax.types import SFTBatch, TrainState
 from rlvr_jax.verify.verifiers import Verifier
 
 
@@ -64,10 +63,10 @@ def run_warmup(sft_step: Callable, state, make_batch: Callable[[int], SFTBatch],
     return state
 
 
-def warm_start(policy: Policy, setup: TaskSetup, updates: Updates, w: WarmupConfig, seed: int,
+def warm_start(policy: Policy, setup: TaskSetup, sft: Warmup, w: WarmupConfig, seed: int,
                key: jax.Array, tracker: Tracker, should_stop: Callable[[], bool]):
     """Supervised warm-up from freshly initialised params; returns the warm params."""
-    state = optim.init_train_state(policy.init_params(key), updates.sft_tx)
+    state = optim.init_train_state(policy.init_params(key), sft.tx)
     state = jax.device_put(state, policy.shardings(state))  # the step's out_shardings: 1 compile
     make = lambda i: demonstration_batch(
         setup.task, setup.tokenizer, seed=seed, batch_index=i, count=w.sequences_per_step,
@@ -81,18 +80,8 @@ def warm_start(policy: Policy, setup: TaskSetup, updates: Updates, w: WarmupConf
                       f"{time.perf_counter() - t0:.0f}s")
         tracker.log(0, {f"warmup/{k}": v for k, v in metrics.items()} | {"warmup/step": i})
 
-    return run_warmup(updates.sft_step, state, make, w.steps, policy.put, on_log,
+    return run_warmup(sft.step, state, make, w.steps, policy.put, on_log,
                       should_stop=should_stop).params
-
-
-class Start(NamedTuple):
-    """Where the RL loop begins."""
-
-    state: TrainState  # fresh from the warm params, or restored
-    loop: LoopState
-    ref_params: object  # the warm params: the frozen reference policy
-    eval_start: dict  # held-out evaluation of the warm params
-    wall_before: float  # wall seconds of earlier invocations of this run
 
 
 def held_out_accuracy(policy: Policy, setup: TaskSetup, verifier: Verifier, e: EvalConfig,
@@ -106,7 +95,7 @@ def held_out_accuracy(policy: Policy, setup: TaskSetup, verifier: Verifier, e: E
         key=key, score=score)
 
 
-def warm_params(policy: Policy, setup: TaskSetup, updates: Updates, *, warmup: WarmupConfig,
+def warm_params(policy: Policy, setup: TaskSetup, sft: Warmup, *, warmup: WarmupConfig,
                 seed: int, ckpt: Checkpointer, tracker: Tracker,
                 should_stop: Callable[[], bool] = lambda: False):
     """The warm policy, placed on the mesh: model.path's weights, else the run's (or the
@@ -125,40 +114,19 @@ def warm_params(policy: Policy, setup: TaskSetup, updates: Updates, *, warmup: W
         warm = ckpt.restore_warmstart(abstract_params)
         tracker.write(f"found warm-start params in {ckpt.warmstart_dir}; skipping the warm-up")
     else:
-        warm = warm_start(policy, setup, updates, warmup, seed, jax.random.fold_in(base_key, 1),
-                          tracker, should_stop)
+        warm = warm_start(policy, setup, sft, warmup, seed,
+                          jax.random.fold_in(base_key, 1), tracker, should_stop)
         ckpt.save_warmstart(warm)
     return warm
 
 
-def start_or_resume(policy: Policy, setup: TaskSetup, updates: Updates, verifier: Verifier, *,
-                    warmup: WarmupConfig, eval_cfg: EvalConfig, seed: int, kl_coef: float,
-                    num_steps: int, run_dir: str, ckpt: Checkpointer, tracker: Tracker,
-                    should_stop: Callable[[], bool] = lambda: False,
-                    score: Optional[Callable] = None) -> Start:
-    """The train state and loop state to start the RL loop from: a fresh start from the warm
-    params, or the last checkpoint. metrics.jsonl loses the rows after that checkpoint (the
-    resumed run logs those steps again), and the start evaluation is logged once."""
-    base_key = jax.random.key(seed)
-    warm = warm_params(policy, setup, updates, warmup=warmup, seed=seed, ckpt=ckpt,
-                       tracker=tracker, should_stop=should_stop)
-    model_cfg = setup.model_cfg
-    eval_start = start_evaluation(run_dir, tracker, lambda: held_out_accuracy(
-        policy, setup, verifier, eval_cfg, warm, eval_key(seed), score))
+def rl_state(policy: Policy, updates: Updates, warm, seed: int) -> TrainState:
+    """The RL train state at step 0, from the warm params, placed on the mesh (the update's
+    out_shardings: one compile). A resumed run restores over it (run_scaffold.resume)."""
     state = optim.init_train_state(
-        updates.init_rl_params(warm, jax.random.fold_in(base_key, 4)), updates.rl_tx)
-    state = jax.device_put(state, policy.shardings(state))
-    loop = LoopState(0, 0, np.asarray(jax.random.key_data(base_key)), kl_coef, None)
-    wall_before = 0.0
-    latest = ckpt.latest_step()
-    if latest is not None:
-        state, loop = ckpt.restore(latest, abstract_like(state))
-        wall_before = read_wall(run_dir)
-        tracker.write(f"RESUMING from checkpoint step {latest} in {ckpt.directory} "
-                      f"({num_steps - loop.step} of {num_steps} steps left)")
-    tracker.truncate_after(loop.step)  # rows of steps this run will do again
-    return Start(state, loop, reference_params(warm, model_cfg.compute_dtype), eval_start,
-                 wall_before)
+        updates.init_rl_params(warm, jax.random.fold_in(jax.random.key(seed), 4)),
+        updates.rl_tx)
+    return jax.device_put(state, policy.shardings(state))
 
 
 def eval_key(seed: int) -> jax.Array:
@@ -179,25 +147,3 @@ def start_evaluation(run_dir: str, tracker: Tracker, evaluate: Callable[[], dict
             json.dump(result, f)
     tracker.log(0, {f"eval/{k}": v for k, v in result.items()})
     return result
-
-
-def reference_params(warm, compute_dtype: str):
-    """The frozen reference policy, held in the compute dtype: the model casts every parameter
-    to it where it is used (policy.py), so its log-probs are bitwise those of the float32
-    copy, in half the memory (bfloat16 compute)."""
-    dt = jnp.dtype(compute_dtype)
-    return jax.tree.map(lambda x: x.astype(dt) if jnp.issubdtype(x.dtype, jnp.floating) else x,
-                        warm)
-
-
-def read_wall(run_dir: str) -> float:
-    path = os.path.join(run_dir, "wall_seconds.json")
-    if not os.path.exists(path):
-        return 0.0
-    with open(path) as f:
-        return float(json.load(f)["wall_seconds"])
-
-
-def write_wall(run_dir: str, seconds: float) -> None:
-    with open(os.path.join(run_dir, "wall_seconds.json"), "w") as f:
-        json.dump({"wall_seconds": seconds}, f)

@@ -69,3 +69,26 @@ def scale_weights(params, factor: float):
         return x * factor if name in ("kernel", "embedding") else x
 
     return jax.tree_util.tree_map_with_path(scale, params)
+
+
+# A tiny random Qwen2-family model and GSM8K-format files for the real-checkpoint path.
+GSM8K_SMALL = ["model.compute_dtype=float32", "sampling.max_new_tokens=12",
+               "algo.prompts_per_step=4", "algo.samples_per_prompt=4", "algo.microbatches=2",
+               "eval.num_problems=8", "eval.sequences_per_batch=8", "eval.every_steps=1",
+               "num_steps=2", "logger.mode=disabled", "logger.progress_bar=false",
+               "checkpoint.every_steps=1", "verifier.workers=1",
+               # a random model is never right: format_penalty still separates unparseable
+               # output
+               "verifier.reward_scheme=format_penalty", "algo.optim.lr_warmup_steps=0",
+               "algo.optim.learning_rate=1e-3"]
+
+
+def make_tiny_gsm8k(root):
+    """root/model (a tiny random qwen2 HF directory), root/data/{train,test}.jsonl."""
+    from rlvr_jax.tools import tiny_hf
+
+    tiny_hf.make_model(str(root / "model"), "qwen2")
+    os.makedirs(root / "data")
+    tiny_hf.make_gsm8k_like(str(root / "data" / "train.jsonl"), 64, seed=0)
+    tiny_hf.make_gsm8k_like(str(root / "data" / "test.jsonl"), 16, seed=1)
+    return root

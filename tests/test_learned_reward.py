@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from rlvr_jax import batching, build, learned_reward, loop, stages
+from rlvr_jax import batching, build, jobs, learned_reward, stages
 from rlvr_jax.checkpoint import read_params
 from rlvr_jax.config import ConfigError
 from rlvr_jax.models import reward
@@ -27,7 +27,7 @@ RM = ["+experiment=math_rm", *TINY, "reward_model.steps=3", "preferences.pairs_p
 @pytest.fixture(scope="module")
 def rm_dir(tmp_path_factory):
     base = tmp_path_factory.mktemp("rm")
-    loop.run(run_config(RM + [f"warmup.shared_dir={base / 'warm'}"], base / "rm"))
+    jobs.run(run_config(RM + [f"warmup.shared_dir={base / 'warm'}"], base / "rm"))
     return base
 
 
@@ -45,7 +45,7 @@ def _rows(run_dir):
 
 def test_an_rlhf_run_resumes_exactly_and_compiles_each_scorer_once(rm_dir, tmp_path):
     args = _rlhf(rm_dir)
-    once = loop.run(run_config(args, tmp_path / "once"))
+    once = jobs.run(run_config(args, tmp_path / "once"))
     assert once["compiles"]["reward_model_score"] == 1
     assert once["compiles"]["reward_model_score_eval"] == 1
     assert once["eval/sampled_learned_reward_end"] == _rows(tmp_path / "once")[1][-1][
@@ -59,8 +59,8 @@ def test_an_rlhf_run_resumes_exactly_and_compiles_each_scorer_once(rm_dir, tmp_p
         assert r["reward/mean"] == pytest.approx(r["reward/learned_mean"], abs=1e-6)
         assert 0.0 <= r["reward/accuracy"] <= 1.0
     twice = tmp_path / "twice"
-    assert loop.run(run_config(args + ["stop_after_steps=2"], twice))["stopped_at_step"] == 2
-    again = loop.run(run_config(args, twice))
+    assert jobs.run(run_config(args + ["stop_after_steps=2"], twice))["stopped_at_step"] == 2
+    again = jobs.run(run_config(args, twice))
     assert again["eval/sampled_accuracy_end"] == once["eval/sampled_accuracy_end"]
     a, _ = read_params(tmp_path / "once")
     b, _ = read_params(twice)
@@ -115,7 +115,7 @@ def test_combined_rewards_add_the_weighted_score_to_the_verifiers():
     verdicts = [Verdict(Status.PASS), Verdict(Status.WRONG),
                 Verdict(Status.SANDBOX_ERROR, "oom"), Verdict(Status.PASS)]
     rollout = Rollout(np.full((4, 3), 5, np.int32), np.zeros((4, 3), np.float32),
-                      np.ones((4, 3), np.float32))
+                      np.ones((4, 3), np.float32), np.ones((4, 3), np.float32))
     prompt = np.ones((4, 2), np.int32)
     learned_B = np.array([0.5, -1.0, 2.0, 0.25], np.float32)
     common = dict(eos_id=2, reward_scheme="binary", samples_per_prompt=2, max_new_tokens=3,

@@ -19,14 +19,14 @@ def _loss_inputs():
     return logp, old, adv, mask
 
 
-def test_grpo_loss_hand_computed():
+def test_policy_gradient_loss_hand_computed():
     logp, old, adv, mask = _loss_inputs()
     # Per token max(-A r, -A clip(r, 0.8, 1.28)):
     #   seq 0 (A=+1): r=1 -> -1;  r=1.5 -> max(-1.5, -1.28) = -1.28 (clip high);
     #                 r=0.5 -> max(-0.5, -0.8) = -0.5
     #   seq 1 (A=-2): r=0.5 -> max(1.0, 1.6) = 1.6 (clip low);  r=1.5 -> max(3.0, 2.56) = 3.0
     # token mean over 5 valid tokens: (-1 - 1.28 - 0.5 + 1.6 + 3.0) / 5 = 0.364
-    loss, m = jax.jit(lambda *a: losses.grpo_loss(*a, eps_low=0.2, eps_high=0.28, kl_coef=0.0))(
+    loss, m = jax.jit(lambda *a: losses.policy_gradient_loss(*a, eps_low=0.2, eps_high=0.28, kl_coef=0.0))(
         logp, old, None, adv[:, None] * mask, mask, jnp.zeros_like(logp))
     np.testing.assert_allclose(float(loss), 0.364, rtol=1e-5)
     np.testing.assert_allclose(float(m["clip_frac_low"]), 0.2, rtol=1e-6)
@@ -36,7 +36,7 @@ def test_grpo_loss_hand_computed():
 
     # With beta = 0.1 and log pi_ref - log pi = log 2 on every token: k3 = 2 - ln 2 - 1.
     ref = logp + jnp.log(2.0)
-    loss_kl, m = losses.grpo_loss(logp, old, ref, adv[:, None] * mask, mask, jnp.zeros_like(logp),
+    loss_kl, m = losses.policy_gradient_loss(logp, old, ref, adv[:, None] * mask, mask, jnp.zeros_like(logp),
                                   eps_low=0.2, eps_high=0.28, kl_coef=0.1)
     k3 = 2.0 - np.log(2.0) - 1.0
     np.testing.assert_allclose(float(m["kl_ref"]), k3, rtol=1e-5)
@@ -46,7 +46,7 @@ def test_grpo_loss_hand_computed():
 def test_on_policy_gradient_is_reinforce():
     """At ratio 1 the gradient w.r.t. each token's log-prob is -A / (number of valid tokens)."""
     logp, _, adv, mask = _loss_inputs()
-    grad = jax.grad(lambda lp: losses.grpo_loss(lp, jax.lax.stop_gradient(lp), None,
+    grad = jax.grad(lambda lp: losses.policy_gradient_loss(lp, jax.lax.stop_gradient(lp), None,
                                                 adv[:, None] * mask, mask,
                                                 jnp.zeros_like(lp), eps_low=0.2, eps_high=0.28,
                                                 kl_coef=0.0)[0])(logp)
@@ -191,7 +191,7 @@ def test_gspo_sequence_ratio_hand_computed():
     np.testing.assert_array_equal(np.asarray(ind["clip_high"]), [1.0, 0.0])
 
 
-def test_grpo_loss_options_compose_the_pieces():
+def test_policy_gradient_loss_options_compose_the_pieces():
     rng = np.random.default_rng(3)
     logp = jnp.asarray(-rng.uniform(0.1, 2, size=(4, 5)), jnp.float32)
     old = logp + jnp.asarray(rng.normal(scale=0.3, size=(4, 5)), jnp.float32)
@@ -200,14 +200,14 @@ def test_grpo_loss_options_compose_the_pieces():
     mask = jnp.asarray((np.arange(5)[None] < np.array([[5], [3], [1], [4]])), jnp.float32)
     common = dict(eps_low=0.2, eps_high=0.28, kl_coef=0.05, norm_tokens=5)
     for agg in losses.AGGREGATIONS:
-        loss, m = losses.grpo_loss(logp, old, ref, adv[:, None] * mask, mask, jnp.zeros_like(logp), loss_agg=agg,
+        loss, m = losses.policy_gradient_loss(logp, old, ref, adv[:, None] * mask, mask, jnp.zeros_like(logp), loss_agg=agg,
                                    kl_estimator="k2", dual_clip_c=3.0, **common)
         pg, _ = losses.clipped_surrogate(logp, old, jnp.broadcast_to(adv[:, None], logp.shape),
                                          0.2, 0.28, 3.0)
         want = (losses.aggregate(pg, mask, agg, 5)
                 + 0.05 * losses.aggregate(losses.kl_estimate(logp, ref, "k2"), mask, agg, 5))
         np.testing.assert_allclose(float(loss), float(want), rtol=1e-6, err_msg=agg)
-    loss, m = losses.grpo_loss(logp, old, None, adv[:, None] * mask, mask, jnp.zeros_like(logp),
+    loss, m = losses.policy_gradient_loss(logp, old, None, adv[:, None] * mask, mask, jnp.zeros_like(logp),
                                policy_loss="gspo", eps_low=3e-4, eps_high=4e-4, kl_coef=0.0)
     per_seq, _ = losses.gspo_surrogate(logp, old, adv, mask, 3e-4, 4e-4)
     np.testing.assert_allclose(float(loss), float(jnp.mean(per_seq)), rtol=1e-6)

@@ -1,5 +1,6 @@
-"""The package's import structure: nothing in verify/ imports a task, and the loop, stages,
-evaluation and warm start see tasks only through the protocol (tasks/base.py)."""
+"""The package's import structure: nothing in verify/ imports a task or JAX, the loop, stages,
+evaluation and warm start see tasks only through the protocol (tasks/base.py), and the jobs
+are siblings: none imports another, and the run scaffold below them imports none."""
 
 import ast
 import pathlib
@@ -30,6 +31,33 @@ def test_the_loop_sees_tasks_only_through_the_protocol():
         task_imports = {m for m in _imports(PKG / name) if m.startswith("rlvr_jax.tasks")}
         assert task_imports <= {"rlvr_jax.tasks.base", "rlvr_jax.tasks.base.Task",
                                 "rlvr_jax.tasks.base.repeat_each"}, (name, task_imports)
+
+
+def _rlvr_modules(path: pathlib.Path) -> set[str]:
+    """The rlvr_jax modules a file imports (`from rlvr_jax import a, b` counts a and b)."""
+    out = set()
+    for m in _imports(path):
+        parts = m.split(".")
+        if parts[0] == "rlvr_jax" and len(parts) > 1:
+            out.add(parts[1])
+    return out
+
+
+JOBS = {"loop", "preference_runs"}
+
+
+def test_jobs_are_siblings_over_one_scaffold():
+    for job in JOBS:
+        assert not (_rlvr_modules(PKG / f"{job}.py") & (JOBS - {job})), job
+    for below in ("run_scaffold.py", "warmstart.py", "build.py", "stages.py",
+                  "learned_reward.py"):
+        assert not (_rlvr_modules(PKG / below) & (JOBS | {"jobs"})), below
+    assert "warmstart" not in _rlvr_modules(PKG / "learned_reward.py")  # a cast, not a start
+
+
+def test_the_verifier_side_never_imports_jax():
+    for path in (PKG / "verify").glob("*.py"):
+        assert not any(m == "jax" or m.startswith("jax.") for m in _imports(path)), path.name
 
 
 def test_the_wheel_lists_every_subpackage():

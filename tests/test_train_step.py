@@ -139,9 +139,9 @@ def test_microbatch_losses_sum_to_the_full_batch_loss(agg):
                          np.zeros_like(logp[rows]))
     opts = dict(eps_low=0.2, eps_high=0.28, kl_coef=0.1, loss_agg=agg, norm_tokens=N,
                 entropy_coef=0.01)
-    full, m_full = losses.grpo_loss(*args(slice(None)), **opts)
+    full, m_full = losses.policy_gradient_loss(*args(slice(None)), **opts)
     total = losses.counts(b.response_mask_B_R)
-    parts = [losses.grpo_loss(*args(slice(i, i + 4)), total=total, **opts) for i in range(0, B, 4)]
+    parts = [losses.policy_gradient_loss(*args(slice(i, i + 4)), total=total, **opts) for i in range(0, B, 4)]
     np.testing.assert_allclose(sum(float(l) for l, _ in parts), float(full), rtol=1e-5)
     for k in ("pg_loss", "entropy", "ratio_mean", "clip_frac_low", "approx_kl_old", "kl_ref"):
         np.testing.assert_allclose(sum(float(m[k]) for _, m in parts), float(m_full[k]),
@@ -229,9 +229,9 @@ def test_remat_and_chunked_logits_give_the_same_update(options):
 
 
 def test_a_reference_held_in_the_compute_dtype_gives_the_same_log_probs_bitwise():
-    """warmstart.reference_params keeps the frozen reference in bfloat16 when the model
+    """build.reference_params keeps the frozen reference in bfloat16 when the model
     computes in bfloat16: every parameter is cast to it at use, so nothing changes."""
-    from rlvr_jax.warmstart import reference_params
+    from rlvr_jax.build import reference_params
 
     cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                       intermediate_size=64, qkv_bias=True, tie_embeddings=True,

@@ -37,7 +37,7 @@ from rlvr_jax.config import ModelConfig  # noqa: E402
 from rlvr_jax.models.policy import Decoder, init_params  # noqa: E402
 from rlvr_jax.sampling import make_sampler  # noqa: E402
 from rlvr_jax.types import TrainBatch  # noqa: E402
-from rlvr_jax.warmstart import reference_params  # noqa: E402
+from rlvr_jax.build import reference_params  # noqa: E402
 
 SHAPES = {  # HF config.json values of the Qwen2.5 family
     "qwen2.5-0.5b": dict(vocab_size=151936, hidden_size=896, num_layers=24, num_heads=14,

@@ -43,7 +43,7 @@ def main() -> None:
 
     import rlvr_jax
     from rlvr_jax import build, optim, sharding, train_step
-    from rlvr_jax.warmstart import reference_params
+    from rlvr_jax.build import reference_params
     from rlvr_jax.models.policy import Decoder, init_params
     from rlvr_jax.sampling import make_sampler
     from rlvr_jax.types import TrainBatch

@@ -253,3 +253,9 @@ class RunConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+
+    @property
+    def total_steps(self) -> int:
+        """The steps a run of this job trains for: RL steps, reward-model or DPO steps."""
+        return {"rl": self.num_steps, "reward_model": self.reward_model.steps,
+                "dpo": self.dpo.steps}[str(self.job)]

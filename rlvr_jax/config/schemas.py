@@ -195,7 +195,8 @@ class OptimConfig:
 
 @dataclass
 class PolicyLossConfig:
-    """The policy objective (`losses.grpo_loss`): every knob the frameworks disagree on."""
+    """The policy objective (`losses.policy_gradient_loss`): every knob the frameworks
+    disagree on."""
 
     kind: PolicyLoss = PolicyLoss["clip"]
     clip_eps_low: float = 0.2  # ratio clipped to [1 - low, 1 + high]

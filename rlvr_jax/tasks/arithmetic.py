@@ -41,7 +41,6 @@ class ArithmeticTask(ProceduralSplit[Problem]):
     prompt_template: str = "{question}="
     zero_pad_operands: bool = False  # "07+88" instead of "7+88": digits at fixed positions
 
-    verifier_kinds: ClassVar[tuple[str, ...]] = ("inprocess",)
     heldout_salt: ClassVar[int] = 0x5EED
 
     # ----------------------------------------------------------------- problems and splits

@@ -20,8 +20,6 @@ Job = dict  # one verify job, JSON-able (its fields depend on the verifier kind)
 class Task(Protocol[ProblemT]):
     """A family of problems with verifiable answers."""
 
-    verifier_kinds: tuple[str, ...]  # config `verifier.kind`s that can check its jobs
-
     def train_batch(self, seed: int, batch_index: int, count: int) -> list[ProblemT]:
         """Batch `batch_index` of the training stream: a pure function of its arguments, so a
         resumed run that asks for batch k gets exactly what an uninterrupted run got."""

@@ -40,7 +40,6 @@ class CodegenTask(ProceduralSplit[Spec]):
     heldout_fraction: float = 0.1
     split_seed: int = 0
 
-    verifier_kinds: ClassVar[tuple[str, ...]] = ("code",)
     heldout_salt: ClassVar[int] = 0xC0DE
 
     def key(self, spec: Spec) -> str:

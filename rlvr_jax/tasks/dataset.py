@@ -8,7 +8,7 @@ split's first rows, and verification goes through the math worker pool. Prompts 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -24,8 +24,6 @@ class DatasetTask:
     test: Sequence[Problem]
     render: Callable[[Problem], str]  # problem -> prompt text (chat template applied)
     longest_prompt: int  # tokens in the longest rendered prompt of either split
-
-    verifier_kinds: ClassVar[tuple[str, ...]] = ("math",)
 
     def train_batch(self, seed: int, batch_index: int, count: int) -> list[Problem]:
         n = len(self.train)

@@ -98,7 +98,7 @@ def seccomp_filter() -> Optional[bytes]:
     n = len(calls)
     # Layout: 0 load arch; 1 arch check; 2 load nr; 3 x32 check; 4..4+n-1 one per call;
     # then allow, eperm, kill.
-    allow_at, eperm_at, kill_at = 4 + n, 5 + n, 6 + n
+    eperm_at, kill_at = 5 + n, 6 + n  # allow sits at 4 + n
     prog = [(ld, 0, 0, 4), (jeq, 0, kill_at - 2, audit_arch), (ld, 0, 0, 0),
             (jge, kill_at - 4, 0, _X32_BIT) if audit_arch == 0xC000003E else (jeq, 0, 0, 0)]
     for k, nr in enumerate(calls):

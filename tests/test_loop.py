@@ -1,0 +1,99 @@
+"""The RL loop end to end on a tiny model (8 fake CPU devices): exact resume for GRPO and for
+PPO with DAPO's pieces, and a codegen run through hostile completions (the entry point:
+tests/test_train.py; the run's life: tests/test_run_control.py)."""
+
+import json
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from rlvr_jax import jobs
+from tests.helpers import TINY, run_config
+
+pytestmark = pytest.mark.slow  # see pyproject.toml: not in the daily `-m "not slow"` run
+
+
+
+def _restore(path):
+    with ocp.StandardCheckpointer() as ckptr:
+        return ckptr.restore(path)
+
+
+# The loop state beyond params must survive a restart: PPO's critic, its optimizer state and
+# the adaptive KL coefficient, and DAPO's carried-over groups (dynamic sampling). One run
+# combines them (PPO with DAPO's sampling pieces) to keep the suite short.
+PPO_DAPO = ["algo=ppo", "algo.ppo.kl_in_reward=true", "algo.loss.kl_coef=0.05", "algo.ppo.kl_target=0.5",
+            "algo.ppo.critic_warmup_steps=1", "algo.dapo.dynamic_sampling=true",
+            "algo.dapo.sampled_prompts_per_step=8", "algo.dapo.overlong_buffer_tokens=1",
+            "algo.dapo.mask_truncated=true"]
+
+
+@pytest.mark.parametrize("extra", [[], PPO_DAPO], ids=["grpo", "ppo+dapo"])
+def test_resume_is_exact(tmp_path, extra):
+    """4 steps in one go == 2 steps, a restart, and 2 more (bitwise on CPU)."""
+    overrides = ["+experiment=math_grpo", "num_steps=4", "verifier.reward_scheme=format_penalty",
+                 *TINY, *extra, f"warmup.shared_dir={tmp_path / 'warm'}"]
+    once = jobs.run(run_config(overrides, tmp_path / "once"))
+    twice_dir = tmp_path / "twice"
+    first = jobs.run(run_config(overrides + ["stop_after_steps=2"], twice_dir))
+    assert first == {"stopped_at_step": 2, "reason": "stop_after_steps"}
+    assert not (twice_dir / "summary.json").exists()
+    second = jobs.run(run_config(overrides, twice_dir))
+    assert once["eval/sampled_accuracy_end"] == second["eval/sampled_accuracy_end"]
+    a = _restore(str(tmp_path / "once" / "checkpoints" / "4" / "state"))
+    b = _restore(str(twice_dir / "checkpoints" / "4" / "state"))
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
+    rows = [json.loads(line) for line in (twice_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "reward/mean" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    once_rows = [json.loads(line) for line in (tmp_path / "once" / "metrics.jsonl").read_text()
+                 .splitlines()]
+    once_steps = [r for r in once_rows if "reward/mean" in r]
+    for key in ("train/loss", "train/kl_coef", "reward/mean"):
+        assert [r[key] for r in steps] == [r[key] for r in once_steps], key
+    if extra is PPO_DAPO:
+        assert any(r["dynamic/carried_in"] > 0 for r in steps[2:]), "no carry crossed the restart"
+        assert all(r["compiles/train_step"] == 1 for r in steps)
+
+
+HOSTILE = [
+    "def f(x):return x**999",  # a huge int: its comparison with a float overflowed on the host
+    "def f(x):return 10**5000",  # past JSON's integer limit
+    "def f(x):\n    class E(BaseException):\n        def __str__(self): raise ValueError\n"
+    "    raise E()",  # an exception that escapes `except Exception` and cannot be printed
+    "def f(x):return float('nan')",
+    "def f(x):\n    v = 0\n    for _ in range(300): v = [v]\n    return v",  # nested past 100
+    "import sys\nsys.setrecursionlimit(10**6)\ndef f(x):return f(x)",  # overflows the C stack
+]
+
+
+def test_a_codegen_run_scores_hostile_completions(tmp_path, monkeypatch):
+    """Issue 24: a codegen RL run in which every third completion is replaced by a program
+    returning huge ints or raising odd exceptions finishes, with those samples scored (wrong,
+    runtime_error), none masked as a sandbox error and no crash."""
+    from rlvr_jax.tasks.codegen import CodegenTask
+    from tests.helpers import UNAVAILABLE
+
+    if UNAVAILABLE:
+        pytest.skip(f"no sandbox: {UNAVAILABLE}")
+    honest = CodegenTask.verify_jobs
+
+    def hostile(specs, completions):
+        texts = [HOSTILE[i // 3 % len(HOSTILE)] if i % 3 == 0 else c
+                 for i, c in enumerate(completions)]
+        return honest(specs, texts)
+
+    monkeypatch.setattr(CodegenTask, "verify_jobs", staticmethod(hostile))
+    overrides = ["+experiment=code_grpo", "num_steps=2", *TINY, "warmup.steps=4",
+                 "verifier.overlap_chunks=2"]
+    summary = jobs.run(run_config(overrides, tmp_path / "run"))
+    assert "eval/sampled_accuracy_end" in summary
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
+            .splitlines()]
+    steps = [r for r in rows if "reward/mean" in r]
+    assert len(steps) == 2
+    for r in steps:
+        assert r["status/sandbox_error"] == 0, r
+        assert r["status/runtime_error"] >= 1 and r["status/wrong"] >= 1, r

@@ -1,0 +1,95 @@
+"""The run scaffold (run_scaffold.py) piece by piece, with stand-ins for the checkpointer and
+the tracker (whole runs through it: tests/test_run_control.py, tests/test_loop.py,
+tests/test_preference_runs.py): resume or a fresh start, the stop tail, the finished-run
+message, and a job's step count from the config."""
+
+import json
+
+import numpy as np
+
+from rlvr_jax import run_scaffold
+from tests.helpers import TINY, run_config
+
+
+class _Ckpt:
+    directory = "/ckpt"
+
+    def __init__(self, latest=None):
+        self.latest, self.closed = latest, False
+
+    def latest_step(self):
+        return self.latest
+
+    def restore(self, step, abstract):
+        assert abstract["w"].shape == (2,)  # restored onto the fresh state's shapes
+        return {"w": np.ones(2)}, run_scaffold.fresh_loop(0)._replace(step=step)
+
+    def close(self):
+        self.closed = True
+
+
+class _Tracker:
+    def __init__(self):
+        self.lines, self.cut, self.closed = [], None, False
+
+    def write(self, line):
+        self.lines.append(line)
+
+    def truncate_after(self, step):
+        self.cut = step
+
+    def close(self):
+        self.closed = True
+
+
+def test_a_fresh_start_and_a_resume(tmp_path):
+    import jax.numpy as jnp
+
+    tracker, state = _Tracker(), {"w": jnp.zeros(2)}
+    fresh = run_scaffold.fresh_loop(7, kl_coef=0.05)
+    got = run_scaffold.resume(_Ckpt(), tracker, state, fresh, str(tmp_path), 10)
+    assert got.state is state and got.loop is fresh and got.wall_before == 0.0
+    assert tracker.cut == 0 and tracker.lines == []
+    np.testing.assert_array_equal(fresh.rng_key, run_scaffold.fresh_loop(7).rng_key)
+    run_scaffold.write_wall(str(tmp_path), 12.5)
+    tracker = _Tracker()
+    got = run_scaffold.resume(_Ckpt(latest=4), tracker, state, fresh, str(tmp_path), 10)
+    assert got.state["w"][0] == 1 and got.loop.step == 4 and got.wall_before == 12.5
+    assert tracker.cut == 4  # metrics.jsonl loses the rows the resumed run logs again
+    assert tracker.lines == ["RESUMING from checkpoint step 4 in /ckpt (6 of 10 steps left)"]
+
+
+def test_the_stop_tail_and_the_last_step():
+    ckpt, tracker, walls = _Ckpt(), _Tracker(), []
+    out = run_scaffold.stopped(ckpt, tracker, walls.append, 3.0, 2, "SIGTERM")
+    assert out == {"stopped_at_step": 2, "reason": "SIGTERM"}
+    assert ckpt.closed and tracker.closed and walls == [3.0]
+    assert tracker.lines == ["stopped after step 2 (SIGTERM); checkpoint in /ckpt; rerun the "
+                             "same command to resume"]
+    assert run_scaffold.stopped(_Ckpt(), _Tracker(), walls.append, 1.0, 5, None) == \
+        {"stopped_at_step": 5}
+    assert run_scaffold.last_step(3, 10, 0) == 10 and run_scaffold.last_step(3, 10, 4) == 7
+    assert run_scaffold.last_step(8, 10, 4) == 10
+
+
+def test_a_finished_run_is_recognised_by_its_step_count(tmp_path):
+    cfg = run_config(["+experiment=math_grpo", *TINY, "num_steps=3"], tmp_path)
+    assert run_scaffold.finished_summary(str(tmp_path), 3) is None
+    summary = {"train/steps": 3, "eval/greedy_accuracy_start": 0.5,
+               "eval/greedy_accuracy_end": 0.75, "eval/sampled_accuracy_start": 0.25,
+               "eval/sampled_accuracy_end": 0.5, "train/wall_seconds": 9.0, "compiles": {}}
+    run_scaffold.write_summary(str(tmp_path), summary)
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    assert run_scaffold.finished_summary(str(tmp_path), 4) is None  # "train longer" is not done
+    assert run_scaffold.finished_summary(str(tmp_path), 3) == summary
+    message = run_scaffold.finished_message(cfg, summary)
+    assert "is complete (3 steps)" in message and "nothing to do" in message
+    assert "     0.500  0.750" in message  # the greedy row: before RL, end
+    rm = {"train/steps": 5, "rm/heldout_label_accuracy": 0.9}
+    assert "is complete: " in run_scaffold.finished_message(cfg, rm)
+
+
+def test_each_job_has_its_step_count():
+    assert run_config(["+experiment=math_grpo", "num_steps=7"]).total_steps == 7
+    assert run_config(["+experiment=math_rm", "reward_model.steps=9"]).total_steps == 9
+    assert run_config(["+experiment=math_dpo", "dpo.steps=11"]).total_steps == 11
