@@ -1,6 +1,7 @@
 """One run over two processes (2 CPU devices each, gloo collectives, coordinator on
-127.0.0.1) against one process with 4 devices: the same rollouts, rewards and updates; a
-resume across the two processes; a killed process ends the other within the heartbeat bound."""
+127.0.0.1) against one process with 4 devices: the same rollouts, rewards and updates (PPO);
+a resume across the two processes; a killed process ends the other within the heartbeat
+bound."""
 
 import json
 import os
@@ -89,11 +90,13 @@ def _assert_same_run(one_dir, two_dir):
 
 
 def test_two_processes_equal_one_and_resume(tmp_path):
-    """GRPO: 2 processes x 2 devices, stopped after 2 steps and rerun, == 1 process x 4
-    devices uninterrupted (rollouts and rewards bitwise, params to reduction order); the
-    bitwise resume of one layout is tests/test_train.py's."""
+    """PPO (the update with the most cross-device pieces: critic, GAE, KL; the GRPO family's
+    advantages are host numpy over the gathered verdicts): 2 processes x 2 devices, stopped
+    after 2 steps and rerun, == 1 process x 4 devices uninterrupted (rollouts and rewards
+    bitwise, params to reduction order); the bitwise resume of one layout is
+    tests/test_loop.py's. One 2-process run covers what a GRPO and a PPO run each did."""
     one, two = tmp_path / "one", tmp_path / "two"
-    args = COMMON + [f"warmup.shared_dir={tmp_path / 'warm'}"]  # one warm start for both
+    args = PPO + [f"warmup.shared_dir={tmp_path / 'warm'}"]  # one warm start for both
     _finish(_start(one, args, 1))
     outs = _finish(_start(two, args + ["stop_after_steps=2"], 2))
     assert "processes 2" in outs[0] and "stopped after step 2" in outs[0]
@@ -115,14 +118,6 @@ def test_a_resume_with_another_process_count_is_refused(tmp_path):
     (tmp_path / "fresh").mkdir()
     distributed.check_process_count(str(tmp_path / "fresh"))  # a new run records its count
     assert (tmp_path / "fresh" / "processes.txt").read_text().strip() == "1"
-
-
-def test_ppo_over_two_processes_equals_one(tmp_path):
-    one, two = tmp_path / "one", tmp_path / "two"
-    args = PPO + [f"warmup.shared_dir={tmp_path / 'warm'}"]
-    _finish(_start(one, args, 1))
-    _finish(_start(two, args, 2))
-    _assert_same_run(one, two)
 
 
 def test_a_killed_process_ends_the_other_within_the_heartbeat_bound(tmp_path):
