@@ -5,18 +5,27 @@ A run directory holds `checkpoints/<step>/{state,loop}` written by an orbax Chec
 steps) and `warmstart/`, the policy after the supervised warm start, which is also the frozen
 reference policy. Restores go straight onto the mesh: the caller passes abstract arrays that
 carry their target shardings.
+
+A warm start kept in a shared folder (`warmup.shared_dir`, one per seed and warm-start
+settings, reused by every run of a sweep) is written under a name of its own and renamed into
+place when complete: jobs of a parallel sweep that build it at once never collide (the first
+rename wins; the others' copies, equal to it, are dropped), and a half-written one is never
+read. The run directory records where its warm start is (`warmstart_dir.txt`), so export and
+evaluation find it there too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 from typing import Any, Optional
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from rlvr_jax import dynamic_sampling
+from rlvr_jax import distributed, dynamic_sampling
 from rlvr_jax.types import LoopState, TrainState
 
 
@@ -34,6 +43,14 @@ class Checkpointer:
                  warmstart_dir: Optional[str] = None):
         self.directory = os.path.abspath(os.path.join(run_dir, "checkpoints"))
         self.warmstart_dir = os.path.abspath(warmstart_dir or os.path.join(run_dir, "warmstart"))
+        # The run's own name for a warm start it writes: the same in all its processes (orbax
+        # saves collectively), another in each run of a sweep.
+        tag = hashlib.blake2b(os.path.abspath(run_dir).encode(), digest_size=6).hexdigest()
+        self._partial = f"{self.warmstart_dir}.partial-{tag}"
+        if distributed.is_writer():
+            os.makedirs(run_dir, exist_ok=True)
+            with open(os.path.join(run_dir, WARMSTART_POINTER), "w") as f:
+                f.write(self.warmstart_dir + "\n")
         self.every_steps = every_steps
         self._manager = ocp.CheckpointManager(
             self.directory,
@@ -78,8 +95,21 @@ class Checkpointer:
         return os.path.isdir(self.warmstart_dir)
 
     def save_warmstart(self, params: Any) -> None:
+        """Written under this run's own name, then renamed into place (see the module
+        docstring); a warm start another job completed meanwhile is kept, ours dropped."""
+        if distributed.is_writer() and os.path.exists(self._partial):
+            shutil.rmtree(self._partial)  # left by an invocation that was killed mid-save
+        distributed.barrier("warmstart_save")
         with ocp.StandardCheckpointer() as ckptr:
-            ckptr.save(self.warmstart_dir, params)
+            ckptr.save(self._partial, params)
+        if distributed.is_writer():
+            try:
+                os.rename(self._partial, self.warmstart_dir)
+            except OSError:  # another job's complete copy is there (ENOTEMPTY / EEXIST)
+                if not os.path.isdir(self.warmstart_dir):
+                    raise
+                shutil.rmtree(self._partial, ignore_errors=True)
+        distributed.barrier("warmstart_saved")
 
     def restore_warmstart(self, abstract_params: Any) -> Any:
         try:
@@ -122,9 +152,22 @@ def read_policy_params(run_dir: str, step: Optional[int] = None) -> tuple[Any, i
     return params["policy"], step
 
 
+WARMSTART_POINTER = "warmstart_dir.txt"
+
+
+def warmstart_path(run_dir: str) -> str:
+    """Where a run's warm start is: its shared folder when it used one (recorded in the run
+    directory), else RUN_DIR/warmstart."""
+    pointer = os.path.join(run_dir, WARMSTART_POINTER)
+    if os.path.exists(pointer):
+        with open(pointer) as f:
+            return f.read().strip()
+    return os.path.join(os.path.abspath(run_dir), "warmstart")
+
+
 def read_warmstart_params(run_dir: str) -> Any:
     """A run directory's warm-start params (host arrays), without a target structure."""
-    path = os.path.join(os.path.abspath(run_dir), "warmstart")
+    path = warmstart_path(run_dir)
     try:
         return jax.tree.map(np.asarray, _restore_on_host(path))
     except Exception as e:

@@ -127,7 +127,8 @@ def main(argv=None) -> None:
                           max_new_tokens=args.max_new_tokens, num_problems=args.num_problems,
                           batch=args.batch, seed=args.seed, step=args.step)
     except (CheckpointError, ConfigError, DatasetError, hf.HFImportError, ValueError) as e:
-        sys.exit(f"error: {e}")
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)  # a user error (bad path, config, checkpoint), as the training command
     print(table(result))
     if args.out:
         with open(args.out, "w") as f:

@@ -65,7 +65,8 @@ def main(argv=None) -> None:
     try:
         print(export(args.run_dir, args.out_dir, args.step, args.family))
     except (CheckpointError, hf.HFImportError, ValueError) as e:
-        sys.exit(f"error: {e}")
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)  # a user error (bad path, config, checkpoint), as the training command
 
 
 if __name__ == "__main__":

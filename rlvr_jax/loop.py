@@ -81,13 +81,19 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
     held_out = partial(warmstart.held_out_accuracy, policy, setup, verifier, cfg.eval,
                        score=eval_score)
     eval_key = warmstart.eval_key(cfg.seed)
-    eval_start = warmstart.start_evaluation(cfg.run_dir, tracker, lambda: held_out(warm, eval_key))
-    state, loop, wall_before = run_scaffold.resume(
-        ckpt, tracker, warmstart.rl_state(policy, updates, warm, cfg.seed),
-        run_scaffold.fresh_loop(cfg.seed, a.loss.kl_coef), cfg.run_dir, cfg.num_steps)
+    fresh = warmstart.rl_state(policy, updates, warm, cfg.seed)
     ref_params = build.reference_params(warm, setup.model_cfg.compute_dtype)  # frozen
-    write_wall = run_scaffold.wall_writer(cfg.run_dir)
     policy_params = updates.policy_params  # (state params, ref) -> what the sampler runs
+    # The start evaluation runs the policy as every later one does (with LoRA: the base with
+    # fresh adapters, the same values as the warm params), so the samplers compile once.
+    eval_start = warmstart.start_evaluation(cfg.run_dir, tracker, lambda: held_out(
+        policy_params(fresh.params, ref_params), eval_key))
+    if setup.model_cfg.lora_rank:
+        tracker.write(lora_line(setup.model_cfg, fresh.params["policy"], warm))
+    state, loop, wall_before = run_scaffold.resume(
+        ckpt, tracker, fresh, run_scaffold.fresh_loop(cfg.seed, a.loss.kl_coef), cfg.run_dir,
+        cfg.num_steps)
+    write_wall = run_scaffold.wall_writer(cfg.run_dir)
     tracker.start_at(loop.step)
     base_key = jax.random.wrap_key_data(loop.rng_key)
     rl_key = jax.random.fold_in(base_key, 3)
@@ -159,10 +165,14 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
                | {f"compiles/{k}": v for k, v in traces.items()}
                | {f"verify/samples_process_{i}": n for i, n in enumerate(sampled.verified)})
         tracker.log(step + 1, row)                                                     # log
-        tracker.advance({"acc": row["reward/accuracy"], "kl": row["train/approx_kl_old"]})
+        # The KL to the reference when the loss has one (k3, the default estimator, is >= 0
+        # per token), else the approximate KL to the sampling policy (its mean can be < 0).
+        kl_name, kl = (("kl_ref", row["train/kl_ref"]) if "train/kl_ref" in row
+                       else ("kl_old", row["train/approx_kl_old"]))
+        tracker.advance({"acc": row["reward/accuracy"], kl_name: kl})
         if not cfg.logger.progress_bar:  # a compact line per step instead of the bar
             tracker.write(f"step {step + 1}/{cfg.num_steps}  reward {row['reward/mean']:.3f}  "
-                          f"acc {row['reward/accuracy']:.3f}  kl {row['train/approx_kl_old']:.4f}"
+                          f"acc {row['reward/accuracy']:.3f}  {kl_name} {kl:.4f}"
                           f"  {row['time/step_s']:.2f}s")
         loop = LoopState(step + 1, (step + 1) * sampled_P, loop.rng_key, kl_coef, kept.carry)
         stopping = stop_requested()                                                    # SIGTERM
@@ -203,3 +213,12 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
                                             cfg.eval.sampled_per_problem, cfg.num_steps))
     tracker.close()
     return summary
+
+
+def lora_line(model_cfg, adapters, base) -> str:
+    """What trains under LoRA, for the log: rank, alpha, targets, trainable parameters."""
+    count = lambda tree: sum(int(x.size) for x in jax.tree.leaves(tree))
+    trained, frozen = count(adapters), count(base)
+    return (f"LoRA on: rank {model_cfg.lora_rank}, alpha {model_cfg.lora_alpha:g}, targets "
+            f"{','.join(model_cfg.lora_targets)}: {trained:,} trainable parameters "
+            f"({100 * trained / frozen:.2f}% of the {frozen:,} frozen base)")

@@ -29,7 +29,8 @@ import numpy as np
 
 from rlvr_jax import distributed, run_control, tracking
 from rlvr_jax.checkpoint import Checkpointer, abstract_like
-from rlvr_jax.config import RunConfig, as_dict, warmstart_key
+from rlvr_jax.config import ConfigError, RunConfig, as_dict, warmstart_key
+from rlvr_jax.config import changes
 from rlvr_jax.types import LoopState
 
 
@@ -59,7 +60,9 @@ def run(cfg: RunConfig, jobs: Mapping[str, Job]) -> dict:
         distributed.check_process_count(cfg.run_dir)
         done = finished_summary(cfg.run_dir, cfg.total_steps)
         if done is not None:
-            print(finished_message(cfg, done), flush=True)
+            diff = changes.differences(recorded_config(cfg.run_dir) or as_dict(cfg),
+                                       as_dict(cfg), resolved=False)
+            print(finished_message(cfg, done, diff), flush=True)
             return done
         try:
             session = Session(_stop_requested(stop, watchdog.kick),
@@ -90,14 +93,19 @@ def finished_summary(run_dir: str, num_steps: int) -> dict | None:
     return summary if summary.get("train/steps") == num_steps else None
 
 
-def finished_message(cfg: RunConfig, done: dict) -> str:
+def finished_message(cfg: RunConfig, done: dict, diff: list = ()) -> str:
+    """What a rerun of a finished run says; `diff`: how this command's config differs from
+    the run's (changes.differences), named so that a changed command is not silently a no-op."""
     where = os.path.abspath(cfg.run_dir)
+    differ = (f"\nnote: this command differs from the finished run in "
+              f"{changes.describe(diff)}; it trained with the recorded values "
+              "(a new run directory runs the new ones)") if diff else ""
     if "eval/greedy_accuracy_end" not in done:  # a reward model: no task accuracy
-        return f"run {where} is complete: {json.dumps(done)}"
+        return f"run {where} is complete: {json.dumps(done)}{differ}"
     table = format_table(done, cfg.eval.num_problems, cfg.eval.sampled_per_problem,
                          cfg.total_steps)
     return (f"run {where} is complete ({cfg.total_steps} steps):\n{table}\nnothing to do "
-            "(delete the directory, or change the command, to run again)")
+            f"(delete the directory, or change the command, to run again){differ}")
 
 
 def format_table(summary: dict, num_problems: int, sampled_per_problem: int,
@@ -121,20 +129,51 @@ def format_table(summary: dict, num_problems: int, sampled_per_problem: int,
 
 
 # ---------------------------------------------------------------------- a job's outputs
+def recorded_config(run_dir: str) -> dict | None:
+    path = os.path.join(run_dir, "run_config.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 def outputs(cfg: RunConfig) -> tuple[Checkpointer, tracking.Tracker]:
     """run_config.json (the resolved config: the model read from model.path), the
-    checkpointer (with the shared warm-start folder, if any) and the tracker."""
-    if distributed.is_writer():
-        with open(os.path.join(cfg.run_dir, "run_config.json"), "w") as f:
-            json.dump(as_dict(cfg), f, indent=2)
+    checkpointer (with the shared warm-start folder, if any) and the tracker. A run directory
+    that already holds a run is resumed only with the same result-changing keys (`check_same_config`)."""
     w = cfg.warmup
     ckpt = Checkpointer(cfg.run_dir, cfg.checkpoint.every_steps, cfg.checkpoint.max_to_keep,
                         os.path.join(w.shared_dir, warmstart_key(cfg)) if w.shared_dir else None)
+    check_same_config(cfg, ckpt.latest_step() or 0)
+    if distributed.is_writer():
+        with open(os.path.join(cfg.run_dir, "run_config.json"), "w") as f:
+            json.dump(as_dict(cfg), f, indent=2)
     tracker = tracking.for_process(
         distributed.is_writer(), cfg.run_dir, mode=cfg.logger.mode, project=cfg.logger.project,
         entity=cfg.logger.entity, name=cfg.name, config=as_dict(cfg),
         total_steps=cfg.total_steps, progress_bar=cfg.logger.progress_bar)
     return ckpt, tracker
+
+
+def check_same_config(cfg: RunConfig, from_step: int) -> None:
+    """Refuse to resume the run in `cfg.run_dir` with other result-changing keys than it
+    recorded (one line naming them), unless `allow_config_changes`: then the change is
+    appended to config_changes.jsonl with the step it applies from. Every process reads the
+    same file and decides the same."""
+    recorded = recorded_config(cfg.run_dir)
+    diff = [] if recorded is None else changes.differences(recorded, as_dict(cfg))
+    if not diff:
+        return
+    if not cfg.allow_config_changes:
+        raise ConfigError(
+            f"config key '{diff[0][0]}': {cfg.run_dir} holds a run started with other values "
+            f"({changes.describe(diff)}); rerun with the recorded values, use another run "
+            "directory, or pass allow_config_changes=true to change them from step "
+            f"{from_step} on (recorded in config_changes.jsonl)")
+    if distributed.is_writer():
+        with open(os.path.join(cfg.run_dir, "config_changes.jsonl"), "a") as f:
+            f.write(json.dumps({"from_step": from_step, "changes": {
+                k: {"before": old, "after": new} for k, old, new in diff}}) + "\n")
 
 
 def fresh_loop(seed: int, kl_coef: float = 0.0) -> LoopState:

@@ -45,8 +45,19 @@ class Tracker:
                     f.write(uuid.uuid4().hex[:12])
             with open(id_path) as f:
                 run_id = f.read().strip()
-            self._wandb = wandb.init(project=project, entity=entity, name=name, id=run_id,
-                                     resume="allow", mode=mode, dir=run_dir, config=dict(config))
+            try:
+                self._wandb = wandb.init(project=project, entity=entity, name=name, id=run_id,
+                                         resume="allow", mode=mode, dir=run_dir,
+                                         config=dict(config))
+            except (wandb.errors.UsageError, wandb.errors.AuthenticationError,
+                    wandb.errors.CommError) as e:
+                from rlvr_jax.config import ConfigError
+
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise ConfigError(f"config key 'logger.mode': W&B mode {mode!r} could not "
+                                  f"start ({first}); log in (`wandb login` or WANDB_API_KEY), "
+                                  "or use logger.mode=offline (sync later with `wandb sync`)"
+                                  ) from None
         self._bar_args = dict(total=total_steps, desc="rl", dynamic_ncols=True,
                               disable=not progress_bar)
         self._bar: Optional[tqdm] = None  # created when the RL steps start

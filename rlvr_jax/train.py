@@ -40,6 +40,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
+    global _COMPOSED
+    _COMPOSED = True
     # Hydra sets the root logger to INFO; JAX's backend probing ("no libtpu") is noise there.
     # orbax logs every save step at INFO through absl.
     for name in ("jax._src.xla_bridge", "absl"):
@@ -60,5 +62,20 @@ def main(cfg: DictConfig) -> float | None:
     return summary.get("eval/sampled_accuracy_end")
 
 
+_COMPOSED = False  # set once Hydra has composed a config and called main
+
+
+def cli() -> None:
+    """`main` as a command. Hydra reports a composition error (an unknown config group or
+    key, a bad override) in one line and exits 1; that is the user's error, so exit 2 as for
+    the others (1 stays for bugs)."""
+    try:
+        main()
+    except SystemExit as e:
+        if e.code == 1 and not _COMPOSED:
+            sys.exit(2)
+        raise
+
+
 if __name__ == "__main__":
-    main()
+    cli()

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlvr_jax.checkpoint import Checkpointer, CheckpointError, abstract_like
+from rlvr_jax.checkpoint import Checkpointer, CheckpointError, abstract_like, read_warmstart_params
 from rlvr_jax.sharding import make_mesh, state_shardings
 from rlvr_jax.types import LoopState, TrainState
 
@@ -48,3 +48,24 @@ def test_corrupt_checkpoint_names_its_path(tmp_path):
     with pytest.raises(CheckpointError, match=str(tmp_path / "checkpoints" / "1")) as e:
         again.restore(1, abstract_like(state))
     assert "\n" not in str(e.value) and len(str(e.value)) < 500  # one line for the user
+
+
+def test_a_shared_warm_start_built_twice_at_once_keeps_one_copy(tmp_path):
+    """Issue 26: parallel sweep jobs sharing `warmup.shared_dir` both saved the warm start
+    into one orbax directory: `Destination ... already exists`, and the sweep failed. Each job
+    writes under its own name and renames; the second finds the first's and drops its own; a
+    half-written copy left by a killed job is cleared."""
+    import jax.numpy as jnp
+
+    shared = tmp_path / "shared" / "key"
+    params = {"w": jnp.arange(4.0)}
+    a = Checkpointer(str(tmp_path / "a"), 1, 1, str(shared))
+    b = Checkpointer(str(tmp_path / "b"), 1, 1, str(shared))
+    os.makedirs(b._partial)  # a previous invocation of b died while saving
+    a.save_warmstart(params)
+    b.save_warmstart({"w": jnp.arange(4.0)})  # the same key: equal params
+    assert sorted(os.listdir(shared.parent)) == ["key"]
+    restored = read_warmstart_params(str(tmp_path / "b"))  # via the recorded location
+    np.testing.assert_array_equal(restored["w"], np.arange(4.0))
+    a.close()
+    b.close()

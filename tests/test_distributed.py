@@ -125,8 +125,8 @@ def test_a_killed_process_ends_the_other_within_the_heartbeat_bound(tmp_path):
     error within the heartbeat timeout (15 s here) plus a margin, instead of hanging in a
     collective; the rerun resumes from the last checkpoint."""
     run_dir = tmp_path / "run"
-    procs = _start(run_dir, COMMON + ["num_steps=40", "checkpoint.every_steps=1",
-                                      "warmup.steps=0"], 2, heartbeat_s=15)
+    args = COMMON + ["num_steps=40", "checkpoint.every_steps=1", "warmup.steps=0"]
+    procs = _start(run_dir, args, 2, heartbeat_s=15)
     deadline = time.monotonic() + 300
     while not (run_dir / "checkpoints" / "1").is_dir():  # orbax renames it when complete
         assert time.monotonic() < deadline and procs[0].poll() is None
@@ -139,8 +139,7 @@ def test_a_killed_process_ends_the_other_within_the_heartbeat_bound(tmp_path):
           f" {out[-300:]}")
     assert procs[0].returncode != 0 and waited < 15 + 45, (waited, out[-2000:])
     procs[1].wait()
-    outs = _finish(_start(run_dir, COMMON + ["num_steps=2", "checkpoint.every_steps=1",
-                                             "warmup.steps=0"], 2))
+    outs = _finish(_start(run_dir, args + ["stop_after_steps=1"], 2))  # the same run
     assert "RESUMING from checkpoint step" in outs[0], outs[0][-2000:]
 
 

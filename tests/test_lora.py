@@ -136,6 +136,10 @@ def test_a_lora_run_trains_resumes_and_exports_merged_weights(tmp_path):
                    "eval.sequences_per_batch=8", "logger.progress_bar=false"], run_dir=run_dir)
     summary = run(cfg)
     assert summary["compiles"]["train_step"] == 1
+    # Issue 26: the start evaluation ran the warm params, every later one the base with
+    # adapters: two compiles of each evaluation sampler.
+    assert summary["compiles"]["sampler_eval_greedy"] == 1
+    assert summary["compiles"]["sampler_eval_sampled"] == 1
     rows = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
     assert [r["step"] for r in rows if "reward/mean" in r] == [1, 2]
     adapters, _ = read_policy_params(str(run_dir))

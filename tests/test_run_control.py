@@ -127,6 +127,17 @@ def test_user_errors_are_one_line(tmp_path, args, words):
     proc = _train(args + [f"hydra.run.dir={tmp_path / 'run'}"], timeout=120)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert words in proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2  # a user error, as the docs say (1 is for bugs)
+
+
+@pytest.mark.parametrize("args,words", [(["+experiment=no_such_preset"], "no_such_preset"),
+                                        (["no_such_key=1"], "no_such_key")])
+def test_hydra_composition_errors_exit_2(tmp_path, args, words):
+    """Issue 26: Hydra's own composition errors (its message, the options it lists) exited 1,
+    the code of a bug."""
+    proc = _train(args + [f"hydra.run.dir={tmp_path / 'run'}"], timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert words in proc.stderr
 
 
 def test_a_built_wheel_trains_in_a_fresh_venv(tmp_path):

@@ -93,3 +93,61 @@ def test_each_job_has_its_step_count():
     assert run_config(["+experiment=math_grpo", "num_steps=7"]).total_steps == 7
     assert run_config(["+experiment=math_rm", "reward_model.steps=9"]).total_steps == 9
     assert run_config(["+experiment=math_dpo", "dpo.steps=11"]).total_steps == 11
+
+
+def _recorded(tmp_path, overrides):
+    from rlvr_jax.config import as_dict
+
+    cfg = run_config(["+experiment=math_grpo", *TINY, *overrides], tmp_path)
+    (tmp_path / "run_config.json").write_text(json.dumps(as_dict(cfg), default=str))
+    return cfg
+
+
+def test_a_resume_with_changed_results_is_refused_in_one_line(tmp_path):
+    """Issue 26: a run stopped and rerun in its directory with another learning rate and
+    group size resumed silently, and run_config.json no longer described its early steps."""
+    import pytest
+
+    from rlvr_jax.config import ConfigError
+
+    _recorded(tmp_path, [])
+    changed = run_config(["+experiment=math_grpo", *TINY, "algo.optim.learning_rate=0.01",
+                          "algo.samples_per_prompt=8"], tmp_path)
+    with pytest.raises(ConfigError) as e:
+        run_scaffold.outputs(changed)
+    message = str(e.value)
+    assert "\n" not in message and "algo.optim.learning_rate" in message
+    assert "algo.samples_per_prompt: 4 -> 8" in message and "allow_config_changes" in message
+    recorded = json.loads((tmp_path / "run_config.json").read_text())
+    assert recorded["algo"]["samples_per_prompt"] == 4  # untouched: it still says what ran
+    # Keys that change no result (reporting, capacity, checkpoint cadence) resume freely.
+    same = run_config(["+experiment=math_grpo", *TINY, "logger.progress_bar=true",
+                       "verifier.workers=3", "checkpoint.every_steps=7", "stop_after_steps=1"],
+                      tmp_path)
+    ckpt, tracker = run_scaffold.outputs(same)
+    tracker.close()
+    ckpt.close()
+
+
+def test_an_allowed_change_is_recorded_with_its_step(tmp_path):
+    _recorded(tmp_path, [])
+    allowed = run_config(["+experiment=math_grpo", *TINY, "algo.optim.learning_rate=0.01",
+                          "allow_config_changes=true"], tmp_path)
+    run_scaffold.check_same_config(allowed, 12)
+    (row,) = [json.loads(line) for line in open(tmp_path / "config_changes.jsonl")]
+    assert row["from_step"] == 12
+    assert row["changes"]["algo.optim.learning_rate"]["after"] == 0.01
+
+
+def test_a_finished_run_rerun_with_another_value_names_it(tmp_path):
+    cfg = _recorded(tmp_path, [])
+    other = run_config(["+experiment=math_grpo", *TINY, "algo.optim.learning_rate=0.01"],
+                       tmp_path)
+    from rlvr_jax.config import as_dict, changes
+
+    recorded = json.loads((tmp_path / "run_config.json").read_text())
+    diff = changes.differences(recorded, as_dict(other), resolved=False)
+    assert [k for k, _, _ in diff] == ["algo.optim.learning_rate"]
+    summary = {"train/steps": cfg.num_steps, "rm/heldout_label_accuracy": 0.9}
+    assert "differs from the finished run in algo.optim.learning_rate" in \
+        run_scaffold.finished_message(other, summary, diff)

@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 
+from rlvr_jax import tracking
 from rlvr_jax.tracking import Tracker
 
 
@@ -20,3 +21,19 @@ def test_tracker_writes_jsonl_and_offline_wandb(tmp_path):
     assert rows == [{"step": 1, "x": 0.5, "y": "nan"}]
     offline = [d for d in os.listdir(tmp_path / "wandb") if d.startswith("offline-run")]
     assert offline, "W&B offline mode should leave a local run directory"
+
+
+def test_online_wandb_without_a_key_is_one_config_error(tmp_path, monkeypatch):
+    """Issue 26: `logger=online` without an API key printed 35 lines of wandb traceback."""
+    import pytest
+
+    from rlvr_jax.config import ConfigError
+
+    for var in ("WANDB_API_KEY", "WANDB_MODE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc login either
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    with pytest.raises(ConfigError, match="logger.mode.*wandb login.*logger.mode=offline") as e:
+        tracking.for_process(True, str(tmp_path), mode="online", project="p", entity=None,
+                             name="n", config={}, total_steps=1, progress_bar=False)
+    assert "\n" not in str(e.value)

@@ -233,6 +233,9 @@ class RunConfig:
     # Exit cleanly (after a checkpoint) once this invocation has done this many RL steps;
     # rerunning resumes. For schedulers with time slots. 0: no limit.
     stop_after_steps: int = 0
+    # Resume even though result-changing keys differ from the run's recorded config; the
+    # change is recorded (RUN_DIR/config_changes.jsonl). Off: such a resume is refused.
+    allow_config_changes: bool = False
     model: ModelConfig = field(default_factory=ModelConfig)
     # One schema per task family (TASK_SCHEMAS), chosen by the task group file (conf/task/) or,
     # from a plain dict, by task.name (`to_run_config`).

@@ -40,6 +40,9 @@ def read_rows(path: str) -> Iterator[tuple[int, object]]:
     """(line number, parsed row) for a .jsonl / .json-lines or .parquet file."""
     if not os.path.exists(path):
         raise DatasetError(f"{path}: file not found")
+    if os.path.isdir(path):
+        raise DatasetError(f"{path}: is a directory, not a data file (a .jsonl or .parquet "
+                           "file: the split's own file, e.g. train.jsonl)")
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
 
@@ -58,6 +61,8 @@ def read_rows(path: str) -> Iterator[tuple[int, object]]:
                 yield i, json.loads(line)
             except json.JSONDecodeError as e:
                 yield i, DatasetError(f"{path}:{i}: not valid JSON ({e.msg})")
+            except RecursionError:
+                yield i, DatasetError(f"{path}:{i}: JSON nested too deeply")
 
 
 def _detect(row: dict) -> str:

@@ -106,6 +106,10 @@ def main(argv=None) -> int:
     if not os.path.isfile(args.input):
         print(f"error: {args.input}: no such file", file=sys.stderr)
         return 2
+    out_dir = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(out_dir):
+        print(f"error: --output {args.output}: no folder {out_dir}", file=sys.stderr)
+        return 2
     with open(args.input) as f:
         for n, line in enumerate(f, start=1):
             if not line.strip():

@@ -57,3 +57,17 @@ def test_malformed_row_names_file_and_line_or_is_skipped(tmp_path, bad, msg):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(loaders.DatasetError, match="nope.jsonl: file not found"):
         loaders.load(str(tmp_path / "nope.jsonl"))
+
+
+def test_a_directory_is_named_not_a_traceback(tmp_path):
+    """Issue 26: a data path that is a directory raised IsADirectoryError (34 lines)."""
+    (tmp_path / "train").mkdir()
+    with pytest.raises(loaders.DatasetError, match="train: is a directory, not a data file"):
+        loaders.load(str(tmp_path / "train"))
+
+
+def test_a_row_nested_past_the_parser_is_a_bad_row(tmp_path):
+    path = tmp_path / "deep.jsonl"
+    path.write_text("[" * 100_000 + "\n")
+    with pytest.raises(loaders.DatasetError, match=r"deep.jsonl:1: JSON nested too deeply"):
+        loaders.load(str(path))

@@ -71,3 +71,15 @@ def test_a_missing_input_file_is_named(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "none.jsonl: no such file" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_an_output_in_a_missing_folder_is_named(tmp_path):
+    """Issue 26: an output path in a folder that does not exist ended in a traceback."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": 1, "completion": "4", "gold": "4"}\n')
+    proc = subprocess.run([sys.executable, "-m", "rlvr_jax.verify", "--kind", "math", "--input",
+                           str(src), "--output", str(tmp_path / "no" / "out.jsonl")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"error: --output {tmp_path / 'no' / 'out.jsonl'}: no folder " \
+                                  f"{tmp_path / 'no'}"
