@@ -183,9 +183,9 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
             break
         if (cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0
                 and step + 1 < cfg.num_steps):  # the last step gets the final evaluation
-            tracker.log(step + 1, {f"eval/{k}": v for k, v in
-                                   held_out(policy_params(state.params, ref_params),
-                                            eval_key).items()})
+            result = held_out(policy_params(state.params, ref_params), eval_key)
+            tracker.log(step + 1, {f"eval/{k}": v for k, v in result.items()})
+            tracker.write(run_scaffold.eval_line(step + 1, result))
 
     if last < cfg.num_steps or stop_requested():
         return run_scaffold.stopped(ckpt, tracker, write_wall,

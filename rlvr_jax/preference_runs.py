@@ -18,6 +18,7 @@ when its batch is drawn.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from functools import partial
 from typing import Callable, NamedTuple, Optional
@@ -66,6 +67,9 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
     learned = learned_reward.maybe_load(cfg.reward.reward_model_dir, setup, policy, traces) \
         if dpo else None  # DPO's evaluations report its proxy score too
     ckpt, tracker = run_scaffold.outputs(cfg)
+    tracker.write(f"run dir {os.path.abspath(cfg.run_dir)} | job {cfg.job} | devices "
+                  f"{policy.mesh.devices.size} ({jax.default_backend()}) | "
+                  f"{pr.pairs_per_step} pairs a step | processes {jax.process_count()}")
     stop_requested = session.stop_requested
     warm = warmstart.warm_params(policy, setup, sft, warmup=w, seed=cfg.seed, ckpt=ckpt,
                                  tracker=tracker, should_stop=stop_requested)
@@ -176,7 +180,9 @@ def _train(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, ckpt: C
             break
         if (job.evaluate and e.every_steps and (step + 1) % e.every_steps == 0
                 and step + 1 < job.steps):  # the last step gets the final evaluation
-            tracker.log(step + 1, {f"eval/{k}": v for k, v in job.evaluate(state.params).items()})
+            result = job.evaluate(state.params)
+            tracker.log(step + 1, {f"eval/{k}": v for k, v in result.items()})
+            tracker.write(run_scaffold.eval_line(step + 1, result))
     if last < job.steps:
         return run_scaffold.stopped(ckpt, tracker, write_wall, wall(), last, None)
     ckpt.close()

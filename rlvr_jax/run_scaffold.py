@@ -128,6 +128,12 @@ def format_table(summary: dict, num_problems: int, sampled_per_problem: int,
     ])
 
 
+def eval_line(step: int, result: dict) -> str:
+    """A mid-run held-out evaluation, for the console (metrics.jsonl has all of it)."""
+    return (f"eval at step {step}: greedy {result['greedy_accuracy']:.3f}  sampled "
+            f"{result['sampled_accuracy']:.3f}")
+
+
 # ---------------------------------------------------------------------- a job's outputs
 def recorded_config(run_dir: str) -> dict | None:
     path = os.path.join(run_dir, "run_config.json")

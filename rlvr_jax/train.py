@@ -14,6 +14,8 @@ import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub lookups: they hang ~50 s offline
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# transformers' advice that torch is missing: torch is only a test dependency here.
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402

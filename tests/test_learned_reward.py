@@ -43,9 +43,14 @@ def _rows(run_dir):
                                                      "eval/sampled_learned_reward" in r]
 
 
-def test_an_rlhf_run_resumes_exactly_and_compiles_each_scorer_once(rm_dir, tmp_path):
+def test_an_rlhf_run_resumes_exactly_and_compiles_each_scorer_once(rm_dir, tmp_path, caplog):
     args = _rlhf(rm_dir)
+    caplog.set_level("INFO", logger="rlvr_jax")
     once = jobs.run(run_config(args, tmp_path / "once"))
+    # Issue 26: mid-run evaluations went to metrics.jsonl only, and the progress line's "kl"
+    # was the KL to the sampler (negative at times) though a reference KL is in the loss.
+    out = caplog.text
+    assert "eval at step 2: greedy" in out and "  kl_ref " in out and "  kl " not in out
     assert once["compiles"]["reward_model_score"] == 1
     assert once["compiles"]["reward_model_score_eval"] == 1
     assert once["eval/sampled_learned_reward_end"] == _rows(tmp_path / "once")[1][-1][

@@ -19,9 +19,12 @@ ARGS = ["+experiment=math_rm", "model.hidden_size=32", "model.num_layers=2",
         "logger=disabled", "logger.progress_bar=false", "checkpoint.every_steps=2"]
 
 
-def test_a_reward_model_run_trains_reports_and_resumes_exactly(tmp_path):
+def test_a_reward_model_run_trains_reports_and_resumes_exactly(tmp_path, caplog):
     args = ARGS + [f"warmup.shared_dir={tmp_path / 'warm'}"]  # one warm start for both runs
+    caplog.set_level("INFO", logger="rlvr_jax")
     once = run(compose(args, run_dir=tmp_path / "once"))
+    # Issue 26: a preference job printed no run directory, which math_rlhf needs.
+    assert f"run dir {tmp_path / 'once'} | job reward_model" in caplog.text
     assert once["compiles"]["reward_model_step"] == 1
     assert 0.0 <= once["rm/heldout_gold_accuracy"] <= 1.0 and once["rm/label_noise"] == 0.2
     rows = [json.loads(line) for line in open(tmp_path / "once" / "metrics.jsonl")]

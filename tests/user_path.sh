@@ -9,7 +9,7 @@ pkg=$(cd "${1:-$(dirname "$0")/..}" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python -m venv "$work/venv"
-"$work/venv/bin/pip" install -q "$pkg"
+"$work/venv/bin/pip" install -q "$pkg" 2> >(grep -v "^WARNING: Location" >&2)
 cd "$work"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
 "$work/venv/bin/python" -m rlvr_jax.tools.tiny_hf tiny --data gsm

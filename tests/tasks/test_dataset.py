@@ -40,3 +40,24 @@ def test_bfloat16_compute_keeps_float32_logits_close(tiny):
                                                    method="logits")
     assert bf16.dtype == np.float32  # logits stay float32 whatever the compute dtype
     np.testing.assert_allclose(np.asarray(bf16), np.asarray(f32), atol=0.05)
+
+
+def test_the_gsm8k_preset_reads_verl_and_math_rows_too(tiny, tmp_path):
+    """Issue 26: gsm8k_grpo pinned task.format=gsm8k, so a verl parquet or a MATH file failed
+    with `missing field 'answer'`; the preset detects each row's format."""
+    import json
+
+    from rlvr_jax import build
+
+    verl = {"data_source": "openai/gsm8k", "reward_model": {"style": "rule", "ground_truth": "4"},
+            "prompt": [{"role": "user", "content": "2+2?"}]}
+    math_row = {"problem": "Compute 1/2 + 1/4.", "solution": "$\\boxed{\\frac{3}{4}}$"}
+    for name, row in (("verl.jsonl", verl), ("math.jsonl", math_row)):
+        (tmp_path / name).write_text("\n".join(json.dumps(row) for _ in range(8)) + "\n")
+    cfg = run_config(["+experiment=gsm8k_grpo", f"model.path={tiny / 'model'}",
+                      f"task.train_path={tmp_path / 'verl.jsonl'}",
+                      f"task.test_path={tmp_path / 'math.jsonl'}", *SMALL], tmp_path / "run")
+    assert cfg.task.format == "auto"
+    setup = build.task_setup(cfg.task, cfg.model, cfg.sampling.max_new_tokens,
+                             str(tmp_path / "tok"))
+    assert [p.answer for p in setup.task.heldout_set(1)] == ["\\frac{3}{4}"]
