@@ -187,6 +187,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
             tracker.log(step + 1, {f"eval/{k}": v for k, v in result.items()})
             tracker.write(run_scaffold.eval_line(step + 1, result))
 
+    tracker.end_progress()
     if last < cfg.num_steps or stop_requested():
         return run_scaffold.stopped(ckpt, tracker, write_wall,
                                     wall_before + time.perf_counter() - t_start, last,

@@ -183,6 +183,7 @@ def _train(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, ckpt: C
             result = job.evaluate(state.params)
             tracker.log(step + 1, {f"eval/{k}": v for k, v in result.items()})
             tracker.write(run_scaffold.eval_line(step + 1, result))
+    tracker.end_progress()
     if last < job.steps:
         return run_scaffold.stopped(ckpt, tracker, write_wall, wall(), last, None)
     ckpt.close()

@@ -123,8 +123,8 @@ def format_table(summary: dict, num_problems: int, sampled_per_problem: int,
         f"  sampled (T=1, {sampled_per_problem}/problem)               "
         f"{s['eval/sampled_accuracy_start']:10.3f} {s['eval/sampled_accuracy_end']:6.3f}",
         *learned,
-        f"wall time {s['train/wall_seconds']:.0f}s for {num_steps} RL steps; "
-        f"compiles {s['compiles']}",
+        f"wall time {s['train/wall_seconds']:.0f}s (warm start, evaluations and {num_steps} "
+        f"RL steps, every invocation); compiles {s['compiles']}",
     ])
 
 

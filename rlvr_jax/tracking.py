@@ -77,6 +77,13 @@ class Tracker:
         self._bar.update(1)
         self._bar.set_postfix({k: f"{v:.3f}" for k, v in postfix.items()}, refresh=False)
 
+    def end_progress(self) -> None:
+        """Close the progress bar once the steps are done, so the lines after them (the final
+        evaluation, the table) are not printed into it."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
     def write(self, text: str) -> None:
         """A line for people: through `logging` when it is configured (Hydra: console and
         train.log), else printed without breaking the progress bar."""
@@ -104,8 +111,7 @@ class Tracker:
                 self._wandb.summary[k] = _jsonable(v)
 
     def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
+        self.end_progress()
         self._jsonl.close()
         if self._wandb is not None:
             self._wandb.finish()
@@ -119,6 +125,9 @@ class NullTracker:
         pass
 
     def start_at(self, step: int) -> None:
+        pass
+
+    def end_progress(self) -> None:
         pass
 
     def advance(self, postfix: Mapping[str, float]) -> None:

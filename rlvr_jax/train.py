@@ -46,8 +46,9 @@ def main(cfg: DictConfig) -> float | None:
     _COMPOSED = True
     # Hydra sets the root logger to INFO; JAX's backend probing ("no libtpu") is noise there.
     # orbax logs every save step at INFO through absl.
-    for name in ("jax._src.xla_bridge", "absl"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    # orbax also warns through absl about its own metadata files on every resume: noise too.
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+    logging.getLogger("absl").setLevel(logging.ERROR)
     OmegaConf.set_struct(cfg, False)
     cfg.run_dir = HydraConfig.get().runtime.output_dir
     try:

@@ -85,6 +85,8 @@ def test_a_finished_run_is_recognised_by_its_step_count(tmp_path):
     message = run_scaffold.finished_message(cfg, summary)
     assert "is complete (3 steps)" in message and "nothing to do" in message
     assert "     0.500  0.750" in message  # the greedy row: before RL, end
+    # Issue 26: the wall time covers the warm start and evaluations too, and says so.
+    assert "wall time 9s (warm start, evaluations and 3 RL steps, every invocation)" in message
     rm = {"train/steps": 5, "rm/heldout_label_accuracy": 0.9}
     assert "is complete: " in run_scaffold.finished_message(cfg, rm)
 

@@ -37,3 +37,16 @@ def test_online_wandb_without_a_key_is_one_config_error(tmp_path, monkeypatch):
         tracking.for_process(True, str(tmp_path), mode="online", project="p", entity=None,
                              name="n", config={}, total_steps=1, progress_bar=False)
     assert "\n" not in str(e.value)
+
+
+def test_the_progress_bar_ends_before_the_closing_lines(tmp_path):
+    """Issue 26: the final table was printed into the middle of the progress bar."""
+    t = Tracker(str(tmp_path), mode="disabled", project="p", entity=None, name="n", config={},
+                total_steps=2, progress_bar=True)
+    t.start_at(0)
+    t.advance({"acc": 0.5})
+    bar = t._bar
+    t.end_progress()
+    assert t._bar is None and bar.n == 1  # closed after its one step
+    t.end_progress()  # idempotent; close() after it too
+    t.close()
