@@ -19,7 +19,10 @@ def test_there_are_experiments():
 # Presets whose data and weights live outside the repository: the user passes the paths.
 GSM8K_PATHS = ["model.path=/models/qwen", "task.train_path=/data/train.jsonl",
                "task.test_path=/data/test.jsonl"]
-NEEDS_PATHS = {"gsm8k_grpo": GSM8K_PATHS, "gsm8k_grpo_7b": GSM8K_PATHS}
+NEEDS_PATHS = {"gsm8k_grpo": GSM8K_PATHS, "gsm8k_grpo_7b": GSM8K_PATHS,
+               "gsm8k_rm": GSM8K_PATHS + ["preferences.train_path=/p/train.jsonl",
+                                          "preferences.test_path=/p/test.jsonl"],
+               "gsm8k_rlhf": GSM8K_PATHS + ["reward.reward_model_dir=/runs/rm"]}
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)

@@ -87,3 +87,27 @@ def test_gsm8k_grpo_trains_exports_and_evaluates(tiny, tmp_path):
         assert sum(v for k, v in sampled.items() if k.startswith("status/")) == 64
         assert "test" in sampled["by_source"]
     assert in_process["step"] == 2
+
+
+def test_a_reward_model_from_preference_files_then_rlhf_on_the_hf_model(tiny, tmp_path):
+    """Issue 26: the chain the gsm8k_rm and gsm8k_rlhf presets document, on the tiny HF model:
+    a reward model from its trunk on a preference file (prompts through the chat template),
+    then GRPO against that reward model, the verifier measuring beside it."""
+    from rlvr_jax.tools import tiny_hf
+
+    prefs = tmp_path / "prefs"
+    prefs.mkdir()
+    tiny_hf.make_preferences_like(str(prefs / "train.jsonl"), 32, seed=2)
+    tiny_hf.make_preferences_like(str(prefs / "test.jsonl"), 8, seed=3)
+    paths = [f"model.path={tiny / 'model'}", f"task.train_path={tiny / 'data' / 'train.jsonl'}",
+             f"task.test_path={tiny / 'data' / 'test.jsonl'}", *SMALL]
+    rm_dir = tmp_path / "rm"
+    rm = jobs.run(run_config(["+experiment=gsm8k_rm", *paths, "reward_model.steps=2",
+                              "preferences.pairs_per_step=8",
+                              f"preferences.train_path={prefs / 'train.jsonl'}",
+                              f"preferences.test_path={prefs / 'test.jsonl'}"], rm_dir))
+    assert 0.0 <= rm["rm/heldout_label_accuracy"] <= 1.0 and rm["train/steps"] == 2
+    rl = jobs.run(run_config(["+experiment=gsm8k_rlhf", *paths,
+                              f"reward.reward_model_dir={rm_dir}"], tmp_path / "rl"))
+    assert rl["compiles"]["reward_model_score"] == 1 and rl["compiles"]["train_step"] == 1
+    assert "eval/sampled_learned_reward_end" in rl

@@ -2,10 +2,12 @@
 GSM8K-format dataset, for CPU smoke tests of the real-checkpoint path (nothing is downloaded):
 
     python -m rlvr_jax.tools.tiny_hf OUT_DIR [--family qwen2|llama] [--data DATA_DIR]
+                                     [--prefs PREFS_DIR]
 
 The model gets config.json + model.safetensors (random init, written by our exporter) and a
 character-level tokenizer with Qwen's chat markers and chat template, saved by transformers.
-The dataset rows are GSM8K-shaped word problems over small additions ("#### N" answers).
+The dataset rows are GSM8K-shaped word problems over small additions ("#### N" answers); the
+preference rows pair the correct answer (chosen) with one off by 1..5 (rejected).
 """
 
 from __future__ import annotations
@@ -71,11 +73,26 @@ def make_gsm8k_like(path: str, count: int, seed: int) -> None:
             f.write(json.dumps(row) + "\n")
 
 
+def make_preferences_like(path: str, count: int, seed: int) -> None:
+    """Preference rows ("pairs" format) over the same word problems: {"prompt": [a user
+    message], "chosen": the right answer ("#### N"), "rejected": one off by 1..5}."""
+    rng = np.random.default_rng(seed)
+    with open(path, "w") as f:
+        for _ in range(count):
+            a, b = (int(x) for x in rng.integers(1, 50, size=2))
+            wrong = a + b + int(rng.integers(1, 6)) * (1 if rng.random() < 0.5 else -1)
+            question = f"Ann has {a} apples and buys {b} more. How many now?"
+            answer = lambda n: f"#### {n}"  # short: within a tiny run's response budget
+            f.write(json.dumps({"prompt": [{"role": "user", "content": question}],
+                                "chosen": answer(a + b), "rejected": answer(wrong)}) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir")
     ap.add_argument("--family", default="qwen2", choices=hf.FAMILIES)
     ap.add_argument("--data", default="", help="also write train.jsonl/test.jsonl here")
+    ap.add_argument("--prefs", default="", help="also write preference train/test files here")
     args = ap.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     cfg = make_model(args.out_dir, args.family)
@@ -85,6 +102,11 @@ def main() -> None:
         make_gsm8k_like(os.path.join(args.data, "train.jsonl"), 512, seed=0)
         make_gsm8k_like(os.path.join(args.data, "test.jsonl"), 64, seed=1)
         print(f"wrote {args.data}/train.jsonl (512 rows), test.jsonl (64 rows)")
+    if args.prefs:
+        os.makedirs(args.prefs, exist_ok=True)
+        make_preferences_like(os.path.join(args.prefs, "train.jsonl"), 512, seed=2)
+        make_preferences_like(os.path.join(args.prefs, "test.jsonl"), 64, seed=3)
+        print(f"wrote {args.prefs}/train.jsonl (512 pairs), test.jsonl (64 pairs)")
 
 
 if __name__ == "__main__":
