@@ -1,7 +1,8 @@
 """Entry point: `python -m rlvr_jax.train +experiment=math_grpo [key=value ...]`.
 
 Hydra composes conf/ on top of the typed schemas in rlvr_jax/config/; the run directory is
-`runs/<name>/<overrides that change the result>`, so rerunning the same command resumes the
+`runs/<name>/<overrides that change the result>` (`default` for none; overrides.txt there
+lists every override), so rerunning the same command resumes the
 same run. User errors (config, data, paths, checkpoints, the sandbox's host requirements, a run
 directory in use) print one message and exit 2; tracebacks are for bugs (or HYDRA_FULL_ERROR=1).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub lookups: they hang ~50 s offline
@@ -50,13 +52,22 @@ def main(cfg: DictConfig) -> float | None:
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
     logging.getLogger("absl").setLevel(logging.ERROR)
     OmegaConf.set_struct(cfg, False)
-    cfg.run_dir = HydraConfig.get().runtime.output_dir
+    hc = HydraConfig.get()
+    cfg.run_dir = hc.runtime.output_dir
+    fresh = not _holds_a_run(cfg.run_dir)  # Hydra made it just now (or an attempt that failed)
+    if fresh:  # the command that starts the run; a resume with other keys is refused later
+        _write_overrides(cfg.run_dir, list(hc.overrides.task))
     try:
         run_cfg = config_lib.to_run_config(cfg)
         from rlvr_jax import jobs  # after config validation: a bad key fails before JAX starts
 
         summary = jobs.run(run_cfg)
     except user_errors() as e:
+        if fresh and not _holds_a_run(cfg.run_dir):
+            # A command that failed on its input leaves no run directory behind (only Hydra's
+            # bookkeeping would be in it); a directory that holds a run is never touched.
+            shutil.rmtree(cfg.run_dir, ignore_errors=True)
+            _remove_if_empty(os.path.dirname(os.path.abspath(cfg.run_dir)))
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(f"error: {e}", file=sys.stderr, flush=True)
@@ -66,6 +77,32 @@ def main(cfg: DictConfig) -> float | None:
 
 
 _COMPOSED = False  # set once Hydra has composed a config and called main
+# What Hydra and this entry point write into a run directory before a run starts in it.
+_BOOKKEEPING = {".hydra", "train.log", "overrides.txt"}
+
+
+def _holds_a_run(run_dir: str) -> bool:
+    """Whether anything but Hydra's bookkeeping is in `run_dir` (a run started there)."""
+    return os.path.isdir(run_dir) and bool(set(os.listdir(run_dir)) - _BOOKKEEPING)
+
+
+def _remove_if_empty(parent: str) -> None:
+    """runs/<name> (and runs/ above it) when the removed attempt was all they held."""
+    for path in (parent, os.path.dirname(parent)):
+        if os.path.basename(path) != "runs" and path != parent:
+            break
+        try:
+            os.rmdir(path)  # only an empty directory goes
+        except OSError:
+            break
+
+
+def _write_overrides(run_dir: str, overrides: list) -> None:
+    """RUN_DIR/overrides.txt: the command's overrides in full, one a line (the directory's
+    name leaves out those that change no result, and cuts long ones)."""
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "overrides.txt"), "w") as f:
+        f.write("".join(f"{o}\n" for o in overrides))
 
 
 def cli() -> None:

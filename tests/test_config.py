@@ -173,7 +173,7 @@ def test_run_dirname_is_short_flat_and_deterministic():
     assert len(name) <= 120 and "/" not in name and name == run_dirname(long)
     assert run_dirname(long) != run_dirname(long + ",x=1")
     assert run_dirname("algo.optim.learning_rate=1e-4") == "algo.optim.learning_rate=1e-4"
-    assert run_dirname("") == ""
+    assert run_dirname("") == "default"  # the plain command's run: a sibling of the others
 
 
 def test_help_lists_every_preset_and_group_option():

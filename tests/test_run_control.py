@@ -72,6 +72,29 @@ def test_stop_after_steps_exits_0_and_the_plain_command_resumes(tmp_path):
     third = _train(_cmd(tmp_path), cwd=cwd)  # finished: says so, evaluates nothing
     assert third.returncode == 0 and "is complete (4 steps)" in third.stdout, third.stderr[-2000:]
     assert _steps(run_dir)[0] == [1, 2, 3, 4]
+    # Issue 26: the directory records the command's overrides in full (its name leaves out
+    # those that change no result: num_steps, stop_after_steps, logger).
+    recorded = open(os.path.join(run_dir, "overrides.txt")).read().splitlines()
+    assert "num_steps=4" in recorded and "stop_after_steps=2" in recorded
+    assert "num_steps" not in os.path.basename(run_dir)
+    # Train longer: the same run, extended on purpose; without the flag, refused by name.
+    longer = _train(_cmd(tmp_path, 5), cwd=cwd)
+    assert longer.returncode == 2 and "num_steps: 4 -> 5" in longer.stderr.splitlines()[-1]
+    longer = _train(_cmd(tmp_path, 5) + ["allow_config_changes=true"], cwd=cwd)
+    assert longer.returncode == 0, longer.stderr[-2000:]
+    assert _run_dir(cwd) == run_dir and _steps(run_dir)[0] == [1, 2, 3, 4, 5]
+    assert "RESUMING from checkpoint step 4" in longer.stdout + longer.stderr
+
+
+def test_a_command_that_fails_on_its_config_leaves_no_directory(tmp_path):
+    """Issue 26: every failed config attempt left a run directory (Hydra's files) behind."""
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    proc = _train(_cmd(tmp_path) + ["algo.samples_per_prompt=1"], cwd=cwd, timeout=120)
+    assert proc.returncode == 2 and "algo.samples_per_prompt" in proc.stderr
+    left = [os.path.join(r, d) for r, ds, _ in os.walk(cwd / "runs") for d in ds
+            if not os.listdir(os.path.join(r, d)) or ".hydra" in os.listdir(os.path.join(r, d))]
+    assert left == []
 
 
 def test_sigterm_checkpoints_and_the_rerun_matches_an_uninterrupted_run(tmp_path):

@@ -32,7 +32,11 @@ def warmstart_key(cfg: "RunConfig") -> str:
 
 def run_dirname(overrides: str, max_chars: int = 120) -> str:
     """A directory name for a list of overrides: deterministic (the same command resumes the same
-    run), a single path component, and short enough for any filesystem (255 bytes)."""
+    run), a single path component, and short enough for any filesystem (255 bytes; a long one
+    is cut and hashed, and the run directory's overrides.txt holds them in full). The plain
+    command's run is `default`, a sibling of the others (deleting it deletes no other run)."""
+    if not overrides:
+        return "default"
     name = overrides.replace("/", "_").replace(os.sep, "_")
     if len(name) > max_chars:
         digest = hashlib.sha1(overrides.encode()).hexdigest()[:10]
