@@ -41,6 +41,11 @@ def _start(run_dir, overrides, processes: int, heartbeat_s: int = 30):
     """The entry point as `processes` processes sharing 4 CPU devices."""
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={4 // processes}",
                HF_HUB_OFFLINE="1")
+    # No persistent compilation cache here: with the suite's shared cache, the processes of
+    # one run were seen to load different entries and hang in a collective (a barrier timed
+    # out: "workers are out of sync"), depending on what earlier tests had cached.
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
     cmd = [sys.executable, "-m", "rlvr_jax.train", *overrides, f"hydra.run.dir={run_dir}"]
     if processes == 1:
         return [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
