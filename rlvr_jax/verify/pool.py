@@ -22,7 +22,7 @@ cuts short or never starts is masked (SANDBOX_ERROR), never a scored TIMEOUT. Ve
 identical jobs are cached.
 
 Every host function that reads candidate-controlled data (wiring a job, comparing outputs)
-runs behind the verdict firewall (`firewall.py`, see `wire` and `verdict` below): `verify`
+runs behind the verdict firewall (`firewall.py`, `codecs.py`: `wire` and `verdict`): `verify`
 never raises because of what a candidate wrote.
 
 Every job carries an id that its reply echoes: a reply for another job (a worker out of step,
@@ -52,11 +52,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from rlvr_jax.types import Status, Verdict
-from rlvr_jax.verify import code as code_check
-from rlvr_jax.verify import firewall
 from rlvr_jax.verify import sandbox
-from rlvr_jax.verify import sql as sql_check
-from rlvr_jax.verify import tools as tools_check
+from rlvr_jax.verify.codecs import SANDBOXED, verdict, wire  # the firewall's side of a reply
 
 
 # A worker's reply is one line; past this without a newline it is garbled (the worker bounds
@@ -131,8 +128,6 @@ class _Worker:
                 pass
 
 
-# kind -> module with wire(job), verdict(job, reply) and neutral_reply(job)
-SANDBOXED = {"code": code_check, "sql": sql_check, "tool": tools_check}
 MODES = ("none", "forkserver", "fresh")
 READY = {"ready": 1}
 
@@ -433,35 +428,6 @@ class VerifierPool:
 
     def _wait_limit(self, w: _Worker) -> float:
         return self.start_timeout_s if w.state == "starting" else self.cleanup_timeout_s
-
-
-# ---------------------------------------------------------------------- the firewall
-def wire(kind: str, job: dict):
-    """(what to send the worker, None), or (None, the candidate's verdict) when reading its
-    completion raised (e.g. a tool call whose name is not a string)."""
-    codec = SANDBOXED.get(kind)
-    if codec is None:
-        return job, None
-    return firewall.attempt(lambda: codec.wire(job), lambda: codec.wire(_neutral(job)),
-                            Status.RUNTIME_ERROR, f"{kind} job")
-
-
-def verdict(kind: str, job: dict, msg: dict) -> Verdict:
-    """A worker's reply as a verdict. A sandboxed kind's codec compares the candidate's
-    outputs on the host, behind the firewall: a huge returned int or a forged error field of
-    another type is the candidate's runtime error, never an exception in the caller."""
-    codec = SANDBOXED.get(kind)
-    if codec is None:  # a trusted grader's worker ran its own firewall (worker.py)
-        return firewall.guarded(lambda: Verdict(Status(msg["status"]), str(msg["detail"])),
-                                None, Status.SANDBOX_ERROR, f"{kind} worker reply")
-    return firewall.guarded(lambda: codec.verdict(job, msg),
-                            lambda: codec.verdict(_neutral(job), codec.neutral_reply(job)),
-                            Status.RUNTIME_ERROR, f"{kind} reply")
-
-
-def _neutral(job: dict) -> dict:
-    """The job with the candidate's part replaced by a neutral one: the firewall's control."""
-    return dict(job, completion="")
 
 
 def _cache_key(job: dict) -> Optional[str]:
