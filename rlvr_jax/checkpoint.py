@@ -49,8 +49,7 @@ class Checkpointer:
         self._partial = f"{self.warmstart_dir}.partial-{tag}"
         if distributed.is_writer():
             os.makedirs(run_dir, exist_ok=True)
-            with open(os.path.join(run_dir, WARMSTART_POINTER), "w") as f:
-                f.write(self.warmstart_dir + "\n")
+        distributed.publish(os.path.join(run_dir, WARMSTART_POINTER), self.warmstart_dir + "\n")
         self.every_steps = every_steps
         self._manager = ocp.CheckpointManager(
             self.directory,

@@ -125,6 +125,19 @@ def barrier(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
+def publish(path: str, text: str) -> None:
+    """The writer's file that other processes may be reading at that moment (run_config.json
+    at a resume, processes.txt): written under a temporary name and renamed, so a reader sees
+    the old file or the new one, never a truncated one (a half-written run_config.json made
+    process 1 fail its config check and leave process 0 alone in the next collective)."""
+    if not is_writer():
+        return
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def check_process_count(run_dir: str) -> None:
     """A run resumes only with the process count it started with (its checkpoints' shards and
     the split of the rollouts follow it); the first start records it."""
@@ -139,6 +152,5 @@ def check_process_count(run_dir: str) -> None:
             raise CheckpointError(f"{run_dir} was started with {before} processes and this run "
                                   f"has {count}: resume it with {before} (or start a new run "
                                   "directory)")
-    elif is_writer():
-        with open(path, "w") as f:
-            f.write(f"{count}\n")
+    else:
+        publish(path, f"{count}\n")

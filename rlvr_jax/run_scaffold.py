@@ -151,9 +151,9 @@ def outputs(cfg: RunConfig) -> tuple[Checkpointer, tracking.Tracker]:
     ckpt = Checkpointer(cfg.run_dir, cfg.checkpoint.every_steps, cfg.checkpoint.max_to_keep,
                         os.path.join(w.shared_dir, warmstart_key(cfg)) if w.shared_dir else None)
     check_same_config(cfg, ckpt.latest_step() or 0)
-    if distributed.is_writer():
-        with open(os.path.join(cfg.run_dir, "run_config.json"), "w") as f:
-            json.dump(as_dict(cfg), f, indent=2)
+    distributed.barrier("config_checked")  # every process has read the recorded config
+    distributed.publish(os.path.join(cfg.run_dir, "run_config.json"),
+                        json.dumps(as_dict(cfg), indent=2))
     tracker = tracking.for_process(
         distributed.is_writer(), cfg.run_dir, mode=cfg.logger.mode, project=cfg.logger.project,
         entity=cfg.logger.entity, name=cfg.name, config=as_dict(cfg),
@@ -234,9 +234,7 @@ def stopped(ckpt: Checkpointer, tracker: tracking.Tracker, write_wall: Callable[
 
 
 def write_summary(run_dir: str, summary: dict) -> None:
-    if distributed.is_writer():
-        with open(os.path.join(run_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
+    distributed.publish(os.path.join(run_dir, "summary.json"), json.dumps(summary, indent=2))
 
 
 def read_wall(run_dir: str) -> float:
@@ -248,5 +246,5 @@ def read_wall(run_dir: str) -> float:
 
 
 def write_wall(run_dir: str, seconds: float) -> None:
-    with open(os.path.join(run_dir, "wall_seconds.json"), "w") as f:
-        json.dump({"wall_seconds": seconds}, f)
+    distributed.publish(os.path.join(run_dir, "wall_seconds.json"),
+                        json.dumps({"wall_seconds": seconds}))

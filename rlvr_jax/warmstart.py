@@ -21,7 +21,7 @@ from typing import Callable, Optional
 import jax
 import numpy as np
 
-from rlvr_jax import batching, evaluation, optim
+from rlvr_jax import batching, distributed, evaluation, optim
 from rlvr_jax.build import Policy, TaskSetup, Updates, Warmup
 from rlvr_jax.checkpoint import Checkpointer
 from rlvr_jax.config import EvalConfig, WarmupConfig
@@ -142,8 +142,6 @@ def start_evaluation(run_dir: str, tracker: Tracker, evaluate: Callable[[], dict
         with open(path) as f:
             return json.load(f)
     result = evaluate()
-    if jax.process_index() == 0:  # the run's one writer (distributed.py)
-        with open(path, "w") as f:
-            json.dump(result, f)
+    distributed.publish(path, json.dumps(result))
     tracker.log(0, {f"eval/{k}": v for k, v in result.items()})
     return result

@@ -153,3 +153,31 @@ def test_a_finished_run_rerun_with_another_value_names_it(tmp_path):
     summary = {"train/steps": cfg.num_steps, "rm/heldout_label_accuracy": 0.9}
     assert "differs from the finished run in algo.optim.learning_rate" in \
         run_scaffold.finished_message(other, summary, diff)
+
+
+def test_files_other_processes_read_are_never_seen_half_written(tmp_path):
+    """run_config.json, summary.json, wall_seconds.json, processes.txt: a reader racing the
+    writer (process 1 checking the recorded config while process 0 rewrites it) reads the old
+    file or the new one, whole."""
+    import threading
+
+    from rlvr_jax import distributed
+
+    path = str(tmp_path / "run_config.json")
+    texts = [json.dumps({"k": "x" * 200_000}), json.dumps({"k": "y" * 300_000})]
+    distributed.publish(path, texts[0])
+    seen, done = [], threading.Event()
+
+    def read():
+        while not done.is_set():
+            with open(path) as f:
+                seen.append(f.read() in texts)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    for i in range(200):
+        distributed.publish(path, texts[i % 2])
+    done.set()
+    reader.join()
+    assert seen and all(seen)
+    assert [p.name for p in tmp_path.iterdir()] == ["run_config.json"]  # no temporary left
