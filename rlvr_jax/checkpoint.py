@@ -16,10 +16,15 @@ evaluation find it there too.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import os
 import shutil
-from typing import Any, Optional
+import sys
+import threading
+import traceback
+from typing import Any, Iterator, Optional
 
 import jax
 import numpy as np
@@ -31,6 +36,86 @@ from rlvr_jax.types import LoopState, TrainState
 
 class CheckpointError(RuntimeError):
     """A checkpoint exists but cannot be read; the message names its path."""
+
+
+def _unreadable(what: str, path: str, e: Exception, advice: str = "") -> CheckpointError:
+    """One line for a checkpoint orbax could not read: the path and the cause's first line
+    (without TensorStore's spec dump)."""
+    cause = (str(e).strip().splitlines() or [""])[0].split(" See full TensorStore details")[0]
+    # The failed read's frames hold its other coroutines and TensorStore futures: let them go
+    # now, while `_quiet_leftovers`'s filter is in place, not at the process's exit (Python
+    # restores the default hooks before it collects them there).
+    traceback.clear_frames(e.__traceback__)
+    gc.collect()
+    return CheckpointError(f"cannot {what} {path}: {type(e).__name__}: "
+                           f"{cause.rstrip('.')[:300]}{advice}")
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+class _DropClosedLoopTracebacks:
+    """sys.stderr, less the "Event loop is closed" tracebacks TensorStore prints when a read
+    still in flight completes into orbax's event loop after orbax closed it (one array's read
+    failed and ended the restore). Its callbacks write through sys.stderr from their own
+    threads, so each thread's lines are looked at separately; a traceback is held until its
+    last line says what it is, and everything else passes at once."""
+
+    def __init__(self, stream):
+        self._stream, self._lock = stream, threading.Lock()
+        self._partial: dict[int, str] = {}
+        self._block: dict[int, list[str]] = {}
+
+    def write(self, text: str) -> int:
+        tid = threading.get_ident()
+        with self._lock:
+            pending = self._partial.pop(tid, "") + text
+            *lines, rest = pending.split("\n")
+            for line in lines:
+                self._line(tid, line + "\n")
+            if rest and (tid in self._block or _TRACEBACK.startswith(rest)):
+                self._partial[tid] = rest  # may be a traceback's start: wait for the line
+            elif rest:
+                self._stream.write(rest)
+        return len(text)
+
+    def _line(self, tid: int, line: str) -> None:
+        block = self._block.get(tid)
+        if block is None:
+            if line.rstrip("\n") == _TRACEBACK:
+                self._block[tid] = [line]
+            else:
+                self._stream.write(line)
+        elif line[:1].isspace():
+            block.append(line)
+        else:  # the exception's own line ends the traceback
+            del self._block[tid]
+            asyncio_closed = (line.strip() == "RuntimeError: Event loop is closed"
+                              and any(f"{os.sep}asyncio{os.sep}" in b for b in block))
+            if not asyncio_closed:
+                self._stream.write("".join(block) + line)
+
+    def __getattr__(self, name):  # flush, fileno, isatty, encoding: the stream's
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _quiet_leftovers() -> Iterator[None]:
+    """Around an orbax read. When one array's read fails, the read's other coroutines are never
+    awaited (Python prints each one's traceback when it is collected) and its reads still in
+    flight print "Event loop is closed" tracebacks: many tracebacks around the one error line.
+    Those two, and nothing else, are dropped; after a failed read the filters stay (the process
+    is about to report the error and end)."""
+    unraisable_before, stderr_before = sys.unraisablehook, sys.stderr
+
+    def unraisable_hook(unraisable):
+        code = getattr(unraisable.object, "cr_code", None)
+        if code is None or f"{os.sep}orbax{os.sep}" not in code.co_filename:
+            unraisable_before(unraisable)
+
+    sys.unraisablehook, sys.stderr = unraisable_hook, _DropClosedLoopTracebacks(stderr_before)
+    yield  # an exception leaves the filters in place
+    sys.unraisablehook, sys.stderr = unraisable_before, stderr_before
 
 
 def abstract_like(tree: Any) -> Any:
@@ -76,13 +161,12 @@ class Checkpointer:
     def restore(self, step: int, abstract_state: Any) -> tuple[TrainState, LoopState]:
         path = os.path.join(self.directory, str(step))
         try:
-            out = self._manager.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract_state), loop=ocp.args.JsonRestore()))
+            with _quiet_leftovers():
+                out = self._manager.restore(step, args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(abstract_state), loop=ocp.args.JsonRestore()))
         except Exception as e:  # orbax raises many types; the user needs the path and the cause
-            cause = (str(e).strip().splitlines() or [""])[0][:200]  # orbax's first line only
-            raise CheckpointError(f"cannot restore checkpoint {path}: {type(e).__name__}: "
-                                  f"{cause}. Delete that step directory to fall back to the "
-                                  "previous checkpoint.") from e
+            raise _unreadable("restore checkpoint", path, e, ". Delete that step directory to "
+                              "fall back to the previous checkpoint.") from e
         loop = out["loop"]
         return TrainState(*out["state"]), LoopState(
             int(loop["step"]), int(loop["problems_consumed"]),
@@ -112,11 +196,10 @@ class Checkpointer:
 
     def restore_warmstart(self, abstract_params: Any) -> Any:
         try:
-            with ocp.StandardCheckpointer() as ckptr:
+            with _quiet_leftovers(), ocp.StandardCheckpointer() as ckptr:
                 return ckptr.restore(self.warmstart_dir, abstract_params)
         except Exception as e:
-            raise CheckpointError(f"cannot restore warm-start params {self.warmstart_dir}: "
-                                  f"{type(e).__name__}: {e}") from e
+            raise _unreadable("restore warm-start params", self.warmstart_dir, e) from e
 
     def close(self) -> None:
         self._manager.wait_until_finished()
@@ -137,7 +220,7 @@ def read_params(run_dir: str, step: Optional[int] = None) -> tuple[Any, int]:
     try:
         state = _restore_on_host(path)
     except Exception as e:
-        raise CheckpointError(f"cannot read checkpoint {path}: {type(e).__name__}: {e}") from e
+        raise _unreadable("read checkpoint", path, e) from e
     params = state["params"] if isinstance(state, dict) else state[1]
     return jax.tree.map(np.asarray, params), step
 
@@ -170,15 +253,14 @@ def read_warmstart_params(run_dir: str) -> Any:
     try:
         return jax.tree.map(np.asarray, _restore_on_host(path))
     except Exception as e:
-        raise CheckpointError(f"cannot read warm-start params {path}: {type(e).__name__}: "
-                              f"{e}") from e
+        raise _unreadable("read warm-start params", path, e) from e
 
 
 def _restore_on_host(path: str) -> Any:
     """A saved tree onto this process's first device, whatever mesh (and however many
     processes) wrote it: the target is built from the checkpoint's own shapes and dtypes."""
     one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    with ocp.StandardCheckpointer() as ckptr:
+    with _quiet_leftovers(), ocp.StandardCheckpointer() as ckptr:
         meta = ckptr.metadata(path)
         tree = getattr(meta, "item_metadata", meta)
         target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one),

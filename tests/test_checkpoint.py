@@ -69,3 +69,43 @@ def test_a_shared_warm_start_built_twice_at_once_keeps_one_copy(tmp_path):
     np.testing.assert_array_equal(restored["w"], np.arange(4.0))
     a.close()
     b.close()
+
+
+_RESTORE_CORRUPT = """
+import sys
+import jax.numpy as jnp, numpy as np
+from rlvr_jax.checkpoint import Checkpointer, CheckpointError, abstract_like
+from rlvr_jax.types import LoopState, TrainState
+params = {f"w{i}": jnp.full((64, 32), float(i)) for i in range(24)}
+state = TrainState(jnp.int32(0), params, {})
+ckpt = Checkpointer(sys.argv[1], every_steps=1, max_to_keep=2)
+try:
+    ckpt.restore(1, abstract_like(state))
+except CheckpointError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+def test_a_corrupt_checkpoint_is_one_line_on_the_console(tmp_path):
+    """Issue 26: the error line sat between orbax's leftovers (the read's other coroutines,
+    never awaited, and TensorStore reads completing into a closed event loop), printed as
+    tracebacks around it and at exit."""
+    import subprocess
+    import sys
+
+    params = {f"w{i}": jnp.full((64, 32), float(i)) for i in range(24)}
+    ckpt = Checkpointer(str(tmp_path), every_steps=1, max_to_keep=2)
+    ckpt.maybe_save(1, TrainState(jnp.int32(0), params, {}), LoopState(1, 0, np.zeros(2, np.uint32)))
+    ckpt.close()
+    for root, _, files in os.walk(tmp_path / "checkpoints" / "1" / "state"):
+        if os.path.basename(root) == "d":  # the array data, not the metadata
+            for f in files:
+                with open(os.path.join(root, f), "wb") as fh:
+                    fh.write(os.urandom(100))
+    proc = subprocess.run([sys.executable, "-c", _RESTORE_CORRUPT, str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: cannot restore checkpoint"), proc.stderr[-3000:]
+    assert "TensorStore" not in lines[0]
