@@ -318,6 +318,16 @@ class Block(nn.Module):
         return self._finish(x_B_1_D, out), (k, v)
 
 
+    def extend(self, x_B_O_D, rope_B_O, k_B_S_K_H, v_B_S_K_H, mask_B_O_SO):
+        """`decode` for O new tokens at once: they attend over the cached slots and causally
+        over each other (`mask_B_O_SO` covers the S slots, then the O new tokens);
+        -> (x_B_O_D, (k_B_O_K_H, v_B_O_K_H)) for the caller to cache."""
+        q, k, v = self.self_attn.qkv(self.input_layernorm(x_B_O_D), rope_B_O)
+        keys = jnp.concatenate([k_B_S_K_H, k.astype(k_B_S_K_H.dtype)], axis=1)
+        values = jnp.concatenate([v_B_S_K_H, v.astype(v_B_S_K_H.dtype)], axis=1)
+        return self._finish(x_B_O_D, attend(q, keys, values, mask_B_O_SO)), (k, v)
+
+
 def causal_mask(valid_B_T: jax.Array) -> jax.Array:
     """mask_B_T_T: query t sees keys s <= t that are real tokens."""
     t = valid_B_T.shape[1]
@@ -425,6 +435,44 @@ class Decoder(nn.Module):
                         jax.lax.dynamic_update_slice(cache.valid_B_S, valid_B[:, None],
                                                      (0, index)))
         return self.head(self.norm(x[:, 0])), cache
+
+
+    def extend(self, tokens_B_O, valid_B_O, cache: KVCache, index_B, position_B):
+        """O tokens per row into slots index_B + [0, O), each row at its own slot (a
+        multi-turn episode's rows are at different points of their responses): a turn's
+        sampled token (O = 1) or an environment's observation (O > 1), with no re-prefill of
+        the history. New token j of row b is at position position_B[b] + j and attends to the
+        valid cached slots below index_B[b] and causally to the valid new tokens before it.
+        `valid_B_O` False marks padding (never attended to later). The caller keeps
+        index_B + O <= S (dynamic_update_slice would otherwise move the write back).
+        -> (normed hidden_B_O_D, cache); the head runs where the caller needs logits."""
+        b, o = tokens_B_O.shape
+        slots = cache.valid_B_S.shape[1]
+        valid_B_O = valid_B_O.astype(bool)
+        old_B_S = (jnp.arange(slots)[None, :] < index_B[:, None]) & cache.valid_B_S
+        new_B_O_O = causal_mask(valid_B_O)
+        mask_B_O_SO = jnp.concatenate([jnp.broadcast_to(old_B_S[:, None], (b, o, slots)),
+                                       new_B_O_O], axis=-1)
+        rope_B_O = rope_for(self.cfg, position_B[:, None] + jnp.arange(o)[None, :])
+        block = Block(self.cfg, parent=None)
+
+        def body(x, layer):
+            params, k_B_S_K_H, v_B_S_K_H = layer
+            return block.apply({"params": params}, x, rope_B_O, k_B_S_K_H, v_B_S_K_H,
+                               mask_B_O_SO, method="extend")
+
+        x, (k_N_B_O_K_H, v_N_B_O_K_H) = jax.lax.scan(
+            body, self.embed_tokens(tokens_B_O),
+            (self.stack.value, cache.k_N_B_S_K_H, cache.v_N_B_S_K_H))
+        # Row b's O slots from index_B[b]: a per-row dynamic_update_slice (a scatter).
+        rows = lambda c, new, i: jax.lax.dynamic_update_slice(c, new.astype(c.dtype),
+                                                              (0, i, 0, 0))
+        write = jax.vmap(rows, in_axes=(1, 1, 0), out_axes=1)
+        valid = jax.vmap(lambda c, new, i: jax.lax.dynamic_update_slice(c, new, (i,)))
+        cache = KVCache(write(cache.k_N_B_S_K_H, k_N_B_O_K_H, index_B),
+                        write(cache.v_N_B_S_K_H, v_N_B_O_K_H, index_B),
+                        valid(cache.valid_B_S, valid_B_O, index_B))
+        return self.norm(x), cache
 
 
 def init_params(model: Decoder, key: jax.Array) -> dict:

@@ -1,0 +1,176 @@
+"""Multi-turn sampler: the policy's turns and an environment's observations in one KV cache,
+with static shapes (one compile per piece, however many turns a row takes).
+
+    s = make_turn_sampler(model, max_new_tokens=R, observation_tokens=O, stops=[[id, ...]], ...)
+    state = s.start(params, prompt_B_L, prompt_mask_B_L, key)   # prefill
+    state = s.decode(params, state)      # every live row decodes until EOS, a stop sequence
+                                         # (a tool call's end marker) or its budget R
+    state = s.extend(params, state, obs_B_O, obs_len_B, end_B)  # the observations' ids into
+                                         # the cache (no re-prefill); those rows decode again
+    rollout = s.rollout(state)
+
+Each row has its own response column (`col_B`): its turns and observations are contiguous
+in its R response slots, so its positions are those the trainer's forward gives the same
+sequence (prompt ++ response under the attention mask), and its tokens do not depend on
+where its batch-mates' turns end. The uniform behind the draw at column c of row b is
+u[b, c], drawn once at the start: a row's episode is a function of its own tokens and key.
+
+The record keeps the masks apart: `mask_B_R` (attention) covers the policy's and the
+environment's tokens, `loss_mask_B_R` the policy's own sampled tokens only; observation
+tokens have log-prob 0. Tokens only: the host side (rlvr_jax/episodes.py) turns texts into
+ids and back.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlvr_jax.models.policy import Decoder, KVCache
+from rlvr_jax.sampling import choose_tokens
+from rlvr_jax.types import Rollout
+
+# Why a row's current turn stopped (`TurnState.stop_B`).
+RUNNING, STOP_EOS, STOP_CALL, STOP_BUDGET = 0, 1, 2, 3
+
+
+class TurnState(NamedTuple):
+    cache: KVCache  # B rows, S = L + R + O slots (O of slack: a write never runs past S)
+    logits_B_V: jax.Array  # float32: each row's next-token distribution
+    col_B: jax.Array  # int32: the row's next free response column
+    turn_start_B: jax.Array  # int32: the first column of the row's current turn
+    position_B: jax.Array  # int32: the prompt's real tokens (the position of column 0)
+    live_B: jax.Array  # bool: decoding in the current turn
+    done_B: jax.Array  # bool: the episode is over
+    stop_B: jax.Array  # int32: why the current turn stopped (RUNNING while live)
+    tokens_B_R: jax.Array  # int32, pad where nothing was written
+    logp_B_R: jax.Array  # float32 sampler log-probs of the policy's tokens, 0 elsewhere
+    mask_B_R: jax.Array  # float32 attention: policy and observation tokens
+    loss_mask_B_R: jax.Array  # float32: the policy's own tokens
+    u_B_R: jax.Array  # float32 uniforms, one per row and column
+
+
+class TurnSampler(NamedTuple):
+    start: Callable  # (params, prompt_B_L, mask_B_L, key) -> TurnState
+    decode: Callable  # (params, state) -> state (donated)
+    extend: Callable  # (params, state, obs_B_O, obs_len_B, end_B) -> state (donated)
+    rollout: Callable  # state -> Rollout
+    observation_tokens: int  # O
+
+
+def stop_table(stops: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Stop sequences as a right-aligned [M, W] id table (-1 pads the left) and their
+    lengths: a turn stops when its last tokens equal one of them."""
+    if not stops:
+        return np.full((1, 1), -1, np.int32), np.zeros((1,), np.int32)
+    width = max(len(s) for s in stops)
+    table = np.full((len(stops), width), -1, np.int32)
+    for i, s in enumerate(stops):
+        table[i, width - len(s):] = s
+    return table, np.array([len(s) for s in stops], np.int32)
+
+
+def ends_with_stop(tokens_B_R, col_B, turn_start_B, table_M_W, lengths_M) -> jax.Array:
+    """bool [B]: the tokens before column col_B end with a stop sequence that lies wholly
+    inside the current turn (an observation's text never completes a call marker)."""
+    m, w = table_M_W.shape
+    cols_B_W = col_B[:, None] - w + jnp.arange(w)[None, :]
+    last_B_W = jnp.take_along_axis(tokens_B_R, jnp.clip(cols_B_W, 0, None), axis=1)
+    hit_B_M_W = (last_B_W[:, None, :] == table_M_W[None]) | (table_M_W[None] < 0)
+    inside_B_M = (col_B[:, None] - lengths_M[None, :]) >= turn_start_B[:, None]
+    return jnp.any(jnp.all(hit_B_M_W, axis=-1) & inside_B_M & (lengths_M[None, :] > 0), axis=-1)
+
+
+def _put_rows(x_B_R, cols_B_O, values_B_O, keep_B_O):
+    """x[b, cols[b, j]] = values[b, j] where keep (others and out-of-range columns dropped)."""
+    r = x_B_R.shape[1]
+    cols = jnp.where(keep_B_O, cols_B_O, r)  # column R is out of range: dropped
+    rows = jnp.broadcast_to(jnp.arange(x_B_R.shape[0])[:, None], cols.shape)
+    return x_B_R.at[rows, cols].set(values_B_O.astype(x_B_R.dtype), mode="drop")
+
+
+def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens: int,
+                      eos_id: int, pad_id: int, stops: Sequence[Sequence[int]],
+                      temperature: float, top_k: int = 0, top_p: float = 1.0,
+                      on_trace: Callable[[str], None] = lambda name: None) -> TurnSampler:
+    """The jitted pieces above; `on_trace(name)` runs each time one of them is traced."""
+    r, o = max_new_tokens, max(observation_tokens, 1)
+    table_M_W, lengths_M = (jnp.asarray(x) for x in stop_table(stops))
+
+    def apply(params, method, *args):
+        return model.apply({"params": params}, *args, method=method)
+
+    def start(params, prompt_B_L, mask_B_L, key):
+        on_trace("turn_start")
+        b, l = prompt_B_L.shape
+        logits_B_V, cache = apply(params, "prefill", prompt_B_L, mask_B_L, l + r + o)
+        zeros_B = jnp.zeros((b,), jnp.int32)
+        return TurnState(
+            cache, logits_B_V, zeros_B, zeros_B, jnp.sum(mask_B_L.astype(jnp.int32), axis=-1),
+            jnp.ones((b,), bool), jnp.zeros((b,), bool), zeros_B,
+            jnp.full((b, r), pad_id, jnp.int32), jnp.zeros((b, r), jnp.float32),
+            jnp.zeros((b, r), jnp.float32), jnp.zeros((b, r), jnp.float32),
+            jax.random.uniform(key, (b, r), jnp.float32))
+
+    def forward(params, s: TurnState, tokens_B_O, valid_B_O):
+        """The new tokens at each row's column into the cache; -> (hidden_B_O_D, cache)."""
+        l = s.cache.valid_B_S.shape[1] - r - o
+        return apply(params, "extend", tokens_B_O, valid_B_O, s.cache, l + s.col_B,
+                     s.position_B + s.col_B)
+
+    def decode(params, s: TurnState) -> TurnState:
+        on_trace("turn_decode")
+
+        def body(s: TurnState) -> TurnState:
+            u_B = jnp.take_along_axis(s.u_B_R, jnp.minimum(s.col_B, r - 1)[:, None], 1)[:, 0]
+            tok_B, logp_B = choose_tokens(s.logits_B_V, u_B, temperature, top_k, top_p)
+            live_B = s.live_B
+            tok_B = jnp.where(live_B, tok_B, pad_id)
+            put = lambda x, v: _put_rows(x, s.col_B[:, None], v[:, None], live_B[:, None])
+            ones_B = jnp.ones_like(logp_B)
+            tokens_B_R = put(s.tokens_B_R, tok_B)
+            hidden, cache = forward(params, s, tok_B[:, None], live_B[:, None])
+            col_B = s.col_B + live_B
+            eos_B = live_B & (tok_B == eos_id)
+            call_B = live_B & ~eos_B & ends_with_stop(tokens_B_R, col_B, s.turn_start_B,
+                                                      table_M_W, lengths_M)
+            budget_B = live_B & ~eos_B & ~call_B & (col_B >= r)
+            stop_B = jnp.where(eos_B, STOP_EOS, jnp.where(call_B, STOP_CALL, jnp.where(
+                budget_B, STOP_BUDGET, s.stop_B)))
+            return s._replace(
+                cache=cache, logits_B_V=apply(params, "head", hidden[:, 0]), col_B=col_B,
+                live_B=live_B & ~(eos_B | call_B | budget_B), done_B=s.done_B | eos_B | budget_B,
+                stop_B=stop_B, tokens_B_R=tokens_B_R, logp_B_R=put(s.logp_B_R, logp_B),
+                mask_B_R=put(s.mask_B_R, ones_B), loss_mask_B_R=put(s.loss_mask_B_R, ones_B))
+
+        return jax.lax.while_loop(lambda s: jnp.any(s.live_B), body, s)
+
+    def extend(params, s: TurnState, obs_B_O, obs_len_B, end_B) -> TurnState:
+        """Rows with obs_len_B > 0 get those observation ids appended and decode again; rows
+        with end_B end their episode (the host said so: a final answer, a budget)."""
+        on_trace("turn_extend")
+        keep_B_O = jnp.arange(o)[None, :] < obs_len_B[:, None]
+        cols_B_O = s.col_B[:, None] + jnp.arange(o)[None, :]
+        put = lambda x, v: _put_rows(x, cols_B_O, jnp.broadcast_to(v, cols_B_O.shape), keep_B_O)
+        hidden_B_O_D, cache = forward(params, s, obs_B_O, keep_B_O)
+        last_B = jnp.maximum(obs_len_B - 1, 0)
+        hidden_B_D = jnp.take_along_axis(hidden_B_O_D, last_B[:, None, None], axis=1)[:, 0]
+        resume_B = (obs_len_B > 0) & ~end_B & ~s.done_B
+        col_B = s.col_B + obs_len_B
+        return s._replace(
+            cache=cache,
+            logits_B_V=jnp.where(resume_B[:, None], apply(params, "head", hidden_B_D),
+                                 s.logits_B_V),
+            col_B=col_B, turn_start_B=col_B, live_B=resume_B, done_B=s.done_B | end_B,
+            stop_B=jnp.where(resume_B, RUNNING, s.stop_B),
+            tokens_B_R=put(s.tokens_B_R, obs_B_O), mask_B_R=put(s.mask_B_R, 1.0),
+            logp_B_R=put(s.logp_B_R, 0.0), loss_mask_B_R=put(s.loss_mask_B_R, 0.0))
+
+    def rollout(s: TurnState) -> Rollout:
+        return Rollout(s.tokens_B_R, s.logp_B_R, s.mask_B_R, s.loss_mask_B_R)
+
+    return TurnSampler(jax.jit(start), jax.jit(decode, donate_argnums=(1,)),
+                       jax.jit(extend, donate_argnums=(1,)), jax.jit(rollout), o)
