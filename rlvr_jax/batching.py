@@ -51,9 +51,12 @@ def decode_responses(tokenizer, tokens_B_R: np.ndarray, mask_B_R: np.ndarray) ->
 
 
 def sft_batch(prompt_B_L: np.ndarray, prompt_mask_B_L: np.ndarray, response_B_R: np.ndarray,
-              response_mask_B_R: np.ndarray) -> SFTBatch:
+              response_mask_B_R: np.ndarray, attention_B_R: np.ndarray | None = None) -> SFTBatch:
+    """`attention_B_R` (default: the response mask) covers tokens attended to but not trained
+    on, an episode's observations."""
+    attention_B_R = response_mask_B_R if attention_B_R is None else attention_B_R
     tokens = np.concatenate([prompt_B_L, response_B_R], axis=1)
-    input_mask = np.concatenate([prompt_mask_B_L, response_mask_B_R.astype(np.int32)], axis=1)
+    input_mask = np.concatenate([prompt_mask_B_L, attention_B_R.astype(np.int32)], axis=1)
     return SFTBatch(tokens, input_mask, response_mask_B_R)
 
 

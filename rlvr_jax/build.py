@@ -21,13 +21,14 @@ from transformers import PreTrainedTokenizerBase
 
 import jax.numpy as jnp
 
-from rlvr_jax import distributed, lora, optim, sharding, tasks, train_step
-from rlvr_jax.config import (AlgoConfig, ConfigError, MeshConfig, ModelConfig, RunConfig,
-                             SamplingConfig, TaskConfig, WarmupConfig)
+from rlvr_jax import distributed, episodes, generate, lora, optim, sharding, tasks, train_step
+from rlvr_jax.config import (AlgoConfig, ConfigError, EnvConfig, MeshConfig, ModelConfig,
+                             RunConfig, SamplingConfig, TaskConfig, WarmupConfig)
 from rlvr_jax.models import hf
 from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder, init_params
 from rlvr_jax.sampling import make_sampler
+from rlvr_jax.turn_sampler import make_turn_sampler
 from rlvr_jax.tasks.base import Task
 from rlvr_jax.tokenizer import load_pretrained_tokenizer, load_tokenizer, save_char_tokenizer
 
@@ -112,6 +113,44 @@ def policy(setup: TaskSetup, mesh_cfg: MeshConfig, sampling: SamplingConfig,
                              top_p=sampling.top_p, on_trace=counter(traces, "sampler")),
         sample_greedy=sampler(temperature=0.0, on_trace=counter(traces, "sampler_eval_greedy")),
         sample_eval=sampler(temperature=1.0, on_trace=counter(traces, "sampler_eval_sampled")))
+
+
+# ------------------------------------------------------------------ generators
+@dataclass(frozen=True)
+class Generators:
+    """What makes the loop's and evaluation's responses: each
+    `generate(params, prompt_B_L, pmask_B_L, key) -> generate.Generated` (host prompts)."""
+
+    train: Callable
+    greedy: Callable  # temperature 0 (evaluation only)
+    sampled: Callable  # temperature 1, no truncation (evaluation)
+    glue: Optional[episodes.Glue] = None  # how observations become ids (multi-turn)
+
+
+def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=None,
+               env_cfg: Optional[EnvConfig] = None, traces: Optional[Traces] = None) -> Generators:
+    """One sampler call per batch, or with an environment multi-turn episodes (episodes.py):
+    the turn sampler stops on the environment's call markers (their ids)."""
+    tok, put = setup.tokenizer, policy.put
+    if env is None:
+        return Generators(generate.single_turn(policy.sample_train, tok, put),
+                          generate.single_turn(policy.sample_greedy, tok, put, every_row=True),
+                          generate.single_turn(policy.sample_eval, tok, put, every_row=True))
+    traces = traces if traces is not None else Traces()
+    stops = [tok.encode(t, add_special_tokens=False) for t in env.stop_texts]
+    glue = episodes.Glue.of(tok, env.observation_prefix, env.observation_suffix)
+
+    def make(name: str, temperature: float, top_k: int = 0, top_p: float = 1.0):
+        sampler = make_turn_sampler(
+            policy.model, max_new_tokens=setup.max_new_tokens,
+            observation_tokens=env_cfg.observation_tokens, eos_id=tok.eos_token_id,
+            pad_id=tok.pad_token_id, stops=stops, temperature=temperature, top_k=top_k,
+            top_p=top_p, on_trace=lambda piece: traces.update([f"{name}_{piece}"]))
+        return generate.multi_turn(sampler, env, tok, glue, env_cfg.max_turns, put)
+
+    return Generators(make("sampler", sampling.temperature, sampling.top_k, sampling.top_p),
+                      make("sampler_eval_greedy", 0.0), make("sampler_eval_sampled", 1.0),
+                      glue)
 
 
 # ------------------------------------------------------------------ update steps

@@ -20,7 +20,7 @@ import tempfile
 
 import jax
 
-from rlvr_jax import build, evaluation
+from rlvr_jax import build, evaluation, generate
 from rlvr_jax.checkpoint import CheckpointError
 from rlvr_jax.export import policy_of_run
 from rlvr_jax.config import (ConfigError, DatasetTaskConfig, MeshConfig, ModelConfig,
@@ -76,13 +76,15 @@ def evaluate_model(model: str, data: str | None, *, n: int, ks: list[int], tempe
             common = dict(prompt_len=setup.prompt_len, batch_size=batch, put=policy.put,
                           key=jax.random.key(seed))
             answer_of = setup.task.answer_of
-            v, texts, _ = evaluation.sample_and_verify(policy.sample_greedy, params, setup.task,
+            one = lambda sample: generate.single_turn(sample, setup.tokenizer, policy.put,
+                                                      every_row=True)
+            v, texts, _ = evaluation.sample_and_verify(one(policy.sample_greedy), params, setup.task,
                                                     setup.tokenizer, problems, verifier,
                                                     samples_per_problem=1, **common)
             out["greedy"] = evaluation.report(problems, v, texts, 1, answer_of, [1])
             if n > 0:
                 v, texts, _ = evaluation.sample_and_verify(
-                    policy.sample_train, params, setup.task, setup.tokenizer, problems,
+                    one(policy.sample_train), params, setup.task, setup.tokenizer, problems,
                     verifier, samples_per_problem=n, **common)
                 out[f"sampled_T{temperature:g}_n{n}"] = evaluation.report(problems, v, texts, n,
                                                                           answer_of, ks)

@@ -16,16 +16,17 @@ import numpy as np
 
 from rlvr_jax import batching, distributed, pass_at_k, rewards
 from rlvr_jax.tasks.base import Task
-from rlvr_jax.types import Status
+from rlvr_jax.types import Status, Verdict
 from rlvr_jax.verify.verifiers import Verifier
 
 
-def sample_and_verify(sample: Callable, params, task: Task, tokenizer, problems: Sequence,
+def sample_and_verify(generate: Callable, params, task: Task, tokenizer, problems: Sequence,
                       verifier: Verifier, *, samples_per_problem: int, prompt_len: int,
                       batch_size: int, key: jax.Array, put: Callable,
                       score: Optional[Callable] = None):
     """(verdicts, completions, scores), in problem-major order (n per problem); `scores` are
     `score(prompt_B_L, pmask_B_L, tokens_B_R, mask_B_R) -> r_B` of a reward model, or None.
+    `generate` (generate.py) gives every row's texts.
     Over several processes each verifies its block of every batch and the verdicts are
     gathered."""
     jobs = [p for p in problems for _ in range(samples_per_problem)]
@@ -35,12 +36,14 @@ def sample_and_verify(sample: Callable, params, task: Task, tokenizer, problems:
         padded = chunk + [chunk[0]] * (batch_size - len(chunk))
         prompt, mask = batching.encode_prompts(tokenizer, [task.prompt(p) for p in padded],
                                                prompt_len)
-        rollout = sample(params, put(prompt), put(mask), jax.random.fold_in(key, start))
-        tokens, resp_mask = distributed.to_host((rollout.tokens_B_R, rollout.mask_B_R))
-        batch_texts = batching.decode_responses(tokenizer, tokens, resp_mask)
+        g = generate(params, prompt, mask, jax.random.fold_in(key, start))  # every row's texts
+        tokens, resp_mask = g.rollout.tokens_B_R, g.rollout.mask_B_R
+        batch_texts = g.texts
         mine = distributed.my_rows(batch_size)  # the padding rows too: equal blocks
-        batch_verdicts, _ = distributed.gather_verdicts(
-            verifier.verify(task.verify_jobs(padded[mine], batch_texts[mine])))
+        batch_verdicts, _ = distributed.gather_verdicts([
+            Verdict(Status.SANDBOX_ERROR, "a tool's sandbox failed in this episode") if f else v
+            for v, f in zip(verifier.verify(task.verify_jobs(padded[mine], batch_texts[mine])),
+                            g.failed[mine])])
         verdicts += batch_verdicts[: len(chunk)]
         texts += batch_texts[: len(chunk)]
         if score is not None:
@@ -69,7 +72,7 @@ def report(problems: Sequence, verdicts: Sequence, texts: Sequence[str], n: int,
     return out
 
 
-def held_out(sample_greedy: Callable, sample_eval: Callable, params, task: Task, tokenizer,
+def held_out(generate_greedy: Callable, generate_sampled: Callable, params, task: Task, tokenizer,
              verifier: Verifier, *, num_problems: int, sampled_per_problem: int,
              sequences_per_batch: int, prompt_len: int, put: Callable, key: jax.Array,
              score: Optional[Callable] = None) -> dict:
@@ -82,10 +85,10 @@ def held_out(sample_greedy: Callable, sample_eval: Callable, params, task: Task,
                   score=score)
     n = sampled_per_problem
     ks = sorted({1, n} | {k for k in (2, 4, 8, 16) if k < n})
-    v, texts, greedy_r = sample_and_verify(sample_greedy, params, task, tokenizer, problems,
+    v, texts, greedy_r = sample_and_verify(generate_greedy, params, task, tokenizer, problems,
                                            verifier, samples_per_problem=1, **common)
     greedy = report(problems, v, texts, 1, task.answer_of)
-    v, texts, sampled_r = sample_and_verify(sample_eval, params, task, tokenizer, problems,
+    v, texts, sampled_r = sample_and_verify(generate_sampled, params, task, tokenizer, problems,
                                             verifier, samples_per_problem=n, **common)
     sampled = report(problems, v, texts, n, task.answer_of, ks)
     learned = {} if score is None else {"greedy_learned_reward": float(greedy_r.mean()),

@@ -20,7 +20,8 @@ from functools import partial
 
 import jax
 
-from rlvr_jax import build, learned_reward, perf, rewards, run_scaffold, stages, warmstart
+from rlvr_jax import (build, envs, learned_reward, perf, rewards, run_scaffold, stages,
+                      warmstart)
 from rlvr_jax.config import ConfigError, RunConfig
 from rlvr_jax.types import LoopState, StepTimes
 from rlvr_jax.verify.verifiers import make_verifier
@@ -54,15 +55,24 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
     v = cfg.verifier
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
                              batch_timeout_s=v.batch_timeout_s, mode=v.mode)
+    e = cfg.env
+    env = None if e.kind == "none" else envs.make_environment(
+        e.tools, e.call_format, workers=e.workers, timeout_s=e.timeout_s,
+        batch_timeout_s=e.batch_timeout_s, mode=e.mode)
     try:
-        return _run(cfg, setup, policy, sft, updates, verifier, learned, traces, session)
+        gens = build.generators(policy, setup, cfg.sampling, env, e, traces)
+        return _run(cfg, setup, policy, sft, updates, gens, env, verifier, learned, traces,
+                    session)
     finally:
         verifier.close()  # worker processes, if any
+        if env is not None:
+            env.close()
 
 
 def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: build.Warmup,
-         updates: build.Updates, verifier, learned: learned_reward.LearnedReward | None,
-         traces: build.Traces, session: run_scaffold.Session) -> dict:
+         updates: build.Updates, gens: build.Generators, env, verifier,
+         learned: learned_reward.LearnedReward | None, traces: build.Traces,
+         session: run_scaffold.Session) -> dict:
     a, w, P, G = cfg.algo, cfg.warmup, cfg.algo.prompts_per_step, cfg.algo.samples_per_prompt
     ckpt, tracker = run_scaffold.outputs(cfg)
     stop_requested, t_start = session.stop_requested, session.t_start
@@ -76,10 +86,12 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
                   f"({jax.default_backend()}) mesh {dict(policy.mesh.shape)} | batch {P}x{G}="
                   f"{P * G} sequences | prompt {setup.prompt_len} + response "
                   f"{setup.max_new_tokens} tokens | processes {jax.process_count()}")
+    tool_demos = None if env is None else warmstart.ToolDemos(
+        env.render_call, gens.glue, cfg.env.observation_tokens, cfg.env.demo_tool_fraction)
     warm = warmstart.warm_params(policy, setup, sft, warmup=w, seed=cfg.seed, ckpt=ckpt,
-                                 tracker=tracker, should_stop=stop_requested)
-    held_out = partial(warmstart.held_out_accuracy, policy, setup, verifier, cfg.eval,
-                       score=eval_score)
+                                 tracker=tracker, should_stop=stop_requested, tools=tool_demos)
+    held_out = partial(warmstart.held_out_accuracy, gens, setup, verifier, cfg.eval,
+                       policy.put, score=eval_score)
     eval_key = warmstart.eval_key(cfg.seed)
     fresh = warmstart.rl_state(policy, updates, warm, cfg.seed)
     ref_params = build.reference_params(warm, setup.model_cfg.compute_dtype)  # frozen
@@ -103,9 +115,8 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
     prompts = partial(stages.prompts, setup.task, setup.tokenizer, seed=cfg.seed,
                       prompts_per_step=sampled_P, samples_per_prompt=G,
                       prompt_len=setup.prompt_len)
-    sample_and_verify = partial(stages.sample_and_verify, policy.sample_train, policy.put,
-                                verifier, setup.task, setup.tokenizer,
-                                learned_reward.train_scorer(learned),
+    sample_and_verify = partial(stages.sample_and_verify, gens.train, policy.put,
+                                verifier, setup.task, learned_reward.train_scorer(learned),
                                 chunks=cfg.verifier.overlap_chunks, samples_per_prompt=G)
     d, r = a.dapo, cfg.reward
     score = partial(stages.score, source=r.source, learned_weight=r.reward_model_weight,
@@ -161,7 +172,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
                | rewards.learned_summary(sampled.verdicts, sampled.learned_B)
                | stages.timing(times, sampled.rollout.mask_B_R)
                | utilisation(update_flops, times, sampled.rollout.mask_B_R)
-               | kept.stats | adv_row | {"train/kl_coef": kl_coef}
+               | sampled.stats | kept.stats | adv_row | {"train/kl_coef": kl_coef}
                | {f"compiles/{k}": v for k, v in traces.items()}
                | {f"verify/samples_process_{i}": n for i, n in enumerate(sampled.verified)})
         tracker.log(step + 1, row)                                                     # log

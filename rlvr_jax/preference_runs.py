@@ -80,8 +80,9 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
                              batch_timeout_s=v.batch_timeout_s, mode=v.mode)
     try:
-        evaluate = partial(warmstart.held_out_accuracy, policy, setup, verifier, cfg.eval,
-                           key=warmstart.eval_key(cfg.seed),
+        evaluate = partial(warmstart.held_out_accuracy,
+                           build.generators(policy, setup, cfg.sampling), setup, verifier,
+                           cfg.eval, policy.put, key=warmstart.eval_key(cfg.seed),
                            score=learned_reward.eval_scorer(learned, policy.put))
         return _train(cfg, setup, policy, ckpt, tracker, session, traces, source,
                       _dpo_job(cfg, setup, policy, warm, traces, evaluate,

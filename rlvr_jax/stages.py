@@ -13,7 +13,7 @@ import numpy as np
 
 from rlvr_jax import advantages, batching, distributed, dynamic_sampling, perf, rewards
 from rlvr_jax.tasks.base import Task, repeat_each
-from rlvr_jax.types import Groups, Rollout, StepTimes, Verdict
+from rlvr_jax.types import Groups, Rollout, StepTimes, Status, Verdict
 from rlvr_jax.verify.verifiers import Verifier
 
 
@@ -36,6 +36,7 @@ class Sampled(NamedTuple):
     sample_s: float  # seconds blocked on the sampler
     verify_wait_s: float  # seconds waiting for verdicts after the last chunk was sampled
     verified: list  # samples each process verified (several processes: distributed.py)
+    stats: dict  # episode metrics (multi-turn), {} for one turn
 
 
 class Selected(NamedTuple):
@@ -47,40 +48,56 @@ class Selected(NamedTuple):
     stats: dict  # dynamic/* metrics
 
 
-def sample_and_verify(sample: Callable, put: Callable, verifier: Verifier, task: Task,
-                      tokenizer, score: Optional[Callable], params, problems: Sequence,
+def sample_and_verify(generate: Callable, put: Callable, verifier: Verifier, task: Task,
+                      score: Optional[Callable], params, problems: Sequence,
                       prompt_B_L, pmask_B_L, key, *, chunks: int,
                       samples_per_prompt: int) -> Sampled:
-    """Sample the step's batch in `chunks` chunks with the same params (on-policy) and hand each
-    chunk to the verifier as soon as it is decoded, so chunk k is verified (worker processes)
-    while chunk k+1 is sampled (jit). With a reward model, `score` (learned_reward.
-    train_scorer) is dispatched on each chunk's device arrays before the host decodes it, so
-    it runs while the host verifies. Over several processes each verifies the rows its own
-    devices sampled (distributed.py) and the verdicts are gathered."""
+    """Generate the step's batch in `chunks` chunks with the same params (on-policy: one
+    sampler call, or multi-turn episodes; generate.py) and hand each chunk to the verifier as
+    soon as it is made, so chunk k is verified (worker processes) while chunk k+1 is
+    generated. With a reward model, `score` (learned_reward.train_scorer) is dispatched on
+    each chunk's device arrays, so it runs while the host verifies. Over several processes
+    each verifies the rows its own devices sampled (distributed.py) and the verdicts are
+    gathered. An episode whose environment's sandbox failed is SANDBOX_ERROR, whatever it
+    answered (masked out of the loss, never a wrong answer)."""
     b = prompt_B_L.shape[0] // chunks
     problems_B = repeat_each(problems, samples_per_prompt)
-    parts, futures, scores, t_sample = [], [], [], 0.0
+    parts, futures, failures, scores, stats, t_sample = [], [], [], [], [], 0.0
     for k in range(chunks):
         t0 = time.perf_counter()
         rows = slice(k * b, (k + 1) * b)
-        prompt, pmask = put(prompt_B_L[rows]), put(pmask_B_L[rows])
-        part = sample(params, prompt, pmask, key if chunks == 1 else jax.random.fold_in(key, k))
+        part = generate(params, prompt_B_L[rows], pmask_B_L[rows],
+                        key if chunks == 1 else jax.random.fold_in(key, k))
         if score is not None:  # asynchronous: the device scores while the host verifies
-            scores.append(score(prompt, pmask, part.tokens_B_R, part.mask_B_R))
-        part = distributed.to_host(part)
+            dev = part.device or Rollout(*(put(x) for x in part.rollout))
+            scores.append(score(put(prompt_B_L[rows]), put(pmask_B_L[rows]), dev.tokens_B_R,
+                                dev.mask_B_R))
         t_sample += time.perf_counter() - t0
         mine = distributed.my_rows(b)
-        texts = batching.decode_responses(tokenizer, part.tokens_B_R[mine], part.mask_B_R[mine])
-        futures.append(verifier.submit(task.verify_jobs(problems_B[rows][mine], texts)))
-        parts.append(part)
+        futures.append(verifier.submit(task.verify_jobs(problems_B[rows][mine], part.texts)))
+        parts.append(part.rollout)
+        failures.append(part.failed)
+        stats.append(part.stats)
     t0 = time.perf_counter()
-    gathered = [distributed.gather_verdicts(f.result()) for f in futures]
+    gathered = [distributed.gather_verdicts(_mark_failed(f.result(), failed))
+                for f, failed in zip(futures, failures)]
     verdicts = [v for chunk, _ in gathered for v in chunk]
     verified = [sum(counts) for counts in zip(*(c for _, c in gathered))]
     rollout = Rollout(*(np.concatenate(x) for x in zip(*parts)))
     learned_B = np.concatenate([np.asarray(distributed.to_host(r), np.float32)
                                 for r in scores]) if scores else None
-    return Sampled(rollout, verdicts, learned_B, t_sample, time.perf_counter() - t0, verified)
+    return Sampled(rollout, verdicts, learned_B, t_sample, time.perf_counter() - t0, verified,
+                   _mean_rows(stats))
+
+
+def _mark_failed(verdicts: Sequence[Verdict], failed_B) -> list[Verdict]:
+    return [Verdict(Status.SANDBOX_ERROR, "a tool's sandbox failed in this episode")
+            if f else v for v, f in zip(verdicts, failed_B)]
+
+
+def _mean_rows(rows: Sequence[dict]) -> dict:
+    """The chunks' metrics, averaged (equal chunks)."""
+    return {k: float(np.mean([r[k] for r in rows if k in r])) for k in rows[0]} if rows else {}
 
 
 def score(verdicts: Sequence[Verdict], rollout: Rollout, prompt_B_L, pmask_B_L,

@@ -16,15 +16,16 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import numpy as np
 
 from rlvr_jax import batching, distributed, evaluation, optim
-from rlvr_jax.build import Policy, TaskSetup, Updates, Warmup
+from rlvr_jax.build import Generators, Policy, TaskSetup, Updates, Warmup
 from rlvr_jax.checkpoint import Checkpointer
-from rlvr_jax.config import EvalConfig, WarmupConfig
+from rlvr_jax.config import ConfigError, EvalConfig, WarmupConfig
+from rlvr_jax.episodes import Glue
 from rlvr_jax.models import hf
 from rlvr_jax.run_control import Stopped
 from rlvr_jax.tasks.base import Task
@@ -33,9 +34,19 @@ from rlvr_jax.types import SFTBatch, TrainState
 from rlvr_jax.verify.verifiers import Verifier
 
 
+class ToolDemos(NamedTuple):
+    """Warm-start demonstrations that call a tool: the call as the policy writes it, the
+    tool's output as the environment appends it (ids, not trained on), then the answer."""
+
+    render_call: Callable[[str, dict], str]  # the environment's call format
+    glue: Glue  # how the environment's observations become ids
+    observation_tokens: int
+    fraction: float  # share of demonstrations that call the tool
+
+
 def demonstration_batch(task: Task, tokenizer, *, seed: int, batch_index: int,
                         count: int, wrong_fraction: float, max_offset: int, prompt_len: int,
-                        max_new_tokens: int) -> SFTBatch:
+                        max_new_tokens: int, tools: Optional[ToolDemos] = None) -> SFTBatch:
     """Batch `batch_index` of demonstrations (a pure function of its arguments)."""
     # A stream distinct from the RL problem stream (whose rng is [seed, step]).
     rng = np.random.default_rng([seed, batch_index, 0xD3])
@@ -45,7 +56,31 @@ def demonstration_batch(task: Task, tokenizer, *, seed: int, batch_index: int,
     prompt, prompt_mask = batching.encode_prompts(tokenizer, [task.prompt(p) for p in problems],
                                                   prompt_len)
     response, response_mask = batching.encode_responses(tokenizer, responses, max_new_tokens)
-    return batching.sft_batch(prompt, prompt_mask, response, response_mask)
+    attention = response_mask.copy()
+    if tools is not None:
+        calls = rng.random(count) < tools.fraction
+        for i in np.flatnonzero(calls):
+            ids, trained = _tool_demonstration(task, problems[i], tools, tokenizer)
+            if len(ids) > max_new_tokens:
+                raise ConfigError(f"config key 'sampling.max_new_tokens'={max_new_tokens} is "
+                                  f"too small for a tool-calling demonstration ({len(ids)} "
+                                  "tokens)")
+            response[i], response_mask[i], attention[i] = tokenizer.pad_token_id, 0.0, 0.0
+            response[i, :len(ids)], response_mask[i, :len(ids)] = ids, trained
+            attention[i, :len(ids)] = 1.0
+    return batching.sft_batch(prompt, prompt_mask, response, response_mask, attention)
+
+
+def _tool_demonstration(task: Task, problem, tools: ToolDemos, tokenizer):
+    """(ids, trained): the call, the observation (untrained), the answer and EOS."""
+    tool, arguments, output, answer = task.tool_demonstration(problem)
+    encode = lambda text: tokenizer.encode(text, add_special_tokens=False)
+    call = encode(tools.render_call(tool, arguments))
+    observation, _ = tools.glue.ids(output, tools.observation_tokens)
+    final = encode(answer) + [tokenizer.eos_token_id]
+    ids = call + observation + final
+    trained = [1.0] * len(call) + [0.0] * len(observation) + [1.0] * len(final)
+    return ids, trained
 
 
 def run_warmup(sft_step: Callable, state, make_batch: Callable[[int], SFTBatch], steps: int,
@@ -64,14 +99,15 @@ def run_warmup(sft_step: Callable, state, make_batch: Callable[[int], SFTBatch],
 
 
 def warm_start(policy: Policy, setup: TaskSetup, sft: Warmup, w: WarmupConfig, seed: int,
-               key: jax.Array, tracker: Tracker, should_stop: Callable[[], bool]):
+               key: jax.Array, tracker: Tracker, should_stop: Callable[[], bool],
+               tools: Optional[ToolDemos] = None):
     """Supervised warm-up from freshly initialised params; returns the warm params."""
     state = optim.init_train_state(policy.init_params(key), sft.tx)
     state = jax.device_put(state, policy.shardings(state))  # the step's out_shardings: 1 compile
     make = lambda i: demonstration_batch(
         setup.task, setup.tokenizer, seed=seed, batch_index=i, count=w.sequences_per_step,
         wrong_fraction=w.wrong_fraction, max_offset=w.wrong_max_offset,
-        prompt_len=setup.prompt_len, max_new_tokens=setup.max_new_tokens)
+        prompt_len=setup.prompt_len, max_new_tokens=setup.max_new_tokens, tools=tools)
     t0 = time.perf_counter()
 
     def on_log(i, metrics):
@@ -84,20 +120,23 @@ def warm_start(policy: Policy, setup: TaskSetup, sft: Warmup, w: WarmupConfig, s
                       should_stop=should_stop).params
 
 
-def held_out_accuracy(policy: Policy, setup: TaskSetup, verifier: Verifier, e: EvalConfig,
-                      params, key: jax.Array, score: Optional[Callable] = None) -> dict:
-    """The held-out evaluation the loop logs (rlvr_jax/evaluation.py); with a reward model's
-    `score` (learned_reward.eval_scorer), also its score of the responses."""
+def held_out_accuracy(generators: Generators, setup: TaskSetup, verifier: Verifier,
+                      e: EvalConfig, put: Callable, params, key: jax.Array,
+                      score: Optional[Callable] = None) -> dict:
+    """The held-out evaluation the loop logs (rlvr_jax/evaluation.py), single- or multi-turn
+    as the generators are; with a reward model's `score` (learned_reward.eval_scorer), also
+    its score of the responses."""
     return evaluation.held_out(
-        policy.sample_greedy, policy.sample_eval, params, setup.task, setup.tokenizer, verifier,
+        generators.greedy, generators.sampled, params, setup.task, setup.tokenizer, verifier,
         num_problems=e.num_problems, sampled_per_problem=e.sampled_per_problem,
-        sequences_per_batch=e.sequences_per_batch, prompt_len=setup.prompt_len, put=policy.put,
+        sequences_per_batch=e.sequences_per_batch, prompt_len=setup.prompt_len, put=put,
         key=key, score=score)
 
 
 def warm_params(policy: Policy, setup: TaskSetup, sft: Warmup, *, warmup: WarmupConfig,
                 seed: int, ckpt: Checkpointer, tracker: Tracker,
-                should_stop: Callable[[], bool] = lambda: False):
+                should_stop: Callable[[], bool] = lambda: False,
+                tools: Optional[ToolDemos] = None):
     """The warm policy, placed on the mesh: model.path's weights, else the run's (or the
     shared) warm-start checkpoint, else a supervised warm start, saved for the next time."""
     base_key = jax.random.key(seed)
@@ -115,7 +154,7 @@ def warm_params(policy: Policy, setup: TaskSetup, sft: Warmup, *, warmup: Warmup
         tracker.write(f"found warm-start params in {ckpt.warmstart_dir}; skipping the warm-up")
     else:
         warm = warm_start(policy, setup, sft, warmup, seed,
-                          jax.random.fold_in(base_key, 1), tracker, should_stop)
+                          jax.random.fold_in(base_key, 1), tracker, should_stop, tools)
         ckpt.save_warmstart(warm)
     return warm
 

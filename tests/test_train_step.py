@@ -247,3 +247,27 @@ def test_a_reference_held_in_the_compute_dtype_gives_the_same_log_probs_bitwise(
     got = train_step.response_logp(model, ref, tokens, mask, 4, 1.0)
     for w, g in zip(want, got):
         np.testing.assert_array_equal(np.asarray(w), np.asarray(g))
+
+
+@pytest.mark.parametrize("agg", losses.AGGREGATIONS)
+def test_observation_tokens_contribute_exactly_nothing_to_the_update(agg):
+    """A multi-turn batch: observation tokens are attended to (input mask 1) but are not the
+    policy's (loss mask 0). Changing their recorded log-probs and advantages changes neither
+    the update nor a metric, for every aggregation, with the KL and entropy terms on (their
+    denominators count policy tokens only)."""
+    base = _batch(3)
+    rng = np.random.default_rng(4)
+    obs = (rng.random(base.response_mask_B_R.shape) < 0.4) & (base.response_mask_B_R == 1)
+    loss_mask = base.response_mask_B_R * ~obs
+    batch = base._replace(response_mask_B_R=loss_mask, advantages_B_R=base.advantages_B_R * loss_mask)
+    noisy = batch._replace(
+        old_logp_B_R=np.where(obs, -50.0 * rng.random(obs.shape), batch.old_logp_B_R).astype(np.float32),
+        advantages_B_R=np.where(obs, 1e3 * rng.normal(size=obs.shape), batch.advantages_B_R).astype(np.float32))
+    tx = optax.sgd(0.1)
+    step = _step(tx, loss_agg=agg, kl_coef=0.1, entropy_coef=0.01)
+    a, m_a = step(_state(tx)[0], _state(tx)[1], batch, jax.random.key(0), 1.0)
+    b, m_b = step(_state(tx)[0], _state(tx)[1], noisy, jax.random.key(0), 1.0)
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)),
+                 a.params, b.params)
+    for k in m_a:
+        np.testing.assert_array_equal(np.asarray(m_a[k]), np.asarray(m_b[k]), err_msg=k)

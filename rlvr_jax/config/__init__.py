@@ -22,7 +22,7 @@ from rlvr_jax.config.load import (as_dict, compose, conf_dir, recorded_model_con
                                   register_configs, run_dirname, to_run_config, validate,
                                   warmstart_key)
 from rlvr_jax.config.run import (LEARNED_REWARD_KL_COEF, CheckpointConfig, DistributedConfig,
-                                 DPOConfig, EvalConfig, LoggerConfig, MeshConfig,
+                                 DPOConfig, EnvConfig, EvalConfig, LoggerConfig, MeshConfig,
                                  PreferenceConfig, RewardConfig, RewardModelConfig, RunConfig,
                                  VerifierConfig, WarmupConfig)
 from rlvr_jax.config.schemas import (TASK_SCHEMAS, TASK_VERIFIERS, AlgoConfig,
@@ -50,6 +50,7 @@ __all__ = [
     "LoggerConfig",
     "LoggerMode",
     "LossAgg",
+    "EnvConfig",
     "MeshConfig",
     "DistributedConfig",
     "RewardModelConfig",

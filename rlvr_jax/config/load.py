@@ -27,6 +27,11 @@ def warmstart_key(cfg: "RunConfig") -> str:
     w.pop("shared_dir")
     key = {"seed": cfg.seed, "model": dataclasses.asdict(cfg.model), "warmup": w,
            "task": dataclasses.asdict(cfg.task), "max_new_tokens": cfg.sampling.max_new_tokens}
+    if cfg.env.kind != "none":  # the demonstrations call tools (keys of one-turn runs kept)
+        e = cfg.env
+        key["env"] = {"tools": list(e.tools), "call_format": str(e.call_format),
+                      "demo_tool_fraction": e.demo_tool_fraction,
+                      "observation_tokens": e.observation_tokens}
     return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -71,6 +76,14 @@ def validate(cfg: RunConfig) -> RunConfig:
     a.check(cfg.sampling.max_new_tokens)
     w.check()
     v.check()
+    cfg.env.check()
+    if cfg.env.kind != "none":
+        _check(cfg.distributed.num_processes <= 1, "env.kind",
+               "multi-turn episodes run in one process for now (distributed.num_processes=1)")
+        _check(a.name != "ppo", "env.kind",
+               "multi-turn episodes train the GRPO family for now (GAE over the policy's "
+               "tokens only is not built yet): use algo=grpo")
+        _check(cfg.job == "rl", "env.kind", f"job={cfg.job} has no episodes: set env.kind=none")
     cfg.mesh.check()
     cfg.distributed.check()
     cfg.preferences.check()

@@ -5,12 +5,13 @@ processes, logging, checkpoints, evaluation, and the RunConfig that holds every 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from omegaconf import MISSING
 
-from rlvr_jax.config.choices import (Job, LoggerMode, OnBadRow, PairFormat, RewardScheme,
-                                     RewardSource, SandboxMode, VerifierKind, _check)
+from rlvr_jax.config.choices import (CallFormat, EnvKind, Job, LoggerMode, OnBadRow,
+                                     PairFormat, RewardScheme, RewardSource, SandboxMode,
+                                     VerifierKind, _check)
 from rlvr_jax.config.schemas import AlgoConfig, ModelConfig, SamplingConfig
 
 
@@ -150,6 +151,40 @@ class VerifierConfig:
 
 
 @dataclass
+class EnvConfig:
+    """Multi-turn episodes (rlvr_jax/episodes.py): after a turn that ends on a tool call, the
+    tool runs in the sandbox and its output is appended for the policy to read. `none`: one
+    turn, as the task's verifier alone needs."""
+
+    kind: EnvKind = EnvKind["none"]
+    tools: List[str] = field(default_factory=lambda: ["calculator"])  # verify/toolbox.py
+    call_format: CallFormat = CallFormat["tag"]  # envs/calls.py: tag | hermes
+    max_turns: int = 4  # policy turns per episode; a call in the last one is not run
+    observation_tokens: int = 32  # per observation, glue included; longer ones are cut
+    # Share of the warm start's demonstrations that call a tool (the task's
+    # `tool_demonstration`); the others answer directly.
+    demo_tool_fraction: float = 0.5
+    workers: int = 2  # sandboxed tool workers
+    timeout_s: float = 5.0  # per call
+    batch_timeout_s: float = 120.0  # per turn's batch of calls
+    mode: SandboxMode = SandboxMode["forkserver"]
+
+    def check(self, key: str = "env") -> None:
+        from rlvr_jax.verify.toolbox import SCHEMAS
+
+        _check(self.max_turns >= 1, f"{key}.max_turns", "must be >= 1")
+        _check(self.observation_tokens >= 4, f"{key}.observation_tokens", "must be >= 4")
+        _check(0.0 <= self.demo_tool_fraction <= 1.0, f"{key}.demo_tool_fraction",
+               "must be in [0, 1]")
+        _check(self.workers >= 1, f"{key}.workers", "must be >= 1")
+        _check(self.timeout_s > 0 and self.batch_timeout_s > 0, f"{key}.timeout_s",
+               "must be > 0")
+        unknown = [t for t in self.tools if t not in SCHEMAS]
+        _check(bool(self.tools) and not unknown, f"{key}.tools",
+               f"unknown tools {unknown} (known: {', '.join(sorted(SCHEMAS))})")
+
+
+@dataclass
 class MeshConfig:
     """Device mesh; axis names live in rlvr_jax/sharding.py. -1 means 'all remaining devices'."""
 
@@ -244,6 +279,7 @@ class RunConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
     mesh: MeshConfig = field(default_factory=MeshConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     # rl: train the policy (loop.py); reward_model: train a reward model; dpo: train the policy

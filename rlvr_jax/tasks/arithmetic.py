@@ -77,6 +77,12 @@ class ArithmeticTask(ProceduralSplit[Problem]):
         offset = int(rng.integers(1, max_offset + 1)) * (1 if rng.random() < 0.5 else -1)
         return str(problem.answer + offset)
 
+    def tool_demonstration(self, problem: Problem) -> tuple[str, dict, str, str]:
+        """A warm-start episode that calls the calculator: (tool, arguments, the tool's
+        output, the final answer)."""
+        return "calculator", {"expression": problem.question}, str(problem.answer), str(
+            problem.answer)
+
     # ----------------------------------------------------------------- verification
     def verify_jobs(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[Job]:
         check_pairs(problems, completions)

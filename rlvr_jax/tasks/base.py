@@ -53,6 +53,10 @@ class Task(Protocol[ProblemT]):
         ...
 
 
+# Optional, for multi-turn tool use (rlvr_jax/envs/): `tool_demonstration(problem) -> (tool,
+# arguments, the tool's output, the final answer)`, a warm-start episode that calls a tool.
+
+
 class NoDemonstrations(ValueError):
     """The task has no warm-start demonstrations (start from model.path, or warmup.steps=0)."""
 

@@ -4,9 +4,7 @@ against the tool's JSON schema (required keys, types, enums, no extra keys), the
 the sandbox (the tools run code on model-chosen arguments), and its result is compared on the
 host with the task's expected outcome.
 
-Tools: `calculator` {expression: str} (arithmetic over numbers, + - * / // % ** and
-parentheses, evaluated by an AST walker, no names), `python` {code: str} (runs the code; the
-result is the variable `result`), `sort` {items: array, descending?: bool}.
+The tools and their schemas are toolbox.py's (shared with the multi-turn environments).
 A job: {"completion", "tools": [allowed names], "expected": value, "tolerance"?}.
 """
 
@@ -17,48 +15,9 @@ import re
 
 from rlvr_jax.types import Status, Verdict
 from rlvr_jax.verify import code, json_scan
+from rlvr_jax.verify.toolbox import IMPLEMENTATIONS as _IMPL
+from rlvr_jax.verify.toolbox import SCHEMAS, check_call
 
-SCHEMAS = {
-    "calculator": {"type": "object", "required": ["expression"],
-                   "properties": {"expression": {"type": "string"}}},
-    "python": {"type": "object", "required": ["code"], "properties": {"code": {"type": "string"}}},
-    "sort": {"type": "object", "required": ["items"],
-             "properties": {"items": {"type": "array"}, "descending": {"type": "boolean"}}},
-}
-
-# The tool implementations, run inside the sandbox with the model's arguments.
-_IMPL = {
-    "calculator": '''
-import ast, operator as op
-_OPS = {ast.Add: op.add, ast.Sub: op.sub, ast.Mult: op.mul, ast.Div: op.truediv,
-        ast.FloorDiv: op.floordiv, ast.Mod: op.mod, ast.Pow: op.pow, ast.USub: op.neg,
-        ast.UAdd: op.pos}
-def _ev(n):
-    if isinstance(n, ast.Constant) and type(n.value) in (int, float):
-        return n.value
-    if isinstance(n, ast.BinOp) and type(n.op) in _OPS:
-        if isinstance(n.op, ast.Pow) and abs(_ev(n.right)) > 1000:
-            raise ValueError("exponent too large")
-        return _OPS[type(n.op)](_ev(n.left), _ev(n.right))
-    if isinstance(n, ast.UnaryOp) and type(n.op) in _OPS:
-        return _OPS[type(n.op)](_ev(n.operand))
-    raise ValueError("not arithmetic")
-def tool(expression):
-    return _ev(ast.parse(expression, mode="eval").body)
-''',
-    "python": '''
-def tool(code):
-    scope = {}
-    exec(code, scope)
-    return scope.get("result")
-''',
-    "sort": '''
-def tool(items, descending=False):
-    return sorted(items, reverse=descending)
-''',
-}
-_TYPES = {"string": str, "array": list, "boolean": bool, "object": dict, "integer": int,
-          "number": (int, float)}
 _JSON_BLOCK = re.compile(r"```(?:json)?\s*\n(.*?)```", re.S)
 
 
@@ -87,21 +46,11 @@ def validate(call, allowed) -> str:
     """'' if the call is valid, else why not."""
     if call is None:
         return "no JSON tool call found"
-    name, args = call.get("tool"), call.get("arguments", {})
-    if not isinstance(name, str) or name not in SCHEMAS or name not in allowed:
-        return f"tool {code.short(name, 40)} is not available (allowed: {', '.join(allowed)})"
-    if set(call) - {"tool", "arguments"} or not isinstance(args, dict):
-        return "a call is {\"tool\": name, \"arguments\": {...}}"
-    schema = SCHEMAS[name]
-    missing = [k for k in schema["required"] if k not in args]
-    extra = [k for k in args if k not in schema["properties"]]
-    if missing or extra:
-        return f"missing {missing} / unexpected {extra} arguments"
-    for k, v in args.items():
-        want = _TYPES[schema["properties"][k]["type"]]
-        if not isinstance(v, want) or (want is not bool and isinstance(v, bool)):
-            return f"argument {k!r} must be {schema['properties'][k]['type']}"
-    return ""
+    if set(call) - {"tool", "arguments"} or not isinstance(call.get("arguments", {}), dict):
+        name = call.get("tool")
+        if isinstance(name, str) and name in SCHEMAS and name in allowed:
+            return "a call is {\"tool\": name, \"arguments\": {...}}"
+    return check_call(call.get("tool"), call.get("arguments", {}), allowed)
 
 
 def wire(job: dict) -> dict:

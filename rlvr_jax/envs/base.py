@@ -1,0 +1,39 @@
+"""What an environment is to the episode driver (rlvr_jax/episodes.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+# Reply outcomes (each counted per step: rlvr_jax/episodes.py).
+OK, TOOL_ERROR, MALFORMED, UNKNOWN_TOOL, SANDBOX_ERROR = (
+    "ok", "tool_error", "malformed", "unknown_tool", "sandbox_error")
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The environment's answer to one turn that ended on a call."""
+
+    text: str  # the observation: what the policy reads next (an error is one too)
+    outcome: str  # OK | TOOL_ERROR | MALFORMED | UNKNOWN_TOOL | SANDBOX_ERROR
+    tool: str = ""  # the tool called ("" when the call could not be read)
+
+
+class Environment(Protocol):
+    # Texts that end a policy turn with a call (the sampler stops on their token ids).
+    stop_texts: tuple[str, ...]
+    # What surrounds an observation in the context (chat glue, or the format's delimiters).
+    observation_prefix: str
+    observation_suffix: str
+
+    def respond(self, turns: Sequence[str]) -> list[Reply]:
+        """One reply per turn text, in order; every call of the batch at once. Never raises
+        because of what a turn says (a bad call is an observation, a failed sandbox is
+        SANDBOX_ERROR)."""
+        ...
+
+    def render_call(self, tool: str, arguments: dict) -> str:
+        """A call as the policy writes it (warm-start demonstrations)."""
+        ...
+
+    def close(self) -> None: ...

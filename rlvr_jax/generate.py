@@ -1,0 +1,49 @@
+"""A batch of responses for the loop and evaluation, whatever makes them: one sampler call
+(single turn), or episodes of turns with an environment (episodes.py). The builder picks
+one (build.generators); the stages call `generate(params, prompt_B_L, pmask_B_L, key)` and
+never ask which.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Optional
+
+import numpy as np
+
+from rlvr_jax import batching, distributed, episodes
+from rlvr_jax.types import Rollout
+
+
+class Generated(NamedTuple):
+    rollout: Rollout  # host arrays [B, R], every process's rows
+    texts: list  # what the task's verifier checks: this process's rows, or every row
+    failed: np.ndarray  # bool, the same rows: the environment's sandbox failed
+    stats: dict  # episode metrics ({} for one turn)
+    device: Optional[Rollout]  # the sampler's device arrays (one turn), for a reward model
+
+
+def single_turn(sample: Callable, tokenizer, put: Callable,
+                every_row: bool = False) -> Callable[..., Generated]:
+    """`every_row`: texts of every process's rows (evaluation reads all answers), else of
+    this process's own (what it verifies)."""
+    def generate(params, prompt_B_L, pmask_B_L, key) -> Generated:
+        part = sample(params, put(prompt_B_L), put(pmask_B_L), key)
+        host = Rollout(*(np.asarray(x) for x in distributed.to_host(part)))
+        n = len(host.tokens_B_R)
+        mine = slice(0, n) if every_row else distributed.my_rows(n)
+        texts = batching.decode_responses(tokenizer, host.tokens_B_R[mine], host.mask_B_R[mine])
+        return Generated(host, texts, np.zeros(len(texts), bool), {}, part)
+
+    return generate
+
+
+def multi_turn(sampler, env, tokenizer, glue: episodes.Glue, max_turns: int,
+               put: Callable) -> Callable[..., Generated]:
+    """Episodes of one process (several processes: not yet, config.validate refuses it), so
+    its texts are every row's."""
+    def generate(params, prompt_B_L, pmask_B_L, key) -> Generated:
+        e = episodes.run(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key,
+                         max_turns=max_turns, put=put)
+        return Generated(e.rollout, e.final_texts, e.sandbox_failed_B, e.stats, None)
+
+    return generate

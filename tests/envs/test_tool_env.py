@@ -1,0 +1,87 @@
+"""The tool environment with its tools in the bubblewrap sandbox: outputs and errors become
+observations, bad calls are observations plus a count, and the code sandbox's attack suite,
+run as python tool calls, is contained. Needs bubblewrap (a failure in CI, see helpers)."""
+
+import os
+
+import pytest
+
+from rlvr_jax.envs import make_environment
+from rlvr_jax.envs.base import MALFORMED, OK, SANDBOX_ERROR, TOOL_ERROR, UNKNOWN_TOOL
+from tests.helpers import UNAVAILABLE
+from tests.verify.test_sandbox import SANDBOX_ATTACKS
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sandbox"),
+              pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")]
+
+
+@pytest.fixture(scope="module")
+def env():
+    os.environ["RLVR_SECRET"] = "hunter2"
+    try:
+        e = make_environment(["calculator", "python"], "hermes", workers=2, timeout_s=3.0,
+                             batch_timeout_s=120.0, mode="forkserver")
+        yield e
+        e.close()
+    finally:
+        del os.environ["RLVR_SECRET"]
+
+
+def _call(env, tool, **arguments):
+    return env.render_call(tool, arguments)
+
+
+def test_outputs_and_errors_are_what_the_policy_reads(env):
+    replies = env.respond([
+        _call(env, "calculator", expression="123*456"),
+        _call(env, "calculator", expression="1/0"),
+        _call(env, "python", code="print('hi')\nresult = sum(range(10))"),
+        _call(env, "python", code="while True: pass"),  # a tool that hangs
+        _call(env, "python", code="print('x' * (10 << 20))"),  # a 10 MB output
+        _call(env, "search", q="x"),
+        '<tool_call>{"name": "calculator", "arguments": {"expression": 7}}</tool_call>',
+        "<tool_call>{not json</tool_call>",
+    ])
+    got = [(r.outcome, r.text[:60]) for r in replies]
+    assert got[0] == (OK, "56088")
+    assert got[1] == (TOOL_ERROR, "error: ZeroDivisionError: division by zero")
+    assert got[2] == (OK, "hi\n45")
+    assert got[3] == (TOOL_ERROR, "error: the tool call timed out")
+    assert got[4][0] == TOOL_ERROR and len(replies[4].text) < 25_000
+    assert got[5][0] == UNKNOWN_TOOL and "not available" in got[5][1]
+    assert got[6][0] == MALFORMED and "must be string" in got[6][1]
+    assert got[7][0] == MALFORMED and "not valid JSON" in got[7][1]
+    assert {r.tool for r in replies[:5]} == {"calculator", "python"}
+
+
+@pytest.mark.parametrize("name", list(SANDBOX_ATTACKS))
+def test_the_code_sandbox_attacks_as_tool_calls_are_contained(env, name):
+    program, _ = SANDBOX_ATTACKS[name]
+    reply, = env.respond([_call(env, "python", code=program + "\nresult = f(0)")])
+    assert reply.outcome in (OK, TOOL_ERROR), (reply.outcome, reply.text[:300])
+    assert "hunter2" not in reply.text
+    # The attack's success value is True; the secret's is checked above, and kill_parent's
+    # success would be a dead worker (True means the worker survived; the next call shows it).
+    if name not in ("trainer_env", "kill_parent"):
+        assert reply.text.strip() != "true", reply.text[:300]
+    assert not os.path.exists("/usr/pwned")
+    after, = env.respond([_call(env, "calculator", expression="2+2")])
+    assert (after.outcome, after.text) == (OK, "4")
+
+
+def test_a_sandbox_that_cannot_start_is_the_episodes_sandbox_error(monkeypatch):
+    from rlvr_jax.verify import sandbox
+
+    e = make_environment(["calculator"], "tag", workers=1, timeout_s=2.0, batch_timeout_s=20.0,
+                         mode="fresh")
+    try:
+        def broken(**kwargs):
+            raise OSError("bwrap could not start")
+
+        monkeypatch.setattr(sandbox, "spawn", broken)
+        e._pool._workers = []  # the next call needs a new worker, which cannot start
+        reply, = e.respond(["<calculator>1+1</calculator>"])
+        assert reply.outcome == SANDBOX_ERROR
+    finally:
+        monkeypatch.undo()
+        e.close()
