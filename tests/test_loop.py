@@ -30,9 +30,19 @@ PPO_DAPO = ["algo=ppo", "algo.ppo.kl_in_reward=true", "algo.loss.kl_coef=0.05", 
             "algo.dapo.mask_truncated=true"]
 
 
-@pytest.mark.parametrize("extra", [[], PPO_DAPO], ids=["grpo", "ppo+dapo"])
+# Multi-turn tool use: 3-digit products with the calculator in the sandbox (issue 27).
+CALC_AGENT = ["task.operators=[*]", "task.operand_digits=3", "env.kind=tools",
+              "sampling.max_new_tokens=64", "warmup.steps=40", "env.workers=1"]
+
+
+@pytest.mark.parametrize("extra", [[], PPO_DAPO, CALC_AGENT], ids=["grpo", "ppo+dapo", "tools"])
 def test_resume_is_exact(tmp_path, extra):
     """4 steps in one go == 2 steps, a restart, and 2 more (bitwise on CPU)."""
+    if extra is CALC_AGENT:
+        from tests.helpers import UNAVAILABLE
+
+        if UNAVAILABLE:
+            pytest.skip(f"no sandbox: {UNAVAILABLE}")
     overrides = ["+experiment=math_grpo", "num_steps=4", "verifier.reward_scheme=format_penalty",
                  *TINY, *extra, f"warmup.shared_dir={tmp_path / 'warm'}"]
     once = jobs.run(run_config(overrides, tmp_path / "once"))
@@ -56,6 +66,14 @@ def test_resume_is_exact(tmp_path, extra):
     if extra is PPO_DAPO:
         assert any(r["dynamic/carried_in"] > 0 for r in steps[2:]), "no carry crossed the restart"
         assert all(r["compiles/train_step"] == 1 for r in steps)
+    if extra is CALC_AGENT:  # episodes of 1..4 turns, one compile per sampler piece
+        assert any(r["episode/tool_calls_mean"] > 0 for r in steps), "no tool was called"
+        for piece in ("turn_start", "turn_decode", "turn_extend"):
+            counts = [r[f"compiles/sampler_{piece}"] for r in steps
+                      if f"compiles/sampler_{piece}" in r]  # extend: once a call was made
+            assert counts and set(counts) == {1}, (piece, counts)
+        for key in ("episode/turns_mean", "episode/tool_calls_mean"):
+            assert [r[key] for r in steps] == [r[key] for r in once_steps], key
 
 
 HOSTILE = [

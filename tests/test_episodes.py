@@ -1,0 +1,112 @@
+"""The episode driver: turns and observations, token-in token-out (the observation ids in
+the record are the environment's text tokenized alone), budgets and the reasons episodes
+end, special-token strings in tool output staying text. The environment here is scripted
+(the real tools in the sandbox: tests/envs/test_tool_env.py)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlvr_jax import episodes
+from rlvr_jax.config import ModelConfig
+from rlvr_jax.envs.base import OK, SANDBOX_ERROR, Reply
+from rlvr_jax.models.policy import Decoder, init_params
+from rlvr_jax.tokenizer import load_tokenizer, save_char_tokenizer
+from rlvr_jax.turn_sampler import make_turn_sampler
+from tests.helpers import scale_weights
+
+
+@functools.lru_cache(maxsize=None)
+def _setup(tmp="/tmp/rlvr_test_episodes_tok"):
+    save_char_tokenizer(tmp)
+    tok = load_tokenizer(tmp)
+    cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2,
+                      intermediate_size=64, compute_dtype="float32")
+    model = Decoder(cfg, len(tok))
+    params = scale_weights(init_params(model, jax.random.key(0)), 3.0)
+    hash_id = tok.convert_tokens_to_ids("#")
+    emb = params["embed_tokens"]["embedding"]  # tied head: '#' (the call marker) is likely
+    params["embed_tokens"]["embedding"] = emb.at[hash_id].mul(2.5)
+    return tok, model, params
+
+
+class ScriptedEnv:
+    """Replies with `outputs[i % len]` to the i-th call; rows of calls in `fail` fail."""
+
+    stop_texts = ("#",)
+    observation_prefix, observation_suffix = "[", "]"
+
+    def __init__(self, outputs, fail_every=0):
+        self.outputs, self.fail_every, self.calls, self.turns = outputs, fail_every, 0, []
+
+    def respond(self, turns):
+        out = []
+        for t in turns:
+            self.turns.append(t)
+            self.calls += 1
+            if self.fail_every and self.calls % self.fail_every == 0:
+                out.append(Reply("", SANDBOX_ERROR, "calculator"))
+            else:
+                out.append(Reply(self.outputs[self.calls % len(self.outputs)], OK, "calculator"))
+        return out
+
+    def render_call(self, tool, arguments):
+        return "#"
+
+    def close(self):
+        pass
+
+
+def _run(env, max_turns=3, r=48, o=12, b=16):
+    tok, model, params = _setup()
+    sampler = make_turn_sampler(model, max_new_tokens=r, observation_tokens=o,
+                                eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                                stops=[tok.encode("#", add_special_tokens=False)],
+                                temperature=1.0)
+    glue = episodes.Glue.of(tok, env.observation_prefix, env.observation_suffix)
+    prompt = np.full((b, 4), tok.convert_tokens_to_ids("7"), np.int32)
+    pmask = np.ones((b, 4), np.int32)
+    return tok, glue, episodes.run(sampler, env, tok, glue, params, prompt, pmask,
+                                   jax.random.key(1), max_turns=max_turns, put=jnp.asarray)
+
+
+def test_observations_are_the_environments_ids_verbatim_and_never_special():
+    """Tool output that spells the tokenizer's special tokens stays text: no EOS or pad id
+    enters the record from it, and the ids between a call and the next turn are exactly
+    Glue.ids(output)."""
+    output = "<eos><pad>x<eos>"
+    env = ScriptedEnv([output])
+    tok, glue, e = _run(env, o=20)
+    want, cut = glue.ids(output, 20)
+    assert not cut and tok.eos_token_id not in want and tok.pad_token_id not in want
+    ro = e.rollout
+    obs = (ro.mask_B_R == 1) & (ro.loss_mask_B_R == 0)
+    assert obs.any(), "the model made no call: the test checks nothing"
+    for row, m in zip(ro.tokens_B_R, obs):
+        spans = np.split(row[m], np.flatnonzero(np.diff(np.flatnonzero(m)) > 1) + 1)
+        for s in spans:
+            if len(s):
+                assert s.tolist() == want
+    assert np.all(ro.logp_B_R[obs] == 0)
+
+
+def test_budgets_end_episodes_with_their_reason():
+    env = ScriptedEnv(["1" * 40])  # longer than an observation's 12 tokens: cut
+    tok, glue, e = _run(env, max_turns=2)
+    s = e.stats
+    assert s["episode/observations_cut"] > 0
+    ids, cut = glue.ids("1" * 40, 12)
+    assert cut and len(ids) == 12 and tok.decode(ids).endswith(episodes.CUT_MARKER + "]")
+    ends = {k: v for k, v in s.items() if k.startswith("episode/ended_")}
+    assert abs(sum(ends.values()) - 1.0) < 1e-6, ends  # one reason per episode
+    assert s["episode/turns_mean"] <= 2 and ends["episode/ended_max_turns"] > 0
+    assert s["episode/tool_calls_mean"] > 0
+
+
+def test_a_failed_sandbox_marks_only_its_episode():
+    env = ScriptedEnv(["4"], fail_every=3)
+    _, _, e = _run(env)
+    assert e.sandbox_failed_B.any() and not e.sandbox_failed_B.all()
+    assert e.stats["episode/ended_sandbox_error"] == e.sandbox_failed_B.mean()
