@@ -22,6 +22,7 @@ from transformers import PreTrainedTokenizerBase
 import jax.numpy as jnp
 
 from rlvr_jax import distributed, episodes, generate, lora, optim, sharding, tasks, train_step
+from rlvr_jax.envs import chat
 from rlvr_jax.config import (AlgoConfig, ConfigError, EnvConfig, MeshConfig, ModelConfig,
                              RunConfig, SamplingConfig, TaskConfig, WarmupConfig)
 from rlvr_jax.models import hf
@@ -138,7 +139,10 @@ def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=N
                           generate.single_turn(policy.sample_eval, tok, put, every_row=True))
     traces = traces if traces is not None else Traces()
     stops = [tok.encode(t, add_special_tokens=False) for t in env.stop_texts]
-    glue = episodes.Glue.of(tok, env.observation_prefix, env.observation_suffix)
+    prefix, suffix = env.observation_prefix, env.observation_suffix
+    if env_cfg.call_format == "hermes" and getattr(tok, "chat_template", None):
+        prefix, suffix = chat.tool_glue(tok)  # the chat model's own tool turn
+    glue = episodes.Glue.of(tok, prefix, suffix)
 
     def make(name: str, temperature: float, top_k: int = 0, top_p: float = 1.0):
         sampler = make_turn_sampler(

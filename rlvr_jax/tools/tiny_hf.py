@@ -27,18 +27,29 @@ from rlvr_jax.models import hf
 from rlvr_jax.models.policy import Decoder, init_params
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Qwen2.5's tool markers, special tokens there too (after the characters: the ids of the
+# others are those of earlier tiny models).
+TOOL_SPECIALS = ["<tool_call>", "</tool_call>"]
+# Qwen2.5's layout: a tool result is a user turn wrapped in <tool_response> (consecutive
+# results share one turn).
 CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
-    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    "{% for message in messages %}"
+    "{% if message['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}<|im_start|>user{% endif %}"
+    # (an expression: the template's trim_blocks would drop a newline right after a tag)
+    "{{ '\\n<tool_response>\\n' }}{{ message['content'] }}\n</tool_response>"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}<|im_end|>\n{% endif %}"
+    "{% else %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
 def make_tokenizer(out_dir: str) -> PreTrainedTokenizerFast:
     chars = sorted(set(string.printable) - set("\x0b\x0c"))
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + chars)}
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + chars + TOOL_SPECIALS)}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<|endoftext|>"))
     core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
     core.decoder = decoders.Fuse()
-    core.add_special_tokens(SPECIALS)
+    core.add_special_tokens(SPECIALS + TOOL_SPECIALS)
     tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>",
                                   pad_token="<|endoftext|>", unk_token="<|endoftext|>")
     tok.chat_template = CHAT_TEMPLATE
