@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple
 
-import jax
 import numpy as np
 
 from rlvr_jax import distributed
-from rlvr_jax.envs.base import OK, SANDBOX_ERROR, Environment
+from rlvr_jax.envs.base import SANDBOX_ERROR, Environment
 from rlvr_jax.turn_sampler import STOP_BUDGET, STOP_CALL, STOP_EOS, TurnSampler
 from rlvr_jax.types import Rollout
 

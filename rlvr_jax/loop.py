@@ -5,7 +5,8 @@ resume, the finished-run check) is run_scaffold.py's, shared with the other jobs
     warm start (SFT on imperfect demonstrations, or HF weights) -> evaluate -> RL steps ->
     evaluate -> summary
 
-One RL step, one stage per line (stages in rlvr_jax/stages.py): prompts -> sample (jit) |
+One RL step, one stage per line (stages in rlvr_jax/stages.py): prompts -> generate (jit: one
+sampler call, or multi-turn episodes with tools in the sandbox, as the builder chose) |
 verify (worker processes, overlapping) -> reward-model scores (jit, when one is set:
 learned_reward.py) -> rewards -> dynamic sampling -> advantages -> update (jit, donated) -> log
 -> checkpoint.
@@ -58,7 +59,7 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
     e = cfg.env
     env = None if e.kind == "none" else envs.make_environment(
         e.tools, e.call_format, workers=e.workers, timeout_s=e.timeout_s,
-        batch_timeout_s=e.batch_timeout_s, mode=e.mode)
+        batch_timeout_s=e.batch_timeout_s, mode=e.mode, result_offset=e.result_offset)
     try:
         gens = build.generators(policy, setup, cfg.sampling, env, e, traces)
         return _run(cfg, setup, policy, sft, updates, gens, env, verifier, learned, traces,

@@ -7,7 +7,8 @@
     L  prompt slots (prompts are left-padded to L)
     R  response slots (responses are right-padded to R; the response budget)
     T  tokens of prompt ++ response, T = L + R
-    S  KV-cache slots (the sampler's cache has S = L + R)
+    S  KV-cache slots (the sampler's cache has S = L + R; the multi-turn one L + R + O)
+    O  tokens of one observation an environment appends (multi-turn episodes)
     V  vocabulary;  D  hidden width;  F  MLP width
     Q  query heads;  K  key/value heads;  J = Q / K;  H  head dim
     U  optimizer updates in one RL step (epochs x minibatches);  N  decoder layers (blocks)

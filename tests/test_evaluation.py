@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import jax
 import numpy as np
 
-from rlvr_jax import evaluation
+from rlvr_jax import evaluation, generate
 from rlvr_jax.tasks.arithmetic import ArithmeticTask, calculate
 from rlvr_jax.tokenizer import load_tokenizer, save_char_tokenizer
 from rlvr_jax.types import Rollout, Status, Verdict
@@ -34,7 +34,8 @@ def test_sample_and_verify_drops_the_padding_and_keeps_the_order(tmp_path):
         return Rollout(tokens, np.zeros_like(m), m, m)
 
     verdicts, texts, scores = evaluation.sample_and_verify(
-        sample, None, task, tok, problems, TrustedVerifier(check_integer),
+        generate.single_turn(sample, tok, lambda x: x, every_row=True), None, task, tok,
+        problems, TrustedVerifier(check_integer),
         samples_per_problem=2, prompt_len=8, batch_size=4, key=jax.random.key(0),
         put=lambda x: x)
     assert seen == [4, 4, 4]  # 10 samples in batches of 4: the last one padded

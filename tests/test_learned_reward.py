@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from rlvr_jax import batching, build, jobs, learned_reward, stages
+from rlvr_jax import batching, build, generate, jobs, learned_reward, stages
 from rlvr_jax.checkpoint import read_params
 from rlvr_jax.config import ConfigError
 from rlvr_jax.models import reward
@@ -108,8 +108,8 @@ def test_scores_of_the_sharded_batch_equal_one_by_one_forwards(rm_dir):
     verifier = make_verifier("inprocess", workers=1, timeout_s=10.0, batch_timeout_s=None,
                              mode=None)
     rollout, _, learned_B, *_ = stages.sample_and_verify(
-        policy.sample_train, policy.put, verifier, setup.task, setup.tokenizer,
-        learned_reward.train_scorer(learned), policy.init_params(jax.random.key(0)), problems,
+        generate.single_turn(policy.sample_train, setup.tokenizer, policy.put), policy.put,
+        verifier, setup.task, learned_reward.train_scorer(learned), policy.init_params(jax.random.key(0)), problems,
         prompt, pmask, jax.random.key(1), chunks=2, samples_per_prompt=4)
     whole = learned_reward.scores(learned.score_train, learned.params, policy.put, prompt, pmask,
                                   rollout.tokens_B_R, rollout.mask_B_R)  # one batch of 16

@@ -68,3 +68,27 @@ def test_the_wheel_lists_every_subpackage():
                  ["packages"])
     found = {"rlvr_jax"} | {f"rlvr_jax.{p.parent.name}" for p in PKG.glob("*/__init__.py")}
     assert found | {"rlvr_jax.conf"} == listed
+
+
+def test_the_environment_side_never_imports_jax():
+    """envs/ is host code: text in, text out; it reaches only the verifier side and types."""
+    for path in (PKG / "envs").glob("*.py"):
+        mods = _imports(path)
+        assert not any(m == "jax" or m.startswith("jax.") for m in mods), path.name
+        ours = {m for m in mods if m.startswith("rlvr_jax")}
+        assert all(m.startswith(("rlvr_jax.envs", "rlvr_jax.verify", "rlvr_jax.types"))
+                   for m in ours), (path.name, ours)
+
+
+def test_models_and_samplers_see_tokens_only():
+    for path in [PKG / "sampling.py", PKG / "turn_sampler.py", *(PKG / "models").glob("*.py")]:
+        bad = {m for m in _imports(path) if m.startswith(
+            ("rlvr_jax.tasks", "rlvr_jax.envs", "rlvr_jax.verify", "rlvr_jax.episodes"))}
+        assert not bad, (path.name, bad)
+
+
+def test_the_maths_see_masks_not_turns():
+    for name in ("losses.py", "advantages.py"):
+        bad = {m for m in _imports(PKG / name) if m.startswith(
+            ("rlvr_jax.envs", "rlvr_jax.episodes", "rlvr_jax.turn_sampler", "rlvr_jax.generate"))}
+        assert not bad, (name, bad)

@@ -164,6 +164,10 @@ class EnvConfig:
     # Share of the warm start's demonstrations that call a tool (the task's
     # `tool_demonstration`); the others answer directly.
     demo_tool_fraction: float = 0.5
+    # The control of the calculator demonstration (experiments/agentic): added to every
+    # integer a tool returns, so a policy that reads the observation copies a wrong answer.
+    # 0 (the default) leaves results alone.
+    result_offset: int = 0
     workers: int = 2  # sandboxed tool workers
     timeout_s: float = 5.0  # per call
     batch_timeout_s: float = 120.0  # per turn's batch of calls

@@ -11,10 +11,11 @@ __all__ = ["CALL_FORMATS", "Environment", "Reply", "make_environment"]
 
 
 def make_environment(tools, call_format: str, *, workers: int, timeout_s: float,
-                     batch_timeout_s: float, mode: str) -> Environment:
+                     batch_timeout_s: float, mode: str, result_offset: int = 0) -> Environment:
     """The tool environment: `tools` (names in verify/toolbox.py) called in `call_format`,
     each call run in the bubblewrap sandbox by a pool of its own."""
     from rlvr_jax.envs.tool_env import ToolEnvironment
 
     return ToolEnvironment(list(tools), CALL_FORMATS[call_format], workers=workers,
-                           timeout_s=timeout_s, batch_timeout_s=batch_timeout_s, mode=mode)
+                           timeout_s=timeout_s, batch_timeout_s=batch_timeout_s, mode=mode,
+                           result_offset=result_offset)

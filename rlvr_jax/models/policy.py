@@ -16,6 +16,8 @@ Three entry points share one `Block`, whose N copies are stacked parameters run 
     logits_B_T_V = apply("head", hidden_B_T_D)                       # float32; caller decides where
     last_logits_B_V, cache = apply("prefill", prompt_B_L, mask_B_L, slots)   # sampler, once
     logits_B_V, cache = apply("decode_step", token_B, valid_B, rope_B, cache, index)  # per token
+    hidden_B_O_D, cache = apply("extend", tokens_B_O, valid_B_O, cache, index_B, position_B)
+        # O tokens per row at its own slot: a multi-turn turn's token or an observation
 
 Shape letters (the legend in types.py): N layers, B sequences, T tokens, S cache slots,
 D hidden, Q query heads, K kv heads, J = Q / K query heads per kv head, H head dim, V
