@@ -89,6 +89,28 @@ def test_gsm8k_grpo_trains_exports_and_evaluates(tiny, tmp_path):
     assert in_process["step"] == 2
 
 
+@pytest.mark.slow
+def test_multi_turn_tool_use_on_the_chat_model(tiny, tmp_path):
+    """The real-checkpoint path with tools: Hermes-style calls on the tiny chat model (its
+    template's tool turn as the glue), two GRPO steps, one compile per sampler piece."""
+    from tests.helpers import UNAVAILABLE
+
+    if UNAVAILABLE:
+        pytest.skip(f"no sandbox: {UNAVAILABLE}")
+    run_dir = tmp_path / "run"
+    overrides = ["+experiment=gsm8k_grpo", f"model.path={tiny / 'model'}",
+                 f"task.train_path={tiny / 'data' / 'train.jsonl'}",
+                 f"task.test_path={tiny / 'data' / 'test.jsonl'}", *SMALL, "env.kind=tools",
+                 "env.call_format=hermes", "env.tools=[calculator,python]", "env.workers=1",
+                 "sampling.max_new_tokens=24", "eval.every_steps=0"]
+    summary = jobs.run(run_config(overrides, run_dir))
+    assert summary["compiles"]["sampler_turn_decode"] == 1
+    assert summary["compiles"]["sampler_eval_greedy_turn_decode"] == 1
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "reward/mean" in r]
+    assert len(steps) == 2 and all("episode/turns_mean" in r for r in steps)
+
+
 def test_a_reward_model_from_preference_files_then_rlhf_on_the_hf_model(tiny, tmp_path):
     """Issue 26: the chain the gsm8k_rm and gsm8k_rlhf presets document, on the tiny HF model:
     a reward model from its trunk on a preference file (prompts through the chat template),
