@@ -69,8 +69,10 @@ def _text(tokenizer, ids, eos_id: int) -> str:
 
 
 def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, prompt_B_L,
-        pmask_B_L, key, *, max_turns: int, put: Callable) -> Episodes:
-    """One batch of episodes (host arrays in, host arrays out)."""
+        pmask_B_L, key, *, max_turns: int, put: Callable, contexts=None) -> Episodes:
+    """One batch of episodes (host arrays in, host arrays out); `contexts`: each row's task
+    context for the tools (or None)."""
+    contexts = contexts if contexts is not None else [{}] * prompt_B_L.shape[0]
     b = prompt_B_L.shape[0]
     o, eos = sampler.observation_tokens, tokenizer.eos_token_id
     state = sampler.start(params, put(prompt_B_L), put(pmask_B_L), key)
@@ -99,7 +101,7 @@ def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, p
             reason_B[called] = "max_turns"
         else:
             texts = [_text(tokenizer, tokens_B_R[r, start_B[r]:col_B[r]], eos) for r in called]
-            for r, reply in zip(called, env.respond(texts)):
+            for r, reply in zip(called, env.respond(texts, [contexts[r] for r in called])):
                 calls[(reply.tool or "-", reply.outcome)] += 1
                 if reply.outcome == SANDBOX_ERROR:
                     end_B[r], failed_B[r], reason_B[r] = True, True, "sandbox_error"

@@ -36,7 +36,9 @@ def sample_and_verify(generate: Callable, params, task: Task, tokenizer, problem
         padded = chunk + [chunk[0]] * (batch_size - len(chunk))
         prompt, mask = batching.encode_prompts(tokenizer, [task.prompt(p) for p in padded],
                                                prompt_len)
-        g = generate(params, prompt, mask, jax.random.fold_in(key, start))  # every row's texts
+        g = generate(params, prompt, mask, jax.random.fold_in(key, start),  # every row's texts
+                     [task.tool_context(p) for p in padded]
+                     if hasattr(task, "tool_context") else None)
         tokens, resp_mask = g.rollout.tokens_B_R, g.rollout.mask_B_R
         batch_texts = g.texts
         mine = distributed.my_rows(batch_size)  # the padding rows too: equal blocks

@@ -1,7 +1,8 @@
 """A batch of responses for the loop and evaluation, whatever makes them: one sampler call
 (single turn), or episodes of turns with an environment (episodes.py). The builder picks
-one (build.generators); the stages call `generate(params, prompt_B_L, pmask_B_L, key)` and
-never ask which.
+one (build.generators); the stages call `generate(params, prompt_B_L, pmask_B_L, key,
+contexts)` (contexts: each row's task context for tools, unused by one turn) and never ask
+which.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def single_turn(sample: Callable, tokenizer, put: Callable,
                 every_row: bool = False) -> Callable[..., Generated]:
     """`every_row`: texts of every process's rows (evaluation reads all answers), else of
     this process's own (what it verifies)."""
-    def generate(params, prompt_B_L, pmask_B_L, key) -> Generated:
+    def generate(params, prompt_B_L, pmask_B_L, key, contexts=None) -> Generated:
         part = sample(params, put(prompt_B_L), put(pmask_B_L), key)
         host = Rollout(*(np.asarray(x) for x in distributed.to_host(part)))
         n = len(host.tokens_B_R)
@@ -41,9 +42,9 @@ def multi_turn(sampler, env, tokenizer, glue: episodes.Glue, max_turns: int,
                put: Callable) -> Callable[..., Generated]:
     """Episodes of one process (several processes: not yet, config.validate refuses it), so
     its texts are every row's."""
-    def generate(params, prompt_B_L, pmask_B_L, key) -> Generated:
+    def generate(params, prompt_B_L, pmask_B_L, key, contexts=None) -> Generated:
         e = episodes.run(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key,
-                         max_turns=max_turns, put=put)
+                         max_turns=max_turns, put=put, contexts=contexts)
         return Generated(e.rollout, e.final_texts, e.sandbox_failed_B, e.stats, None)
 
     return generate

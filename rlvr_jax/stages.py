@@ -67,7 +67,8 @@ def sample_and_verify(generate: Callable, put: Callable, verifier: Verifier, tas
         t0 = time.perf_counter()
         rows = slice(k * b, (k + 1) * b)
         part = generate(params, prompt_B_L[rows], pmask_B_L[rows],
-                        key if chunks == 1 else jax.random.fold_in(key, k))
+                        key if chunks == 1 else jax.random.fold_in(key, k),
+                        tool_contexts(task, problems_B[rows]))
         if score is not None:  # asynchronous: the device scores while the host verifies
             dev = part.device or Rollout(*(put(x) for x in part.rollout))
             scores.append(score(put(prompt_B_L[rows]), put(pmask_B_L[rows]), dev.tokens_B_R,
@@ -88,6 +89,12 @@ def sample_and_verify(generate: Callable, put: Callable, verifier: Verifier, tas
                                 for r in scores]) if scores else None
     return Sampled(rollout, verdicts, learned_B, t_sample, time.perf_counter() - t0, verified,
                    _mean_rows(stats))
+
+
+def tool_contexts(task: Task, problems: Sequence) -> list[dict]:
+    """Each problem's context for tools (`Task.tool_context`; {} for tasks without one)."""
+    context = getattr(task, "tool_context", None)
+    return [context(p) if context else {} for p in problems]
 
 
 def _mark_failed(verdicts: Sequence[Verdict], failed_B) -> list[Verdict]:

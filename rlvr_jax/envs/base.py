@@ -26,10 +26,11 @@ class Environment(Protocol):
     observation_prefix: str
     observation_suffix: str
 
-    def respond(self, turns: Sequence[str]) -> list[Reply]:
-        """One reply per turn text, in order; every call of the batch at once. Never raises
-        because of what a turn says (a bad call is an observation, a failed sandbox is
-        SANDBOX_ERROR)."""
+    def respond(self, turns: Sequence[str], contexts: Sequence[dict] | None = None) -> list[Reply]:
+        """One reply per turn text, in order; every call of the batch at once. `contexts`:
+        each turn's task context for its tools (`Task.tool_context`, e.g. a database or the
+        visible tests). Never raises because of what a turn says (a bad call is an
+        observation, a failed sandbox is SANDBOX_ERROR)."""
         ...
 
     def render_call(self, tool: str, arguments: dict) -> str:

@@ -47,7 +47,8 @@ class ToolEnvironment:
                          tool if known else "")
         return tool, arguments
 
-    def respond(self, turns: Sequence[str]) -> list[Reply]:
+    def respond(self, turns: Sequence[str], contexts: Sequence[dict] | None = None) -> list[Reply]:
+        contexts = contexts if contexts is not None else [{}] * len(turns)
         replies: list = []
         for turn in turns:  # reading a turn is candidate data: behind the firewall
             read, failed = firewall.attempt(lambda: self._read(turn), lambda: self._read(""),
@@ -57,8 +58,8 @@ class ToolEnvironment:
                         else Reply("error: the call could not be read", MALFORMED))
             replies.append(read)
         runs = [i for i, r in enumerate(replies) if isinstance(r, tuple)]
-        verdicts = self._pool.verify([{"tool": replies[i][0], "arguments": replies[i][1]}
-                                      for i in runs])
+        verdicts = self._pool.verify([{"tool": replies[i][0], "arguments": replies[i][1],
+                                       "context": contexts[i]} for i in runs])
         for i, v in zip(runs, verdicts):
             tool = replies[i][0]
             if v.status == Status.SANDBOX_ERROR:

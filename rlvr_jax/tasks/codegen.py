@@ -64,6 +64,13 @@ class CodegenTask(ProceduralSplit[Spec]):
             b = abs(b + int(rng.integers(1, max_offset + 1)) * (1 if rng.random() < 0.5 else -1))
         return f"def f(x):return x{spec.mul_or_add}{spec.a}{spec.sign}{b}"
 
+    def tool_context(self, spec: Spec) -> dict:
+        """The visible tests the `run_tests` tool runs (the first two inputs; the verifier
+        checks all of them)."""
+        visible = INPUTS[:2]
+        return {"_entry_point": "f", "_inputs": [[x] for x in visible],
+                "_expected": [spec(x) for x in visible]}
+
     @staticmethod
     def answer_of(completion: str) -> str | None:
         return completion.strip() or None

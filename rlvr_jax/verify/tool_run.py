@@ -3,7 +3,8 @@ environment (rlvr_jax/envs/) has validated the call against the tool's schema; h
 the tool's implementation called with the model's arguments (`wire`), and the worker's reply
 becomes what the policy reads next (`verdict`: the observation text in `detail`).
 
-A job: {"tool": name, "arguments": {...}}. Outcomes, as statuses of the reply:
+A job: {"tool": name, "arguments": {...}, "context"?: {"_key": value}} (the task's context:
+keys the schemas never have, so only the task sets them). Outcomes, as statuses of the reply:
   PASS            the tool returned: detail is its stdout (python) and its result
   RUNTIME_ERROR   the tool raised: detail "error: <exception>" (the model sees it)
   TIMEOUT / MEMORY_LIMIT / OUTPUT_LIMIT   the call hit a limit: detail "error: ..."
@@ -30,8 +31,9 @@ _LIMIT_TEXT = {Status.TIMEOUT: "error: the tool call timed out",
 
 def wire(job: dict) -> dict:
     program = IMPLEMENTATIONS[job["tool"]] + "\ndef _call(kw):\n    return tool(**kw)\n"
+    context = {k: v for k, v in job.get("context", {}).items() if k.startswith("_")}
     return {"program": program, "limits": LIMITS,
-            "calls": [{"fn": "_call", "args": [job["arguments"]]}]}
+            "calls": [{"fn": "_call", "args": [dict(job["arguments"], **context)]}]}
 
 
 def _text(value) -> str:

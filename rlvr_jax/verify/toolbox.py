@@ -7,6 +7,13 @@ environments (rlvr_jax/envs/) share them; a new tool is one entry in each dict.
                                  evaluated by an AST walker (no names, bounded exponents)
   python     {code: str}         runs the code; its stdout and the variable `result` come back
   sort       {items: array, descending?: bool}
+  sql        {query: str}        a read-only query over the task's database (its schema and
+                                 rows: the episode's context); up to 50 rows come back
+  run_tests  {code: str}         the candidate program against the task's visible tests (the
+                                 context): the first failure, or how many passed
+
+A task's context for a call (`Task.tool_context`) reaches the implementation as keyword
+arguments whose names start with `_`: no schema has such a key, so a model cannot set them.
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ SCHEMAS = {
     "python": {"type": "object", "required": ["code"], "properties": {"code": {"type": "string"}}},
     "sort": {"type": "object", "required": ["items"],
              "properties": {"items": {"type": "array"}, "descending": {"type": "boolean"}}},
+    "sql": {"type": "object", "required": ["query"], "properties": {"query": {"type": "string"}}},
+    "run_tests": {"type": "object", "required": ["code"],
+                  "properties": {"code": {"type": "string"}}},
 }
 
 # The tool implementations, run inside the sandbox with the model's arguments.
@@ -48,6 +58,28 @@ def tool(code):
     "sort": '''
 def tool(items, descending=False):
     return sorted(items, reverse=descending)
+''',
+    "sql": '''
+import sqlite3
+def tool(query, _schema=""):
+    db = sqlite3.connect(":memory:")
+    db.executescript(_schema)
+    db.execute("PRAGMA query_only = ON")  # the database is read-only to the model
+    return [list(row) for row in db.execute(query).fetchmany(50)]
+''',
+    "run_tests": '''
+def tool(code, _entry_point="f", _inputs=(), _expected=()):
+    scope = {}
+    exec(code, scope)
+    fn = scope.get(_entry_point)
+    if not callable(fn):
+        return "no function %s is defined" % _entry_point
+    for args, want in zip(_inputs, _expected):
+        got = fn(*args)
+        if got != want:
+            return "failed: %s(%s) returned %r, expected %r" % (
+                _entry_point, ", ".join(map(repr, args)), got, want)
+    return "passed %d visible tests" % len(_inputs)
 ''',
 }
 

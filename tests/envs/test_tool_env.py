@@ -85,3 +85,34 @@ def test_a_sandbox_that_cannot_start_is_the_episodes_sandbox_error(monkeypatch):
     finally:
         monkeypatch.undo()
         e.close()
+
+
+def test_sql_and_run_tests_use_the_tasks_context():
+    from rlvr_jax.tasks.codegen import CodegenTask, Spec
+
+    e = make_environment(["sql", "run_tests"], "tag", workers=1, timeout_s=3.0,
+                         batch_timeout_s=60.0, mode="forkserver")
+    try:
+        db = {"_schema": "CREATE TABLE t(a INTEGER, b TEXT); INSERT INTO t VALUES (1, 'x'), "
+                         "(2, 'y');"}
+        tests = CodegenTask().tool_context(Spec("*", 3, "+", 7))  # f(x) = 3x + 7
+        replies = e.respond([
+            "<sql>SELECT a, b FROM t ORDER BY a</sql>",
+            "<sql>DELETE FROM t</sql>",  # read-only: the tool raises, the model sees it
+            "<run_tests>def f(x):return x*3+7</run_tests>",
+            "<run_tests>def f(x):return x*3+8</run_tests>",
+            "<run_tests>def g(x):return 0</run_tests>",
+        ], [db, db, tests, tests, tests])
+        got = [(r.outcome, r.text) for r in replies]
+        assert got[0] == (OK, "[[1, \"x\"], [2, \"y\"]]")
+        assert got[1][0] == TOOL_ERROR and "readonly" in got[1][1]
+        assert got[2] == (OK, "passed 2 visible tests")
+        assert got[3] == (OK, "failed: f(0) returned 8, expected 7")
+        assert got[4] == (OK, "no function f is defined")
+        # A model cannot pass the context itself: `_schema` is no key of the tool's schema.
+        from rlvr_jax.verify.toolbox import check_call
+
+        assert "unexpected ['_schema']" in check_call(
+            "sql", {"query": "SELECT 1", "_schema": "ATTACH ..."}, ["sql"])
+    finally:
+        e.close()
