@@ -60,7 +60,7 @@ def demonstration_batch(task: Task, tokenizer, *, seed: int, batch_index: int,
     if tools is not None:
         calls = rng.random(count) < tools.fraction
         for i in np.flatnonzero(calls):
-            ids, trained = _tool_demonstration(task, problems[i], tools, tokenizer)
+            ids, trained = _tool_demonstration(task, problems[i], tools, tokenizer, rng)
             if len(ids) > max_new_tokens:
                 raise ConfigError(f"config key 'sampling.max_new_tokens'={max_new_tokens} is "
                                   f"too small for a tool-calling demonstration ({len(ids)} "
@@ -71,9 +71,9 @@ def demonstration_batch(task: Task, tokenizer, *, seed: int, batch_index: int,
     return batching.sft_batch(prompt, prompt_mask, response, response_mask, attention)
 
 
-def _tool_demonstration(task: Task, problem, tools: ToolDemos, tokenizer):
+def _tool_demonstration(task: Task, problem, tools: ToolDemos, tokenizer, rng):
     """(ids, trained): the call, the observation (untrained), the answer and EOS."""
-    tool, arguments, output, answer = task.tool_demonstration(problem)
+    tool, arguments, output, answer = task.tool_demonstration(problem, rng)
     encode = lambda text: tokenizer.encode(text, add_special_tokens=False)
     call = encode(tools.render_call(tool, arguments))
     observation, _ = tools.glue.ids(output, tools.observation_tokens)

@@ -77,7 +77,7 @@ class ArithmeticTask(ProceduralSplit[Problem]):
         offset = int(rng.integers(1, max_offset + 1)) * (1 if rng.random() < 0.5 else -1)
         return str(problem.answer + offset)
 
-    def tool_demonstration(self, problem: Problem) -> tuple[str, dict, str, str]:
+    def tool_demonstration(self, problem: Problem, rng: np.random.Generator):
         """A warm-start episode that calls the calculator: (tool, arguments, the tool's
         output, the final answer)."""
         return "calculator", {"expression": problem.question}, str(problem.answer), str(

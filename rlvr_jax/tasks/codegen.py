@@ -64,6 +64,22 @@ class CodegenTask(ProceduralSplit[Spec]):
             b = abs(b + int(rng.integers(1, max_offset + 1)) * (1 if rng.random() < 0.5 else -1))
         return f"def f(x):return x{spec.mul_or_add}{spec.a}{spec.sign}{b}"
 
+    def tool_demonstration(self, spec: Spec, rng: np.random.Generator):
+        """A warm-start episode with the `run_tests` tool: a first attempt (half of the time
+        off by 1..5 in its constant), the tool's report on the visible tests, then the right
+        program."""
+        right = self.demonstration(spec, False, rng, 0)
+        attempt = self.demonstration(spec, bool(rng.random() < 0.5), rng, 5)
+        ctx = self.tool_context(spec)
+        report = f"passed {len(ctx['_inputs'])} visible tests"
+        scope: dict = {}
+        exec(attempt, scope)  # our own demonstration's program, never a model's
+        for (x,), want in zip(ctx["_inputs"], ctx["_expected"]):
+            if scope["f"](x) != want:
+                report = f"failed: f({x!r}) returned {scope['f'](x)!r}, expected {want!r}"
+                break
+        return "run_tests", {"code": attempt}, report, right
+
     def tool_context(self, spec: Spec) -> dict:
         """The visible tests the `run_tests` tool runs (the first two inputs; the verifier
         checks all of them)."""
