@@ -94,29 +94,43 @@ def reinforce_pp_baseline(rewards_P_G: jax.Array, eps: float = 1e-6) -> jax.Arra
 
 def gae(rewards_B_R: jax.Array, values_B_R: jax.Array, mask_B_R: jax.Array, gamma: float,
         lam: float) -> tuple[jax.Array, jax.Array]:
-    """Generalised advantage estimation over response tokens (Schulman et al. 2016,
+    """Generalised advantage estimation over the policy's tokens (Schulman et al. 2016,
     arXiv:1506.02438, eq. 16):
 
-        delta_t = r_t + gamma * V_{t+1} - V_t       (V after the last valid token is 0)
-        A_t     = delta_t + gamma * lam * A_{t+1}
+        delta_t = r_t + gamma * V_{t'} - V_t        (t' the next valid token; V after the
+        A_t     = delta_t + gamma * lam * A_{t'}     last valid token is 0)
         R_t     = A_t + V_t                          (the value target)
 
-    `rewards_B_R` is per token (the verifiable reward sits on the last valid token, a per-token
-    KL penalty may sit on every token). Masked positions get A = R = 0. Returns (A, R)."""
+    The time axis is the valid tokens: in a multi-turn episode the tokens between two policy
+    turns (an environment's observation, mask 0) are no actions, so they neither take an
+    advantage nor cut the recursion. With contiguous masks t' = t + 1. `rewards_B_R` is per
+    token (the verifiable reward on the last valid token, a per-token KL penalty on every
+    one). Masked positions get A = R = 0. Returns (A, R)."""
     assert rewards_B_R.shape == values_B_R.shape == mask_B_R.shape and rewards_B_R.ndim == 2
     m = mask_B_R.astype(jnp.float32)
     r, v = rewards_B_R.astype(jnp.float32) * m, values_B_R.astype(jnp.float32) * m
-    next_v_B_R = jnp.concatenate([v[:, 1:], jnp.zeros_like(v[:, :1])], axis=1)
-    delta_B_R = (r + gamma * next_v_B_R - v) * m
 
-    def back(carry_B, x):
-        delta_B, m_B = x
-        adv_B = delta_B + gamma * lam * carry_B * m_B
-        return adv_B, adv_B
+    def back(carry, x):
+        next_v_B, next_adv_B = carry
+        r_B, v_B, m_B = x
+        delta_B = r_B + gamma * next_v_B - v_B
+        adv_B = (delta_B + gamma * lam * next_adv_B) * m_B
+        keep = m_B > 0  # a masked position passes its successor's value and advantage on
+        return (jnp.where(keep, v_B, next_v_B), jnp.where(keep, adv_B, next_adv_B)), adv_B
 
-    _, adv_R_B = jax.lax.scan(back, jnp.zeros_like(r[:, 0]), (delta_B_R.T, m.T), reverse=True)
+    zeros_B = jnp.zeros_like(r[:, 0])
+    _, adv_R_B = jax.lax.scan(back, (zeros_B, zeros_B), (r.T, v.T, m.T), reverse=True)
     adv_B_R = adv_R_B.T * m
     return adv_B_R, (adv_B_R + v) * m
+
+
+def last_valid(mask_B_R: jax.Array) -> jax.Array:
+    """bool [B, R]: each row's last valid position (none in an empty row); with gaps (a
+    multi-turn episode's observations) the last of the policy's tokens."""
+    m = mask_B_R > 0
+    r = m.shape[1]
+    last_B = r - 1 - jnp.argmax(m[:, ::-1], axis=1)
+    return (jnp.arange(r)[None, :] == last_B[:, None]) & jnp.any(m, axis=1, keepdims=True)
 
 
 def whiten(x_B_R: jax.Array, mask_B_R: jax.Array, shift_mean: bool = True,
@@ -137,9 +151,7 @@ def token_rewards(outcome_B: jax.Array, mask_B_R: jax.Array, kl_B_R: jax.Array |
     per-token KL penalty to the reference policy (Ziegler et al. 2019, arXiv:1909.08593,
     eq. 2; Ouyang et al. 2022):  r_t = 1[t = last] * R - beta * KL_t."""
     m = mask_B_R.astype(jnp.float32)
-    n_B = jnp.sum(m, axis=1).astype(jnp.int32)
-    last_B_R = (jnp.arange(m.shape[1])[None, :] == (n_B - 1)[:, None]) & (n_B[:, None] > 0)
-    r_B_R = jnp.where(last_B_R, outcome_B[:, None].astype(jnp.float32), 0.0)
+    r_B_R = jnp.where(last_valid(m), outcome_B[:, None].astype(jnp.float32), 0.0)
     if kl_B_R is not None:
         r_B_R = r_B_R - kl_coef * kl_B_R
     return r_B_R * m

@@ -148,3 +148,38 @@ def test_overlong_penalty_pinned():
     # L_max = 10, L_cache = 4: free up to 6 tokens, linear to -1 at 10, -1 beyond (cut off).
     got = advantages.overlong_penalty(jnp.array([3, 6, 7, 8, 10, 11]), 10, 4, factor=0.5)
     np.testing.assert_allclose(np.asarray(got), 0.5 * np.array([0, 0, -0.25, -0.5, -1, -1]))
+
+
+def _np_gae_over_valid(r, v, m, gamma, lam):
+    """float64: the textbook recursion over each row's valid positions only (the policy's
+    tokens of a multi-turn episode, whatever lies between them)."""
+    adv = np.zeros_like(r)
+    for b in range(r.shape[0]):
+        idx = np.flatnonzero(m[b])
+        last = 0.0
+        for j in reversed(range(len(idx))):
+            t = idx[j]
+            next_v = v[b, idx[j + 1]] if j + 1 < len(idx) else 0.0
+            last = r[b, t] + gamma * next_v - v[b, t] + gamma * lam * last
+            adv[b, t] = last
+    return adv, (adv + v) * m
+
+
+def test_gae_runs_over_the_policys_tokens_across_observations():
+    """Masks with gaps (observations between turns): the observations take no advantage and
+    do not cut the recursion; the outcome sits on the last policy token."""
+    rng = np.random.default_rng(5)
+    m = np.array([[1, 1, 0, 0, 1, 1, 0], [1, 0, 0, 0, 0, 1, 1], [1, 1, 1, 1, 0, 0, 0],
+                  [0, 0, 0, 0, 0, 0, 0]], np.float64)
+    outcome = np.array([1.0, -1.0, 0.5, 1.0])
+    r = np.asarray(advantages.token_rewards(jnp.asarray(outcome), jnp.asarray(m)))
+    last = [5, 6, 3]
+    np.testing.assert_array_equal(np.flatnonzero(r[0]), [last[0]])
+    assert r[1, last[1]] == -1.0 and r[2, last[2]] == 0.5 and not r[3].any()
+    v = rng.normal(size=m.shape) * m
+    adv, ret = advantages.gae(jnp.asarray(r, jnp.float32), jnp.asarray(v, jnp.float32),
+                              jnp.asarray(m, jnp.float32), 0.95, 0.9)
+    want_adv, want_ret = _np_gae_over_valid(r, v, m, 0.95, 0.9)
+    np.testing.assert_allclose(np.asarray(adv), want_adv, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(ret), want_ret, rtol=1e-5, atol=1e-6)
+    assert np.all(np.asarray(adv)[m == 0] == 0)

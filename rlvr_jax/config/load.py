@@ -80,9 +80,6 @@ def validate(cfg: RunConfig) -> RunConfig:
     if cfg.env.kind != "none":
         _check(cfg.distributed.num_processes <= 1, "env.kind",
                "multi-turn episodes run in one process for now (distributed.num_processes=1)")
-        _check(a.name != "ppo", "env.kind",
-               "multi-turn episodes train the GRPO family for now (GAE over the policy's "
-               "tokens only is not built yet): use algo=grpo")
         _check(cfg.job == "rl", "env.kind", f"job={cfg.job} has no episodes: set env.kind=none")
     cfg.mesh.check()
     cfg.distributed.check()
