@@ -144,15 +144,17 @@ def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=N
         prefix, suffix = chat.tool_glue(tok)  # the chat model's own tool turn
     glue = episodes.Glue.of(tok, prefix, suffix)
 
-    def make(name: str, temperature: float, top_k: int = 0, top_p: float = 1.0):
+    def make(name: str, temperature: float, top_k: int = 0, top_p: float = 1.0,
+             every_row: bool = True):
         sampler = make_turn_sampler(
             policy.model, max_new_tokens=setup.max_new_tokens,
             observation_tokens=env_cfg.observation_tokens, eos_id=tok.eos_token_id,
             pad_id=tok.pad_token_id, stops=stops, temperature=temperature, top_k=top_k,
             top_p=top_p, on_trace=lambda piece: traces.update([f"{name}_{piece}"]))
-        return generate.multi_turn(sampler, env, tok, glue, env_cfg.max_turns, put)
+        return generate.multi_turn(sampler, env, tok, glue, env_cfg.max_turns, put, every_row)
 
-    return Generators(make("sampler", sampling.temperature, sampling.top_k, sampling.top_p),
+    return Generators(make("sampler", sampling.temperature, sampling.top_k, sampling.top_p,
+                           every_row=False),
                       make("sampler_eval_greedy", 0.0), make("sampler_eval_sampled", 1.0),
                       glue)
 

@@ -81,6 +81,16 @@ def to_host(tree: Any) -> Any:
     return multihost_utils.process_allgather(tree, tiled=True)
 
 
+def gather_rows(local: np.ndarray) -> np.ndarray:
+    """This process's block of a host array's rows -> every process's blocks, in process
+    order (the whole array, on every process)."""
+    if jax.process_count() == 1:
+        return local
+    from jax.experimental import multihost_utils
+
+    return np.array(multihost_utils.process_allgather(local, tiled=True))  # a writable copy
+
+
 def my_rows(n: int) -> slice:
     """This process's block of a batch of `n` rows: the rows its devices hold under the
     batch sharding (contiguous blocks, in process order)."""

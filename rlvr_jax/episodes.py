@@ -17,14 +17,14 @@ no_room, sandbox_error), counted per step.
 
 from __future__ import annotations
 
-import collections
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import numpy as np
 
 from rlvr_jax import distributed
-from rlvr_jax.envs.base import SANDBOX_ERROR, Environment
+from rlvr_jax.envs.base import (MALFORMED, OK, SANDBOX_ERROR, TOOL_ERROR, UNKNOWN_TOOL,
+                                  Environment)
 from rlvr_jax.turn_sampler import STOP_BUDGET, STOP_CALL, STOP_EOS, TurnSampler
 from rlvr_jax.types import Rollout
 
@@ -68,83 +68,93 @@ def _text(tokenizer, ids, eos_id: int) -> str:
     return tokenizer.decode([t for t in ids if t != eos_id], skip_special_tokens=True)
 
 
+REASONS = ("", "eos", "budget", "max_turns", "no_room", "sandbox_error")  # why episodes end
+OUTCOMES = (OK, TOOL_ERROR, MALFORMED, UNKNOWN_TOOL, SANDBOX_ERROR)
+
+
 def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, prompt_B_L,
         pmask_B_L, key, *, max_turns: int, put: Callable, contexts=None) -> Episodes:
     """One batch of episodes (host arrays in, host arrays out); `contexts`: each row's task
-    context for the tools (or None)."""
-    contexts = contexts if contexts is not None else [{}] * prompt_B_L.shape[0]
+    context for the tools (or None). Over several processes each runs the calls of the rows
+    its devices hold (distributed.my_rows) and the observations are gathered, so every
+    process feeds the same arrays to the sampler; the final texts are every row's."""
     b = prompt_B_L.shape[0]
-    o, eos = sampler.observation_tokens, tokenizer.eos_token_id
+    contexts = contexts if contexts is not None else [{}] * b
+    o, eos, r_slots = sampler.observation_tokens, tokenizer.eos_token_id, None
+    mine = distributed.my_rows(b)
+    tools = tuple(env.tools)
     state = sampler.start(params, put(prompt_B_L), put(pmask_B_L), key)
     turns_B = np.zeros(b, np.int32)
-    calls = collections.Counter()  # (tool, outcome) -> count
-    reason_B = np.full(b, "", object)
+    reason_B = np.zeros(b, np.int8)  # index into REASONS
     failed_B = np.zeros(b, bool)
-    cut_obs = 0
+    calls_B_T_O = np.zeros((b, len(tools) + 1, len(OUTCOMES)), np.int32)  # + unknown tool
+    cut_B = np.zeros(b, np.int32)
     for turn in range(max_turns):
         live_before = ~np.asarray(distributed.to_host(state.done_B))
         state = sampler.decode(params, state)
         stop_B, col_B, start_B, tokens_B_R = distributed.to_host(
             (state.stop_B, state.col_B, state.turn_start_B, state.tokens_B_R))
+        r_slots = tokens_B_R.shape[1]
         turns_B += live_before
-        called = np.flatnonzero(live_before & (stop_B == STOP_CALL))
-        for r in np.flatnonzero(live_before & (stop_B == STOP_EOS)):
-            reason_B[r] = "eos"
-        for r in np.flatnonzero(live_before & (stop_B == STOP_BUDGET)):
-            reason_B[r] = "budget"
-        if not called.size:
+        called_B = live_before & (stop_B == STOP_CALL)
+        reason_B[live_before & (stop_B == STOP_EOS)] = REASONS.index("eos")
+        reason_B[live_before & (stop_B == STOP_BUDGET)] = REASONS.index("budget")
+        if not called_B.any():
             break
         obs_B_O = np.full((b, o), tokenizer.pad_token_id, np.int32)
         len_B, end_B = np.zeros(b, np.int32), np.zeros(b, bool)
         if turn == max_turns - 1:  # the last turn's call is never run
-            end_B[called] = True
-            reason_B[called] = "max_turns"
+            end_B[called_B] = True
+            reason_B[called_B] = REASONS.index("max_turns")
         else:
-            texts = [_text(tokenizer, tokens_B_R[r, start_B[r]:col_B[r]], eos) for r in called]
-            for r, reply in zip(called, env.respond(texts, [contexts[r] for r in called])):
-                calls[(reply.tool or "-", reply.outcome)] += 1
+            rows = [r for r in np.flatnonzero(called_B) if mine.start <= r < mine.stop]
+            texts = [_text(tokenizer, tokens_B_R[r, start_B[r]:col_B[r]], eos) for r in rows]
+            for r, reply in zip(rows, env.respond(texts, [contexts[r] for r in rows])):
+                tool = tools.index(reply.tool) if reply.tool in tools else len(tools)
+                calls_B_T_O[r, tool, OUTCOMES.index(reply.outcome)] += 1
                 if reply.outcome == SANDBOX_ERROR:
-                    end_B[r], failed_B[r], reason_B[r] = True, True, "sandbox_error"
+                    end_B[r], failed_B[r] = True, True
+                    reason_B[r] = REASONS.index("sandbox_error")
                     continue
                 ids, cut = glue.ids(reply.text, o)
-                if col_B[r] + len(ids) >= tokens_B_R.shape[1]:  # no slot left to answer in
-                    end_B[r], reason_B[r] = True, "no_room"
+                if col_B[r] + len(ids) >= r_slots:  # no slot left to answer in
+                    end_B[r], reason_B[r] = True, REASONS.index("no_room")
                     continue
-                cut_obs += cut
+                cut_B[r] += cut
                 obs_B_O[r, :len(ids)], len_B[r] = ids, len(ids)
+            # Each process filled its own rows: every process gets all of them.
+            obs_B_O, len_B, end_B, failed_B, reason_B = (
+                distributed.gather_rows(x[mine]) for x in (obs_B_O, len_B, end_B, failed_B,
+                                                            reason_B))
         state = sampler.extend(params, state, put(obs_B_O), put(len_B), put(end_B))
     rollout = Rollout(*(np.asarray(x) for x in distributed.to_host(sampler.rollout(state))))
-    stop_B, col_B, start_B = distributed.to_host((state.stop_B, state.col_B, state.turn_start_B))
-    for r in np.flatnonzero(reason_B == ""):  # still calling when the loop ended
-        reason_B[r] = "max_turns"
+    col_B, start_B = distributed.to_host((state.col_B, state.turn_start_B))
+    reason_B[reason_B == 0] = REASONS.index("max_turns")  # still calling when the loop ended
+    calls_B_T_O, cut_B = (distributed.gather_rows(x[mine]) for x in (calls_B_T_O, cut_B))
     final = [_text(tokenizer, rollout.tokens_B_R[r, start_B[r]:col_B[r]], eos) for r in range(b)]
     return Episodes(rollout, final, failed_B,
-                    stats(turns_B, calls, reason_B, rollout, cut_obs, pmask_B_L))
+                    stats(turns_B, calls_B_T_O, tools, reason_B, rollout, cut_B, pmask_B_L))
 
 
-def stats(turns_B, calls: collections.Counter, reason_B, rollout: Rollout, cut_obs: int,
-          pmask_B_L) -> dict:
+def stats(turns_B, calls_B_T_O, tools, reason_B, rollout: Rollout, cut_B, pmask_B_L) -> dict:
     """Per step: turns and calls per episode, each tool's error rate, malformed calls, the
     observations' share of the context, why episodes ended, cut observations."""
     b = len(turns_B)
     obs_tokens = float(((rollout.mask_B_R == 1) & (rollout.loss_mask_B_R == 0)).sum())
     context = float(rollout.mask_B_R.sum() + np.asarray(pmask_B_L).sum())
-    n_calls = sum(calls.values())
+    by_outcome = calls_B_T_O.sum(axis=(0, 1))
+    n_calls = int(by_outcome.sum())
     row = {"episode/turns_mean": float(np.mean(turns_B)),
            "episode/tool_calls_mean": n_calls / b,
            "episode/observation_share": obs_tokens / max(context, 1.0),
-           "episode/observations_cut": float(cut_obs)}
-    by_outcome = collections.Counter()
-    by_tool = collections.defaultdict(collections.Counter)
-    for (tool, outcome), n in calls.items():
-        by_outcome[outcome] += n
-        by_tool[tool][outcome] += n
-    for outcome in ("malformed", "unknown_tool", "tool_error", "sandbox_error"):
-        row[f"tool/{outcome}_rate"] = by_outcome[outcome] / max(n_calls, 1)
-    for tool, counts in by_tool.items():
-        if tool != "-":
-            row[f"tool/{tool}/calls_mean"] = sum(counts.values()) / b
-            row[f"tool/{tool}/error_rate"] = counts["tool_error"] / max(sum(counts.values()), 1)
-    for reason in ("eos", "budget", "max_turns", "no_room", "sandbox_error"):
-        row[f"episode/ended_{reason}"] = float(np.mean(reason_B == reason))
+           "episode/observations_cut": float(np.sum(cut_B))}
+    for i, outcome in enumerate(OUTCOMES[1:], 1):
+        row[f"tool/{outcome}_rate"] = float(by_outcome[i]) / max(n_calls, 1)
+    for t, tool in enumerate(tools):
+        counts = calls_B_T_O[:, t].sum(axis=0)
+        row[f"tool/{tool}/calls_mean"] = float(counts.sum()) / b
+        row[f"tool/{tool}/error_rate"] = float(counts[OUTCOMES.index(TOOL_ERROR)]) / max(
+            int(counts.sum()), 1)
+    for i, reason in enumerate(REASONS[1:], 1):
+        row[f"episode/ended_{reason}"] = float(np.mean(reason_B == i))
     return row

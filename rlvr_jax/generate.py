@@ -38,13 +38,16 @@ def single_turn(sample: Callable, tokenizer, put: Callable,
     return generate
 
 
-def multi_turn(sampler, env, tokenizer, glue: episodes.Glue, max_turns: int,
-               put: Callable) -> Callable[..., Generated]:
-    """Episodes of one process (several processes: not yet, config.validate refuses it), so
-    its texts are every row's."""
+def multi_turn(sampler, env, tokenizer, glue: episodes.Glue, max_turns: int, put: Callable,
+               every_row: bool = False) -> Callable[..., Generated]:
+    """Episodes (episodes.py): every row's final texts and failures on every process; the
+    stage verifies this process's rows of them."""
     def generate(params, prompt_B_L, pmask_B_L, key, contexts=None) -> Generated:
         e = episodes.run(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key,
                          max_turns=max_turns, put=put, contexts=contexts)
-        return Generated(e.rollout, e.final_texts, e.sandbox_failed_B, e.stats, None)
+        n = len(e.final_texts)
+        mine = slice(0, n) if every_row else distributed.my_rows(n)
+        return Generated(e.rollout, e.final_texts[mine], e.sandbox_failed_B[mine], e.stats,
+                         None)
 
     return generate

@@ -168,3 +168,24 @@ def test_a_sweep_through_the_submitit_launcher_writes_both_runs(tmp_path):
     summaries = sorted((tmp_path / "multirun").rglob("summary.json"))
     assert len(summaries) == 2, sorted(str(p) for p in (tmp_path / "multirun").rglob("*"))[:40]
     assert {json.loads(p.read_text())["train/steps"] for p in summaries} == {1}
+
+
+def test_multi_turn_episodes_over_two_processes_equal_one(tmp_path):
+    """Tool calls in the sandbox over 2 processes (each runs its own rows' calls, the
+    observations are gathered) == 1 process with 4 devices: the same episodes and rewards."""
+    from tests.helpers import UNAVAILABLE
+
+    if UNAVAILABLE:
+        pytest.skip(f"no sandbox: {UNAVAILABLE}")
+    one, two = tmp_path / "one", tmp_path / "two"
+    args = [*COMMON, "num_steps=2", "task.operators=[*]", "task.operand_digits=3",
+            "env.kind=tools", "env.workers=1", "sampling.max_new_tokens=64", "warmup.steps=40",
+            f"warmup.shared_dir={tmp_path / 'warm'}"]
+    _finish(_start(one, args, 1))
+    _finish(_start(two, args, 2))
+    a, b = _steps(one), _steps(two)
+    assert [r["step"] for r in b] == [1, 2]
+    for key in ("reward/mean", "response/length_mean", "episode/turns_mean",
+                "episode/tool_calls_mean", "episode/observation_share"):
+        assert [r[key] for r in b] == [r[key] for r in a], key
+    assert any(r["episode/tool_calls_mean"] > 0 for r in a), "no tool was called"

@@ -36,12 +36,13 @@ class ScriptedEnv:
     """Replies with `outputs[i % len]` to the i-th call; rows of calls in `fail` fail."""
 
     stop_texts = ("#",)
+    tools = ("calculator",)
     observation_prefix, observation_suffix = "[", "]"
 
     def __init__(self, outputs, fail_every=0):
         self.outputs, self.fail_every, self.calls, self.turns = outputs, fail_every, 0, []
 
-    def respond(self, turns):
+    def respond(self, turns, contexts=None):
         out = []
         for t in turns:
             self.turns.append(t)

@@ -78,8 +78,6 @@ def validate(cfg: RunConfig) -> RunConfig:
     v.check()
     cfg.env.check()
     if cfg.env.kind != "none":
-        _check(cfg.distributed.num_processes <= 1, "env.kind",
-               "multi-turn episodes run in one process for now (distributed.num_processes=1)")
         _check(cfg.job == "rl", "env.kind", f"job={cfg.job} has no episodes: set env.kind=none")
     cfg.mesh.check()
     cfg.distributed.check()

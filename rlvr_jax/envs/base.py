@@ -20,6 +20,7 @@ class Reply:
 
 
 class Environment(Protocol):
+    tools: tuple[str, ...]  # the tools a call may name (metrics are kept per tool)
     # Texts that end a policy turn with a call (the sampler stops on their token ids).
     stop_texts: tuple[str, ...]
     # What surrounds an observation in the context (chat glue, or the format's delimiters).

@@ -24,8 +24,8 @@ class ToolEnvironment:
         unknown = [t for t in tools if t not in SCHEMAS]
         if unknown:
             raise ValueError(f"unknown tools {unknown} (known: {', '.join(sorted(SCHEMAS))})")
-        self.tools, self.format, self.result_offset = tools, call_format, result_offset
-        self.stop_texts = call_format.stop_texts(tools)
+        self.tools, self.format, self.result_offset = tuple(tools), call_format, result_offset
+        self.stop_texts = call_format.stop_texts(list(tools))
         self.observation_prefix = call_format.observation_prefix
         self.observation_suffix = call_format.observation_suffix
         self._pool = VerifierPool("tool_run", workers=workers, timeout_s=timeout_s,
@@ -36,11 +36,11 @@ class ToolEnvironment:
 
     def _read(self, turn: str):
         """(tool, arguments) or a Reply for a call that cannot run."""
-        parsed = self.format.parse(turn, self.tools)
+        parsed = self.format.parse(turn, list(self.tools))
         if isinstance(parsed, str):
             return Reply(f"error: {parsed}", MALFORMED)
         tool, arguments = parsed
-        problem = check_call(tool, arguments, self.tools)
+        problem = check_call(tool, arguments, list(self.tools))
         if problem:
             known = isinstance(tool, str) and tool in self.tools
             return Reply(f"error: {problem}", MALFORMED if known else UNKNOWN_TOOL,
