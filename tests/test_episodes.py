@@ -8,6 +8,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from rlvr_jax import episodes
 from rlvr_jax.config import ModelConfig
@@ -93,6 +94,7 @@ def test_observations_are_the_environments_ids_verbatim_and_never_special():
     assert np.all(ro.logp_B_R[obs] == 0)
 
 
+@pytest.mark.slow
 def test_budgets_end_episodes_with_their_reason():
     env = ScriptedEnv(["1" * 40])  # longer than an observation's 12 tokens: cut
     tok, glue, e = _run(env, max_turns=2)
@@ -106,6 +108,7 @@ def test_budgets_end_episodes_with_their_reason():
     assert s["episode/tool_calls_mean"] > 0
 
 
+@pytest.mark.slow
 def test_a_failed_sandbox_marks_only_its_episode():
     env = ScriptedEnv(["4"], fail_every=3)
     _, _, e = _run(env)

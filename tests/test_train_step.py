@@ -249,7 +249,8 @@ def test_a_reference_held_in_the_compute_dtype_gives_the_same_log_probs_bitwise(
         np.testing.assert_array_equal(np.asarray(w), np.asarray(g))
 
 
-@pytest.mark.parametrize("agg", losses.AGGREGATIONS)
+@pytest.mark.parametrize("agg", [a if a == "token-mean" else pytest.param(a, marks=pytest.mark.slow)
+                                 for a in losses.AGGREGATIONS])
 def test_observation_tokens_contribute_exactly_nothing_to_the_update(agg):
     """A multi-turn batch: observation tokens are attended to (input mask 1) but are not the
     policy's (loss mask 0). Changing their recorded log-probs and advantages changes neither

@@ -7,6 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models.policy import Decoder, init_params
@@ -95,6 +96,7 @@ def test_multi_turn_logp_equal_the_trainers_forward_and_masks_are_apart():
     assert set(stops.tolist()) <= {STOP_EOS, STOP_CALL, STOP_BUDGET} and RUNNING not in stops
 
 
+@pytest.mark.slow
 def test_a_rows_tokens_do_not_depend_on_its_batch_mates():
     """Row 0 alone and row 0 beside 7 others that call tools: the same tokens."""
     model, params = _tiny()
@@ -110,3 +112,28 @@ def test_a_rows_tokens_do_not_depend_on_its_batch_mates():
     b, _ = _episodes(sampler, params, other, pmask, key, 3, 2, np.random.default_rng(0))
     ta, tb = np.asarray(a.tokens_B_R), np.asarray(b.tokens_B_R)
     np.testing.assert_array_equal(ta[0], tb[0])
+
+
+@pytest.mark.slow
+def test_eight_devices_give_the_episodes_of_one():
+    """The batch sharded over 8 devices (params replicated) and on one device: the same
+    tokens and masks, log-probs to float32 reduction order."""
+    from rlvr_jax import sharding
+
+    model, params = _tiny()
+    sampler = make_turn_sampler(model, max_new_tokens=40, observation_tokens=4, eos_id=EOS,
+                                pad_id=PAD, stops=[CALL], temperature=1.0)
+    prompt = jax.random.randint(jax.random.key(1), (16, 5), 2, 12)  # as in the test above
+    pmask = jnp.ones((16, 5), jnp.int32).at[:4, :2].set(0)
+    key = jax.random.key(0)
+    one, _ = _episodes(sampler, params, prompt, pmask, key, 3, 2, np.random.default_rng(0))
+    mesh = sharding.make_mesh(data=8, fsdp=1)
+    put = lambda x: jax.device_put(x, sharding.batch_sharding(mesh))
+    eight, _ = _episodes(sampler, jax.device_put(params, sharding.replicated(mesh)),
+                         put(prompt), put(pmask), key, 3, 2, np.random.default_rng(0))
+    a, b = sampler.rollout(one), sampler.rollout(eight)
+    for name in ("tokens_B_R", "mask_B_R", "loss_mask_B_R"):
+        np.testing.assert_array_equal(np.asarray(getattr(a, name)), np.asarray(getattr(b, name)))
+    np.testing.assert_allclose(np.asarray(a.logp_B_R), np.asarray(b.logp_B_R), rtol=1e-5,
+                               atol=1e-6)
+    assert (np.asarray(a.mask_B_R) != np.asarray(a.loss_mask_B_R)).any()  # observations

@@ -80,7 +80,9 @@ class ArithmeticTask(ProceduralSplit[Problem]):
     def tool_demonstration(self, problem: Problem, rng: np.random.Generator):
         """A warm-start episode that calls the calculator: (tool, arguments, the tool's
         output, the final answer)."""
-        return "calculator", {"expression": problem.question}, str(problem.answer), str(
+        # The calculator reads Python arithmetic: operands without leading zeros.
+        expression = re.sub(r"\d+", lambda m: str(int(m.group())), problem.question)
+        return "calculator", {"expression": expression}, str(problem.answer), str(
             problem.answer)
 
     # ----------------------------------------------------------------- verification
