@@ -65,7 +65,15 @@ class Episodes(NamedTuple):
 
 
 def _text(tokenizer, ids, eos_id: int) -> str:
+    """A final turn's text for the verifier (special tokens dropped)."""
     return tokenizer.decode([t for t in ids if t != eos_id], skip_special_tokens=True)
+
+
+def turn_text(tokenizer, ids) -> str:
+    """A turn that ended on a call, for the environment: special tokens kept (a chat
+    model's `<tool_call>` markers are special tokens), EOS and padding dropped."""
+    drop = {tokenizer.eos_token_id, tokenizer.pad_token_id}
+    return tokenizer.decode([t for t in ids if t not in drop], skip_special_tokens=False)
 
 
 REASONS = ("", "eos", "budget", "max_turns", "no_room", "sandbox_error")  # why episodes end
@@ -108,7 +116,7 @@ def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, p
             reason_B[called_B] = REASONS.index("max_turns")
         else:
             rows = [r for r in np.flatnonzero(called_B) if mine.start <= r < mine.stop]
-            texts = [_text(tokenizer, tokens_B_R[r, start_B[r]:col_B[r]], eos) for r in rows]
+            texts = [turn_text(tokenizer, tokens_B_R[r, start_B[r]:col_B[r]]) for r in rows]
             for r, reply in zip(rows, env.respond(texts, [contexts[r] for r in rows])):
                 tool = tools.index(reply.tool) if reply.tool in tools else len(tools)
                 calls_B_T_O[r, tool, OUTCOMES.index(reply.outcome)] += 1

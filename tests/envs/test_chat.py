@@ -8,7 +8,7 @@ import pytest
 
 from rlvr_jax.envs.calls import CALL_FORMATS
 from rlvr_jax.envs.chat import tool_glue
-from rlvr_jax.episodes import Glue
+from rlvr_jax.episodes import Glue, turn_text
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,3 +65,14 @@ def test_a_template_without_tool_messages_is_refused():
             tool_glue(tok)
     finally:
         tok.chat_template = plain
+
+
+def test_a_sampled_call_reads_back_with_its_special_markers():
+    """The call's markers are special tokens of a chat tokenizer: the turn's text for the
+    environment keeps them (a decode that skipped them would find no call)."""
+    tok = _tokenizer()
+    call = CALL_FORMATS["hermes"].render("calculator", {"expression": "12*34"})
+    ids = tok.encode("ok " + call, add_special_tokens=False)
+    text = turn_text(tok, ids)
+    assert CALL_FORMATS["hermes"].parse(text, ["calculator"]) == ("calculator",
+                                                                 {"expression": "12*34"})
