@@ -164,7 +164,10 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
             cache=cache,
             logits_B_V=jnp.where(resume_B[:, None], apply(params, "head", hidden_B_D),
                                  s.logits_B_V),
-            col_B=col_B, turn_start_B=col_B, live_B=resume_B, done_B=s.done_B | end_B,
+            # Only a row that resumes starts a turn: a finished row keeps its last turn's
+            # start (its final text, which the verifier reads).
+            col_B=col_B, turn_start_B=jnp.where(resume_B, col_B, s.turn_start_B),
+            live_B=resume_B, done_B=s.done_B | end_B,
             stop_B=jnp.where(resume_B, RUNNING, s.stop_B),
             tokens_B_R=put(s.tokens_B_R, obs_B_O), mask_B_R=put(s.mask_B_R, 1.0),
             logp_B_R=put(s.logp_B_R, 0.0), loss_mask_B_R=put(s.loss_mask_B_R, 0.0))

@@ -114,3 +114,20 @@ def test_a_failed_sandbox_marks_only_its_episode():
     _, _, e = _run(env)
     assert e.sandbox_failed_B.any() and not e.sandbox_failed_B.all()
     assert e.stats["episode/ended_sandbox_error"] == e.sandbox_failed_B.mean()
+
+
+def test_every_rows_final_text_is_its_last_policy_turn():
+    """Rows end at different turns; each one's final text (what the verifier reads) is its
+    own last run of policy tokens, whatever later turns of other rows did (a later extend
+    once reset every row's turn start: all of a step's answers were read as empty)."""
+    env = ScriptedEnv(["12"])
+    tok, _, e = _run(env, max_turns=4)
+    ro = e.rollout
+    turns = []
+    for r in range(len(ro.tokens_B_R)):
+        policy = np.flatnonzero(ro.loss_mask_B_R[r] == 1)
+        runs = np.split(policy, np.flatnonzero(np.diff(policy) > 1) + 1)
+        turns.append(len(runs))
+        ids = [t for t in ro.tokens_B_R[r, runs[-1]].tolist() if t != tok.eos_token_id]
+        assert e.final_texts[r] == tok.decode(ids, skip_special_tokens=True), r
+    assert len(set(turns)) > 1, turns  # rows that ended at different turns
