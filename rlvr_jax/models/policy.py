@@ -413,6 +413,18 @@ class Decoder(nn.Module):
         cache = KVCache(jnp.pad(k, pad), jnp.pad(v, pad), jnp.pad(valid_B_L, pad[1:3]))
         return self.head(self.norm(x[:, -1])), cache
 
+    def _over_cache(self, x, rope, cache: KVCache, mask, method: str):
+        """Every block's `method` (decode / extend) over new tokens `x` and its cached layer:
+        -> (x, (the new tokens' keys [N, ...], values [N, ...]))."""
+        block = Block(self.cfg, parent=None)
+
+        def body(x, layer):
+            params, k_B_S_K_H, v_B_S_K_H = layer
+            return block.apply({"params": params}, x, rope, k_B_S_K_H, v_B_S_K_H, mask,
+                               method=method)
+
+        return jax.lax.scan(body, x, (self.stack.value, cache.k_N_B_S_K_H, cache.v_N_B_S_K_H))
+
     def decode_step(self, token_B, valid_B, rope_B, cache: KVCache, index):
         """One token per row into slot `index` (a traced int): -> (logits_B_V, cache).
         `valid_B` False marks a pad token (a finished row), which no later query attends to.
@@ -420,16 +432,8 @@ class Decoder(nn.Module):
         slots = cache.valid_B_S.shape[1]
         mask_B_1_S = ((jnp.arange(slots) < index)[None, :] & cache.valid_B_S)[:, None, :]
         rope_B_1 = tuple(r[:, None, :] for r in rope_B)
-        block = Block(self.cfg, parent=None)
-
-        def body(x, layer):
-            params, k_B_S_K_H, v_B_S_K_H = layer
-            return block.apply({"params": params}, x, rope_B_1, k_B_S_K_H, v_B_S_K_H,
-                               mask_B_1_S, method="decode")
-
-        x, (k_N_B_1_K_H, v_N_B_1_K_H) = jax.lax.scan(
-            body, self.embed_tokens(token_B[:, None]),
-            (self.stack.value, cache.k_N_B_S_K_H, cache.v_N_B_S_K_H))
+        x, (k_N_B_1_K_H, v_N_B_1_K_H) = self._over_cache(
+            self.embed_tokens(token_B[:, None]), rope_B_1, cache, mask_B_1_S, "decode")
         write = lambda c, new: jax.lax.dynamic_update_slice(c, new.astype(c.dtype),
                                                             (0, 0, index, 0, 0))
         cache = KVCache(write(cache.k_N_B_S_K_H, k_N_B_1_K_H),
@@ -456,16 +460,8 @@ class Decoder(nn.Module):
         mask_B_O_SO = jnp.concatenate([jnp.broadcast_to(old_B_S[:, None], (b, o, slots)),
                                        new_B_O_O], axis=-1)
         rope_B_O = rope_for(self.cfg, position_B[:, None] + jnp.arange(o)[None, :])
-        block = Block(self.cfg, parent=None)
-
-        def body(x, layer):
-            params, k_B_S_K_H, v_B_S_K_H = layer
-            return block.apply({"params": params}, x, rope_B_O, k_B_S_K_H, v_B_S_K_H,
-                               mask_B_O_SO, method="extend")
-
-        x, (k_N_B_O_K_H, v_N_B_O_K_H) = jax.lax.scan(
-            body, self.embed_tokens(tokens_B_O),
-            (self.stack.value, cache.k_N_B_S_K_H, cache.v_N_B_S_K_H))
+        x, (k_N_B_O_K_H, v_N_B_O_K_H) = self._over_cache(
+            self.embed_tokens(tokens_B_O), rope_B_O, cache, mask_B_O_SO, "extend")
         # Row b's O slots from index_B[b]: a per-row dynamic_update_slice (a scatter).
         rows = lambda c, new, i: jax.lax.dynamic_update_slice(c, new.astype(c.dtype),
                                                               (0, i, 0, 0))
