@@ -32,7 +32,8 @@ PPO_DAPO = ["algo=ppo", "algo.ppo.kl_in_reward=true", "algo.loss.kl_coef=0.05", 
 
 # Multi-turn tool use: 3-digit products with the calculator in the sandbox (issue 27), with
 # PPO: its critic and GAE run over the policy's tokens across the observations.
-CALC_AGENT = ["task.operators=[*]", "task.operand_digits=3", "env.kind=tools",
+CALC_AGENT = ["task.operators=[*]", "task.operand_digits=3", "task.zero_pad_operands=false",
+              "env.kind=tools", "env.demo_tool_fraction=1.0",
               "sampling.max_new_tokens=64", "warmup.steps=40", "env.workers=1", "algo=ppo"]
 
 
