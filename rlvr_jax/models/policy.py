@@ -9,7 +9,8 @@ stored fused, as vLLM does: `qkv_proj` (kernel [D, (Nh + 2 Nkv) Hd]) and `gate_u
 
 Three entry points share one `Block`, whose N copies are stacked parameters run by
 `lax.scan` (`Decoder`). Training and prefill attend through `fused_attend`, decode steps through
-`decode_attend` (cache + the new token); `attend` is the reference maths of both.
+`decode_attend` (cache + the new token); `attend` is the reference maths of both
+(models/attention.py).
 
     apply = lambda method, *a: Decoder(cfg, vocab).apply({"params": p}, *a, method=method)
     hidden_B_T_D = apply("forward", tokens_B_T, mask_B_T)            # training: all positions
@@ -36,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlvr_jax.config import ModelConfig
+from rlvr_jax.models.attention import attend, decode_attend, fused_attend  # noqa: F401
 
 
 class KVCache(NamedTuple):
@@ -196,51 +198,6 @@ def gate_up_sizes(cfg: ModelConfig) -> tuple[int, int]:
     return cfg.intermediate_size, cfg.intermediate_size
 
 
-def attend(q_B_T_Q_H: jax.Array, k_B_S_K_H: jax.Array, v_B_S_K_H: jax.Array,
-           mask_B_T_S: jax.Array) -> jax.Array:
-    """Grouped-query softmax attention (Vaswani et al. 2017; Ainslie et al. 2023):
-
-        out[b, t, q] = sum_s softmax_s(q[b, t, q] . k[b, s, q // J] / sqrt(H)) v[b, s, q // J]
-
-    over the slots s where mask[b, t, s] is set; J = Q / K query heads share each kv head.
-    Scores and softmax in float32; the output in v's dtype, [B, T, Q * H]. A fully masked row
-    (a pad query) gets a uniform softmax instead of NaN (a finite minimum, not -inf): its output
-    is never read. The reference that `fused_attend` and `decode_attend` are tested against."""
-    b, t, nh, hd = q_B_T_Q_H.shape
-    nkv = k_B_S_K_H.shape[2]
-    q_B_T_K_J_H = q_B_T_Q_H.reshape(b, t, nkv, nh // nkv, hd)
-    scores = jnp.einsum("btkjh,bskh->bkjts", q_B_T_K_J_H, k_B_S_K_H,
-                        preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(hd))
-    scores = jnp.where(mask_B_T_S[:, None, None], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v_B_S_K_H.dtype)
-    out = jnp.einsum("bkjts,bskh->btkjh", probs, v_B_S_K_H)
-    return out.reshape(b, t, nh * hd)
-
-
-def decode_attend(q_B_1_Q_H: jax.Array, k_B_S_K_H: jax.Array, v_B_S_K_H: jax.Array,
-                  mask_B_1_S: jax.Array, k_B_1_K_H: jax.Array, v_B_1_K_H: jax.Array) -> jax.Array:
-    """`attend` for one new token: over the cache's slots under the mask, and over the new
-    token's own key and value, which are not in the cache yet. The caller writes them after
-    the layer scan, one slot of every layer at once, so a decode step reads the cache and
-    writes one slot; writing each layer's slot inside the scan copied the layer's whole
-    cache."""
-    b, t, nh, hd = q_B_1_Q_H.shape
-    nkv, slots = k_B_S_K_H.shape[2], k_B_S_K_H.shape[1]
-    q_B_1_K_J_H = q_B_1_Q_H.reshape(b, t, nkv, nh // nkv, hd)
-    scale = jnp.sqrt(jnp.float32(hd))
-    cached = jnp.einsum("btkjh,bskh->bkjts", q_B_1_K_J_H, k_B_S_K_H,
-                        preferred_element_type=jnp.float32) / scale
-    cached = jnp.where(mask_B_1_S[:, None, None], cached, jnp.finfo(jnp.float32).min)
-    own = jnp.einsum("btkjh,bskh->bkjts", q_B_1_K_J_H, k_B_1_K_H.astype(k_B_S_K_H.dtype),
-                     preferred_element_type=jnp.float32) / scale
-    probs = jax.nn.softmax(jnp.concatenate([cached, own], axis=-1), axis=-1)
-    probs = probs.astype(v_B_S_K_H.dtype)
-    out = (jnp.einsum("bkjts,bskh->btkjh", probs[..., :slots], v_B_S_K_H)
-           + jnp.einsum("bkjts,bskh->btkjh", probs[..., slots:],
-                        v_B_1_K_H.astype(v_B_S_K_H.dtype)))
-    return out.reshape(b, t, nh * hd)
-
-
 class Attention(nn.Module):
     cfg: ModelConfig
 
@@ -270,18 +227,6 @@ class MLP(nn.Module):
     def __call__(self, x):
         gate, up = self.gate_up_proj(x, gate_up_sizes(self.cfg))
         return self.down_proj(nn.silu(gate) * up)
-
-
-def fused_attend(q_B_T_Q_H: jax.Array, k_B_S_K_H: jax.Array, v_B_S_K_H: jax.Array,
-                 mask_B_T_S: jax.Array) -> jax.Array:
-    """`attend`'s maths through `jax.nn.dot_product_attention`, for training and prefill: cuDNN's
-    fused (flash) attention on GPUs where it applies (no [B, Q, T, S] scores held for the
-    backward pass), XLA's own elsewhere; [B, T, Q * H]."""
-    b, t, nh, hd = q_B_T_Q_H.shape
-    out = jax.nn.dot_product_attention(q_B_T_Q_H, k_B_S_K_H.astype(q_B_T_Q_H.dtype),
-                                       v_B_S_K_H.astype(q_B_T_Q_H.dtype),
-                                       mask=mask_B_T_S[:, None])
-    return out.reshape(b, t, nh * hd)
 
 
 # model.remat -> what the backward pass keeps of each block (nothing else is stored).
