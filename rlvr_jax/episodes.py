@@ -88,7 +88,7 @@ def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, p
     process feeds the same arrays to the sampler; the final texts are every row's."""
     b = prompt_B_L.shape[0]
     contexts = contexts if contexts is not None else [{}] * b
-    o, eos, r_slots = sampler.observation_tokens, tokenizer.eos_token_id, None
+    o, eos = sampler.observation_tokens, tokenizer.eos_token_id
     mine = distributed.my_rows(b)
     tools = tuple(env.tools)
     state = sampler.start(params, put(prompt_B_L), put(pmask_B_L), key)
@@ -102,7 +102,6 @@ def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, p
         state = sampler.decode(params, state)
         stop_B, col_B, start_B, tokens_B_R = distributed.to_host(
             (state.stop_B, state.col_B, state.turn_start_B, state.tokens_B_R))
-        r_slots = tokens_B_R.shape[1]
         turns_B += live_before
         called_B = live_before & (stop_B == STOP_CALL)
         reason_B[live_before & (stop_B == STOP_EOS)] = REASONS.index("eos")
@@ -125,7 +124,7 @@ def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, p
                     reason_B[r] = REASONS.index("sandbox_error")
                     continue
                 ids, cut = glue.ids(reply.text, o)
-                if col_B[r] + len(ids) >= r_slots:  # no slot left to answer in
+                if col_B[r] + len(ids) >= tokens_B_R.shape[1]:  # no slot left to answer in
                     end_B[r], reason_B[r] = True, REASONS.index("no_room")
                     continue
                 cut_B[r] += cut

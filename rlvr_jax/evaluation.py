@@ -15,8 +15,9 @@ import jax
 import numpy as np
 
 from rlvr_jax import batching, distributed, pass_at_k, rewards
-from rlvr_jax.tasks.base import Task
-from rlvr_jax.types import Status, Verdict
+from rlvr_jax.generate import mark_failed
+from rlvr_jax.tasks.base import Task, tool_contexts
+from rlvr_jax.types import Status
 from rlvr_jax.verify.verifiers import Verifier
 
 
@@ -37,15 +38,12 @@ def sample_and_verify(generate: Callable, params, task: Task, tokenizer, problem
         prompt, mask = batching.encode_prompts(tokenizer, [task.prompt(p) for p in padded],
                                                prompt_len)
         g = generate(params, prompt, mask, jax.random.fold_in(key, start),  # every row's texts
-                     [task.tool_context(p) for p in padded]
-                     if hasattr(task, "tool_context") else None)
+                     tool_contexts(task, padded))
         tokens, resp_mask = g.rollout.tokens_B_R, g.rollout.mask_B_R
         batch_texts = g.texts
         mine = distributed.my_rows(batch_size)  # the padding rows too: equal blocks
-        batch_verdicts, _ = distributed.gather_verdicts([
-            Verdict(Status.SANDBOX_ERROR, "a tool's sandbox failed in this episode") if f else v
-            for v, f in zip(verifier.verify(task.verify_jobs(padded[mine], batch_texts[mine])),
-                            g.failed[mine])])
+        batch_verdicts, _ = distributed.gather_verdicts(mark_failed(
+            verifier.verify(task.verify_jobs(padded[mine], batch_texts[mine])), g.failed[mine]))
         verdicts += batch_verdicts[: len(chunk)]
         texts += batch_texts[: len(chunk)]
         if score is not None:

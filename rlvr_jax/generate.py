@@ -12,7 +12,7 @@ from typing import Callable, NamedTuple, Optional
 import numpy as np
 
 from rlvr_jax import batching, distributed, episodes
-from rlvr_jax.types import Rollout
+from rlvr_jax.types import Rollout, Status, Verdict
 
 
 class Generated(NamedTuple):
@@ -51,3 +51,10 @@ def multi_turn(sampler, env, tokenizer, glue: episodes.Glue, max_turns: int, put
                          None)
 
     return generate
+
+
+def mark_failed(verdicts, failed_B) -> list[Verdict]:
+    """An episode whose environment's sandbox failed is SANDBOX_ERROR, whatever it answered
+    (masked out of the loss, never a wrong answer)."""
+    return [Verdict(Status.SANDBOX_ERROR, "a tool's sandbox failed in this episode")
+            if f else v for v, f in zip(verdicts, failed_B)]

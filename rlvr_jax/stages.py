@@ -12,8 +12,9 @@ import jax
 import numpy as np
 
 from rlvr_jax import advantages, batching, distributed, dynamic_sampling, perf, rewards
-from rlvr_jax.tasks.base import Task, repeat_each
-from rlvr_jax.types import Groups, Rollout, StepTimes, Status, Verdict
+from rlvr_jax.generate import mark_failed
+from rlvr_jax.tasks.base import Task, repeat_each, tool_contexts
+from rlvr_jax.types import Groups, Rollout, StepTimes, Verdict
 from rlvr_jax.verify.verifiers import Verifier
 
 
@@ -80,7 +81,7 @@ def sample_and_verify(generate: Callable, put: Callable, verifier: Verifier, tas
         failures.append(part.failed)
         stats.append(part.stats)
     t0 = time.perf_counter()
-    gathered = [distributed.gather_verdicts(_mark_failed(f.result(), failed))
+    gathered = [distributed.gather_verdicts(mark_failed(f.result(), failed))
                 for f, failed in zip(futures, failures)]
     verdicts = [v for chunk, _ in gathered for v in chunk]
     verified = [sum(counts) for counts in zip(*(c for _, c in gathered))]
@@ -89,17 +90,6 @@ def sample_and_verify(generate: Callable, put: Callable, verifier: Verifier, tas
                                 for r in scores]) if scores else None
     return Sampled(rollout, verdicts, learned_B, t_sample, time.perf_counter() - t0, verified,
                    _mean_rows(stats))
-
-
-def tool_contexts(task: Task, problems: Sequence) -> list[dict]:
-    """Each problem's context for tools (`Task.tool_context`; {} for tasks without one)."""
-    context = getattr(task, "tool_context", None)
-    return [context(p) if context else {} for p in problems]
-
-
-def _mark_failed(verdicts: Sequence[Verdict], failed_B) -> list[Verdict]:
-    return [Verdict(Status.SANDBOX_ERROR, "a tool's sandbox failed in this episode")
-            if f else v for v, f in zip(verdicts, failed_B)]
 
 
 def _mean_rows(rows: Sequence[dict]) -> dict:

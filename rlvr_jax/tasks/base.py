@@ -122,3 +122,9 @@ class ProceduralSplit(Generic[ProblemT]):
 def repeat_each(items: Sequence, times: int) -> list:
     """[a, b] x 2 -> [a, a, b, b]: the P_G order used everywhere (groups are contiguous)."""
     return [item for item in items for _ in range(times)]
+
+
+def tool_contexts(task, problems: Sequence) -> list[dict]:
+    """Each problem's context for tools (`tool_context`; {} for a task without one)."""
+    context = getattr(task, "tool_context", None)
+    return [context(p) if context else {} for p in problems]
