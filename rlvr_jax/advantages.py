@@ -146,12 +146,21 @@ def whiten(x_B_R: jax.Array, mask_B_R: jax.Array, shift_mean: bool = True,
 
 
 def token_rewards(outcome_B: jax.Array, mask_B_R: jax.Array, kl_B_R: jax.Array | None = None,
-                  kl_coef: jax.Array | float = 0.0) -> jax.Array:
-    """Per-token rewards for GAE: the verifiable outcome on the last valid token, minus a
-    per-token KL penalty to the reference policy (Ziegler et al. 2019, arXiv:1909.08593,
-    eq. 2; Ouyang et al. 2022):  r_t = 1[t = last] * R - beta * KL_t."""
+                  kl_coef: jax.Array | float = 0.0,
+                  turn_rewards_B_R: jax.Array | None = None) -> jax.Array:
+    """Per-token rewards for GAE: the verifiable outcome on the last valid token, an
+    environment's per-turn rewards u_t at the tokens that ended their turns (multi-turn
+    episodes; zero elsewhere), minus a per-token KL penalty to the reference policy (Ziegler
+    et al. 2019, arXiv:1909.08593, eq. 2; Ouyang et al. 2022):
+
+        r_t = 1[t = last] * R + u_t - beta * KL_t        (t over the policy's tokens)
+
+    `mask_B_R` is the loss mask (the policy's tokens): "last" is the last of them, and a
+    reward position outside it is dropped."""
     m = mask_B_R.astype(jnp.float32)
     r_B_R = jnp.where(last_valid(m), outcome_B[:, None].astype(jnp.float32), 0.0)
+    if turn_rewards_B_R is not None:
+        r_B_R = r_B_R + turn_rewards_B_R.astype(jnp.float32)
     if kl_B_R is not None:
         r_B_R = r_B_R - kl_coef * kl_B_R
     return r_B_R * m

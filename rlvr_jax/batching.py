@@ -68,13 +68,16 @@ def truncated(tokens_B_R: np.ndarray, mask_B_R: np.ndarray, eos_id: int) -> np.n
 
 
 def groups_from_rollout(prompt_B_L, prompt_mask_B_L, tokens_B_R, logp_B_R, mask_B_R,
-                        loss_mask_B_R, rewards_B, group_size: int) -> Groups:
-    """Host arrays in P_G order -> Groups [B / G, G, ...]."""
+                        loss_mask_B_R, rewards_B, group_size: int,
+                        turn_rewards_B_R=None) -> Groups:
+    """Host arrays in P_G order -> Groups [B / G, G, ...] (no per-turn rewards: zeros)."""
+    if turn_rewards_B_R is None:
+        turn_rewards_B_R = np.zeros(np.shape(mask_B_R), np.float32)
     g = lambda x: np.asarray(x).reshape(-1, group_size, *np.shape(x)[1:])
     return Groups(g(prompt_B_L).astype(np.int32), g(prompt_mask_B_L).astype(np.int32),
                   g(tokens_B_R).astype(np.int32), g(logp_B_R).astype(np.float32),
                   g(mask_B_R).astype(np.float32), g(loss_mask_B_R).astype(np.float32),
-                  g(rewards_B).astype(np.float32))
+                  g(rewards_B).astype(np.float32), g(turn_rewards_B_R).astype(np.float32))
 
 
 def train_batch(groups: Groups, advantages_B=None) -> TrainBatch:

@@ -21,7 +21,8 @@ from transformers import PreTrainedTokenizerBase
 
 import jax.numpy as jnp
 
-from rlvr_jax import distributed, episodes, generate, lora, optim, sharding, tasks, train_step
+from rlvr_jax import (distributed, envs, episodes, generate, lora, optim, sharding, tasks,
+                      train_step)
 from rlvr_jax.envs import chat
 from rlvr_jax.config import (AlgoConfig, ConfigError, EnvConfig, MeshConfig, ModelConfig,
                              RunConfig, SamplingConfig, TaskConfig, WarmupConfig)
@@ -116,6 +117,18 @@ def policy(setup: TaskSetup, mesh_cfg: MeshConfig, sampling: SamplingConfig,
         sample_eval=sampler(temperature=1.0, on_trace=counter(traces, "sampler_eval_sampled")))
 
 
+# ------------------------------------------------------------------ environment + generators
+def environment(e: EnvConfig):
+    """The multi-turn environment of `env` (tools in the sandbox, their own worker pool), or
+    None for one turn. The caller closes it."""
+    if e.kind == "none":
+        return None
+    return envs.make_environment(e.tools, e.call_format, workers=e.workers,
+                                 timeout_s=e.timeout_s, batch_timeout_s=e.batch_timeout_s,
+                                 mode=e.mode, result_offset=e.result_offset,
+                                 turn_rewards=dict(e.turn_rewards))
+
+
 # ------------------------------------------------------------------ generators
 @dataclass(frozen=True)
 class Generators:
@@ -129,12 +142,15 @@ class Generators:
 
 
 def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=None,
-               env_cfg: Optional[EnvConfig] = None, traces: Optional[Traces] = None) -> Generators:
+               env_cfg: Optional[EnvConfig] = None, traces: Optional[Traces] = None,
+               train_every_row: bool = False) -> Generators:
     """One sampler call per batch, or with an environment multi-turn episodes (episodes.py):
-    the turn sampler stops on the environment's call markers (their ids)."""
+    the turn sampler stops on the environment's call markers (their ids). `train_every_row`:
+    the train generator gives every process's texts (an evaluation at `sampling`'s
+    temperature), not only its own rows' (what the loop verifies)."""
     tok, put = setup.tokenizer, policy.put
     if env is None:
-        return Generators(generate.single_turn(policy.sample_train, tok, put),
+        return Generators(generate.single_turn(policy.sample_train, tok, put, train_every_row),
                           generate.single_turn(policy.sample_greedy, tok, put, every_row=True),
                           generate.single_turn(policy.sample_eval, tok, put, every_row=True))
     traces = traces if traces is not None else Traces()
@@ -154,7 +170,7 @@ def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=N
         return generate.multi_turn(sampler, env, tok, glue, env_cfg.max_turns, put, every_row)
 
     return Generators(make("sampler", sampling.temperature, sampling.top_k, sampling.top_p,
-                           every_row=False),
+                           every_row=train_every_row),
                       make("sampler_eval_greedy", 0.0), make("sampler_eval_sampled", 1.0),
                       glue)
 

@@ -30,8 +30,8 @@ def concat(a: Groups, b: Groups) -> Groups:
 
 
 def informative(groups: Groups) -> np.ndarray:
-    """bool [P]: the group's rewards are not all equal (its advantages are not all zero)."""
-    r = groups.rewards_P_G
+    """bool [P]: the group's returns are not all equal (its advantages are not all zero)."""
+    r = groups.returns_P_G
     return r.max(axis=1) > r.min(axis=1)
 
 
@@ -79,5 +79,8 @@ def to_json(groups: Optional[Groups]) -> Optional[dict]:
 def from_json(obj: Optional[dict]) -> Optional[Groups]:
     if obj is None:
         return None
-    return Groups(**{k: np.asarray(v["data"], dtype=v["dtype"]).reshape(v["shape"])
-                     for k, v in obj.items()})
+    arrays = {k: np.asarray(v["data"], dtype=v["dtype"]).reshape(v["shape"])
+              for k, v in obj.items()}
+    # A carry checkpointed before per-turn rewards existed had none: zeros are what it meant.
+    arrays.setdefault("turn_rewards_P_G_R", np.zeros_like(arrays["loss_mask_P_G_R"]))
+    return Groups(**arrays)

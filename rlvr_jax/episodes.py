@@ -59,6 +59,9 @@ class Glue:
 
 class Episodes(NamedTuple):
     rollout: Rollout  # host arrays [B, R]
+    # float32 reward positions [B, R]: each reply's per-turn reward at the token that ended
+    # the turn it answers (Reply.reward; zeros when the environment gives none)
+    turn_rewards_B_R: np.ndarray
     final_texts: list  # each row's last policy turn: what the task's verifier checks
     sandbox_failed_B: np.ndarray  # bool: a tool's sandbox failed (the episode is masked)
     stats: dict  # episode/* and tool/* metrics of the batch
@@ -91,12 +94,13 @@ def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, p
     o, eos = sampler.observation_tokens, tokenizer.eos_token_id
     mine = distributed.my_rows(b)
     tools = tuple(env.tools)
-    state = sampler.start(params, put(prompt_B_L), put(pmask_B_L), key)
     turns_B = np.zeros(b, np.int32)
     reason_B = np.zeros(b, np.int8)  # index into REASONS
     failed_B = np.zeros(b, bool)
     calls_B_T_O = np.zeros((b, len(tools) + 1, len(OUTCOMES)), np.int32)  # + unknown tool
     cut_B = np.zeros(b, np.int32)
+    state = sampler.start(params, put(prompt_B_L), put(pmask_B_L), key)
+    turn_rewards_B_R = np.zeros(state.tokens_B_R.shape, np.float32)  # shape only: no copy
     for turn in range(max_turns):
         live_before = ~np.asarray(distributed.to_host(state.done_B))
         state = sampler.decode(params, state)
@@ -119,6 +123,7 @@ def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, p
             for r, reply in zip(rows, env.respond(texts, [contexts[r] for r in rows])):
                 tool = tools.index(reply.tool) if reply.tool in tools else len(tools)
                 calls_B_T_O[r, tool, OUTCOMES.index(reply.outcome)] += 1
+                turn_rewards_B_R[r, col_B[r] - 1] += reply.reward  # the call's last token
                 if reply.outcome == SANDBOX_ERROR:
                     end_B[r], failed_B[r] = True, True
                     reason_B[r] = REASONS.index("sandbox_error")
@@ -137,10 +142,12 @@ def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, p
     rollout = Rollout(*(np.asarray(x) for x in distributed.to_host(sampler.rollout(state))))
     col_B, start_B = distributed.to_host((state.col_B, state.turn_start_B))
     reason_B[reason_B == 0] = REASONS.index("max_turns")  # still calling when the loop ended
-    calls_B_T_O, cut_B = (distributed.gather_rows(x[mine]) for x in (calls_B_T_O, cut_B))
+    calls_B_T_O, cut_B, turn_rewards_B_R = (distributed.gather_rows(x[mine]) for x in (
+        calls_B_T_O, cut_B, turn_rewards_B_R))
     final = [_text(tokenizer, rollout.tokens_B_R[r, start_B[r]:col_B[r]], eos) for r in range(b)]
-    return Episodes(rollout, final, failed_B,
-                    stats(turns_B, calls_B_T_O, tools, reason_B, rollout, cut_B, pmask_B_L))
+    return Episodes(rollout, turn_rewards_B_R, final, failed_B,
+                    stats(turns_B, calls_B_T_O, tools, reason_B, rollout, cut_B, pmask_B_L)
+                    | {"episode/turn_reward_mean": float(turn_rewards_B_R.sum() / b)})
 
 
 def stats(turns_B, calls_B_T_O, tools, reason_B, rollout: Rollout, cut_B, pmask_B_L) -> dict:

@@ -4,7 +4,9 @@
         [--max-new-tokens 512] [--num-problems N] [--batch 64] [--out results.json]
 
 MODEL is a Hugging Face directory (Qwen2/Llama: config.json, safetensors, tokenizer) or a run
-directory of ours (its latest checkpoint, or --step). Reports accuracy, unbiased pass@k (Chen et
+directory of ours (its latest checkpoint, or --step). A run trained with tools (`env`) is
+evaluated as it trained: multi-turn episodes, its tools in the sandbox, its response budget
+unless --max-new-tokens says otherwise. Reports accuracy, unbiased pass@k (Chen et
 al. 2021), mean@k and maj@k for each k <= n, and the verdict status counts, overall and per
 `data_source`; prints a table and writes JSON. Without --data, a run directory trained on the
 arithmetic task is evaluated on that task's held-out set. The training loop's evaluation is the
@@ -17,26 +19,40 @@ import json
 import os
 import sys
 import tempfile
+from typing import NamedTuple, Optional
 
 import jax
 
-from rlvr_jax import build, evaluation, generate
+from rlvr_jax import build, evaluation, warmstart
 from rlvr_jax.checkpoint import CheckpointError
 from rlvr_jax.export import policy_of_run
-from rlvr_jax.config import (ConfigError, DatasetTaskConfig, MeshConfig, ModelConfig,
-                             SamplingConfig, to_run_config)
+from rlvr_jax.config import (ConfigError, DatasetTaskConfig, EnvConfig, MeshConfig,
+                             ModelConfig, SamplingConfig, to_run_config)
 from rlvr_jax.data.loaders import DatasetError
 from rlvr_jax.models import hf
 from rlvr_jax.verify.verifiers import make_verifier
 
 
-def _task_and_model(model: str, data: str | None):
-    """(task config, model config, verifier kind) of what is evaluated: a run directory's own
-    (its run_config.json), or a HF directory on a dataset."""
+class Target(NamedTuple):
+    """What is evaluated, and how its own run evaluated it."""
+
+    task: object  # task config
+    model: ModelConfig
+    verifier_kind: str
+    env: EnvConfig  # multi-turn tools (kind none: one turn)
+    max_new_tokens: Optional[int]  # the run's response budget (None: a HF directory)
+    run_seed: Optional[int]  # the run's seed: its evaluations' draws (None: a HF directory)
+
+
+def _target(model: str, data: str | None) -> Target:
+    """A run directory's own task, model, verifier and environment (its run_config.json), or
+    a HF directory on a dataset (one turn)."""
+    env, budget, run_seed = EnvConfig(), None, None
     if os.path.exists(os.path.join(model, "run_config.json")):
         with open(os.path.join(model, "run_config.json")) as f:
             run = to_run_config({k: v for k, v in json.load(f).items() if k != "run_dir"})
         task, model_cfg, kind = run.task, run.model, run.verifier.kind
+        env, budget, run_seed = run.env, run.sampling.max_new_tokens, run.seed
     else:
         if not os.path.exists(os.path.join(model, "config.json")):
             raise ValueError(f"{model}: neither a run directory (run_config.json) nor a Hugging "
@@ -49,23 +65,34 @@ def _task_and_model(model: str, data: str | None):
     if task.name == "dataset" and not model_cfg.path:
         raise ValueError("--data needs MODEL to be a HF directory, or a run directory of a "
                          "model loaded from one")
-    return task, model_cfg, kind
+    return Target(task, model_cfg, kind, env, budget, run_seed)
 
 
 def evaluate_model(model: str, data: str | None, *, n: int, ks: list[int], temperature: float,
-                   max_new_tokens: int, num_problems: int, batch: int, seed: int = 0,
-                   step: int | None = None) -> dict:
-    task_cfg, model_cfg, kind = _task_and_model(model, data)
+                   max_new_tokens: int | None, num_problems: int, batch: int,
+                   seed: int | None = None, step: int | None = None) -> dict:
+    """`max_new_tokens` None: the run's own response budget (512 for a HF directory).
+    `seed` None: a run's own evaluation draws (its final evaluation's numbers come back when
+    the problems and batch are the run's), key 0 for a HF directory."""
+    t = _target(model, data)
+    task_cfg, model_cfg, kind, env_cfg = t.task, t.model, t.verifier_kind, t.env
+    max_new_tokens = max_new_tokens or t.max_new_tokens or 512
+    key = (jax.random.key(seed) if seed is not None or t.run_seed is None
+           else warmstart.eval_key(t.run_seed))
     with tempfile.TemporaryDirectory() as work:
         tok_dir = os.path.join(model, "tokenizer") if not model_cfg.path else work
         setup = build.task_setup(task_cfg, model_cfg, max_new_tokens, tok_dir)
-        # The builder's samplers: greedy, and T=`temperature` without truncation.
-        policy = build.policy(setup, MeshConfig(), SamplingConfig(
-            temperature=temperature, max_new_tokens=max_new_tokens), build.Traces())
+        sampling = SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens)
+        policy = build.policy(setup, MeshConfig(), sampling, build.Traces())
         build.check_batches(policy.mesh, {"--batch": batch})
         verifier = make_verifier(kind, workers=2, timeout_s=10.0, batch_timeout_s=None,
                                  mode="forkserver")
+        env = build.environment(env_cfg)  # None: one turn
         try:
+            # The builder's generators, as the run's own evaluation: greedy, and
+            # T=`temperature` without truncation (every row's texts), one turn or episodes.
+            gens = build.generators(policy, setup, sampling, env, env_cfg,
+                                    train_every_row=True)
             if os.path.exists(os.path.join(model, "run_config.json")):
                 params, step = policy_of_run(model, setup.model_cfg, step)
             else:
@@ -74,28 +101,31 @@ def evaluate_model(model: str, data: str | None, *, n: int, ks: list[int], tempe
             problems = setup.task.heldout_set(num_problems or 10**9)
             out = {"model": model, "data": data, "step": step, "problems": len(problems)}
             common = dict(prompt_len=setup.prompt_len, batch_size=batch, put=policy.put,
-                          key=jax.random.key(seed))
+                          key=key)
             answer_of = setup.task.answer_of
-            one = lambda sample: generate.single_turn(sample, setup.tokenizer, policy.put,
-                                                      every_row=True)
-            v, texts, _ = evaluation.sample_and_verify(one(policy.sample_greedy), params, setup.task,
-                                                    setup.tokenizer, problems, verifier,
-                                                    samples_per_problem=1, **common)
+            v, texts, _ = evaluation.sample_and_verify(gens.greedy, params, setup.task,
+                                                       setup.tokenizer, problems, verifier,
+                                                       samples_per_problem=1, **common)
             out["greedy"] = evaluation.report(problems, v, texts, 1, answer_of, [1])
             if n > 0:
                 v, texts, _ = evaluation.sample_and_verify(
-                    one(policy.sample_train), params, setup.task, setup.tokenizer, problems,
+                    gens.train, params, setup.task, setup.tokenizer, problems,
                     verifier, samples_per_problem=n, **common)
                 out[f"sampled_T{temperature:g}_n{n}"] = evaluation.report(problems, v, texts, n,
                                                                           answer_of, ks)
+            if env is not None:
+                out["tools"] = env_cfg.tools
             return out
         finally:
             verifier.close()
+            if env is not None:
+                env.close()
 
 
 def table(result: dict) -> str:
-    rows = [f"{result['model']} on {result['data'] or 'held-out arithmetic'}: "
-            f"{result['problems']} problems"]
+    tools = f", tools {','.join(result['tools'])}" if result.get("tools") else ""
+    rows = [f"{result['model']} on {result['data'] or 'its held-out set'}: "
+            f"{result['problems']} problems{tools}"]
     for mode, r in result.items():
         if not isinstance(r, dict):
             continue
@@ -116,10 +146,12 @@ def main(argv=None) -> None:
     ap.add_argument("--n", type=int, default=4, help="sampled completions per problem")
     ap.add_argument("--k", default="1,2,4", help="comma-separated k for pass@k / maj@k")
     ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--max-new-tokens", type=int, default=512)
+    ap.add_argument("--max-new-tokens", type=int, default=None,
+                    help="response slots (default: a run's own, 512 for a HF directory)")
     ap.add_argument("--num-problems", type=int, default=0, help="0: all")
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=None,
+                    help="sampling key (default: a run's own evaluation draws, else 0)")
     ap.add_argument("--step", type=int, default=None)
     ap.add_argument("--out", default=None, help="JSON results path")
     args = ap.parse_args(argv)

@@ -17,6 +17,7 @@ from rlvr_jax.types import Rollout, Status, Verdict
 
 class Generated(NamedTuple):
     rollout: Rollout  # host arrays [B, R], every process's rows
+    turn_rewards_B_R: np.ndarray  # float32 reward positions, every row (zeros for one turn)
     texts: list  # what the task's verifier checks: this process's rows, or every row
     failed: np.ndarray  # bool, the same rows: the environment's sandbox failed
     stats: dict  # episode metrics ({} for one turn)
@@ -33,7 +34,8 @@ def single_turn(sample: Callable, tokenizer, put: Callable,
         n = len(host.tokens_B_R)
         mine = slice(0, n) if every_row else distributed.my_rows(n)
         texts = batching.decode_responses(tokenizer, host.tokens_B_R[mine], host.mask_B_R[mine])
-        return Generated(host, texts, np.zeros(len(texts), bool), {}, part)
+        return Generated(host, np.zeros(host.mask_B_R.shape, np.float32), texts,
+                         np.zeros(len(texts), bool), {}, part)
 
     return generate
 
@@ -47,8 +49,8 @@ def multi_turn(sampler, env, tokenizer, glue: episodes.Glue, max_turns: int, put
                          max_turns=max_turns, put=put, contexts=contexts)
         n = len(e.final_texts)
         mine = slice(0, n) if every_row else distributed.my_rows(n)
-        return Generated(e.rollout, e.final_texts[mine], e.sandbox_failed_B[mine], e.stats,
-                         None)
+        return Generated(e.rollout, e.turn_rewards_B_R, e.final_texts[mine],
+                         e.sandbox_failed_B[mine], e.stats, None)
 
     return generate
 

@@ -21,7 +21,7 @@ from functools import partial
 
 import jax
 
-from rlvr_jax import (build, envs, learned_reward, perf, rewards, run_scaffold, stages,
+from rlvr_jax import (build, learned_reward, perf, rewards, run_scaffold, stages,
                       warmstart)
 from rlvr_jax.config import ConfigError, RunConfig
 from rlvr_jax.types import LoopState, StepTimes
@@ -56,12 +56,9 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
     v = cfg.verifier
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
                              batch_timeout_s=v.batch_timeout_s, mode=v.mode)
-    e = cfg.env
-    env = None if e.kind == "none" else envs.make_environment(
-        e.tools, e.call_format, workers=e.workers, timeout_s=e.timeout_s,
-        batch_timeout_s=e.batch_timeout_s, mode=e.mode, result_offset=e.result_offset)
+    env = build.environment(cfg.env)  # None: one turn
     try:
-        gens = build.generators(policy, setup, cfg.sampling, env, e, traces)
+        gens = build.generators(policy, setup, cfg.sampling, env, cfg.env, traces)
         return _run(cfg, setup, policy, sft, updates, gens, env, verifier, learned, traces,
                     session)
     finally:
@@ -154,7 +151,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
         sampled = sample_and_verify(params, problems, prompt_B_L, pmask_B_L, key)     # jit | host
         t2 = time.perf_counter()
         fresh = score(sampled.verdicts, sampled.rollout, prompt_B_L, pmask_B_L,
-                      sampled.learned_B)                                               # rewards
+                      sampled.learned_B, sampled.turn_rewards_B_R)                     # rewards
         kept = select(loop.carry, fresh)                                               # DAPO
         batch, adv_row = with_advantages(kept.groups, kept.n_real, state.params, ref_params,
                                          loop.kl_coef)                                 # host | jit
@@ -169,7 +166,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
         times = StepTimes(sampled.sample_s, sampled.verify_wait_s, t3 - t2, t3 - t0, t3 - t_rl)
         kl_coef = next_kl_coef(loop.kl_coef, adv_row)                                  # host
         row = ({f"train/{k}": float(v) for k, v in metrics.items()}
-               | rewards.summary(sampled.verdicts, fresh.rewards_P_G)
+               | rewards.summary(sampled.verdicts, fresh.returns_P_G)
                | rewards.learned_summary(sampled.verdicts, sampled.learned_B)
                | stages.timing(times, sampled.rollout.mask_B_R)
                | utilisation(update_flops, times, sampled.rollout.mask_B_R)

@@ -32,6 +32,7 @@ class Sampled(NamedTuple):
     """One step's rollout with its verdicts (host), from `sample_and_verify`."""
 
     rollout: Rollout  # host arrays [B, R], in P_G order
+    turn_rewards_B_R: np.ndarray  # float32 reward positions: per-turn rewards (zeros: none)
     verdicts: list  # one Verdict per sequence
     learned_B: Optional[np.ndarray]  # float32 reward-model scores, or None without one
     sample_s: float  # seconds blocked on the sampler
@@ -63,7 +64,8 @@ def sample_and_verify(generate: Callable, put: Callable, verifier: Verifier, tas
     answered (masked out of the loss, never a wrong answer)."""
     b = prompt_B_L.shape[0] // chunks
     problems_B = repeat_each(problems, samples_per_prompt)
-    parts, futures, failures, scores, stats, t_sample = [], [], [], [], [], 0.0
+    parts, turn_rewards, futures, failures, scores, stats = [], [], [], [], [], []
+    t_sample = 0.0
     for k in range(chunks):
         t0 = time.perf_counter()
         rows = slice(k * b, (k + 1) * b)
@@ -78,6 +80,7 @@ def sample_and_verify(generate: Callable, put: Callable, verifier: Verifier, tas
         mine = distributed.my_rows(b)
         futures.append(verifier.submit(task.verify_jobs(problems_B[rows][mine], part.texts)))
         parts.append(part.rollout)
+        turn_rewards.append(part.turn_rewards_B_R)
         failures.append(part.failed)
         stats.append(part.stats)
     t0 = time.perf_counter()
@@ -88,7 +91,7 @@ def sample_and_verify(generate: Callable, put: Callable, verifier: Verifier, tas
     rollout = Rollout(*(np.concatenate(x) for x in zip(*parts)))
     learned_B = np.concatenate([np.asarray(distributed.to_host(r), np.float32)
                                 for r in scores]) if scores else None
-    return Sampled(rollout, verdicts, learned_B, t_sample, time.perf_counter() - t0, verified,
+    return Sampled(rollout, np.concatenate(turn_rewards), verdicts, learned_B, t_sample, time.perf_counter() - t0, verified,
                    _mean_rows(stats))
 
 
@@ -98,13 +101,14 @@ def _mean_rows(rows: Sequence[dict]) -> dict:
 
 
 def score(verdicts: Sequence[Verdict], rollout: Rollout, prompt_B_L, pmask_B_L,
-          learned_B: Optional[np.ndarray], *, source: str, learned_weight: float, eos_id: int,
+          learned_B: Optional[np.ndarray], turn_rewards_B_R: np.ndarray, *, source: str, learned_weight: float, eos_id: int,
           reward_scheme: str, samples_per_prompt: int, max_new_tokens: int,
           overlong_buffer_tokens: int, overlong_penalty_factor: float,
           mask_truncated: bool) -> Groups:
     """Rewards by `source` (config.RewardConfig): the verdicts' table, the reward model's
     scores `learned_B`, or the table + `learned_weight` x scores; plus DAPO's overlong
-    shaping. The loss mask starts from the rollout's own (the policy's tokens: never an
+    shaping; an environment's per-turn rewards stay at their tokens (`turn_rewards_B_R`, kept
+    apart from the outcome: Groups.returns_P_G sums them). The loss mask starts from the rollout's own (the policy's tokens: never an
     environment's); samples the verifier failed on (sandbox errors) leave it when the
     verifier's reward is used, as do truncated responses if asked. Returns the rollout as
     groups (host)."""
@@ -126,9 +130,12 @@ def score(verdicts: Sequence[Verdict], rollout: Rollout, prompt_B_L, pmask_B_L,
             lengths_B, max_new_tokens, overlong_buffer_tokens, overlong_penalty_factor))
     loss_mask_B_R = rollout.loss_mask_B_R * weights_B[:, None] * (
         ~cut_B[:, None] if mask_truncated else 1.0)
+    # A masked sample (its verifier failed) keeps no per-turn reward either: its imputed
+    # reward stands in for it in the group baseline.
+    turn_rewards_B_R = turn_rewards_B_R * (weights_B[:, None] > 0)
     return batching.groups_from_rollout(prompt_B_L, pmask_B_L, rollout.tokens_B_R,
                                         rollout.logp_B_R, rollout.mask_B_R, loss_mask_B_R,
-                                        rewards_B, g)
+                                        rewards_B, g, turn_rewards_B_R)
 
 
 def select(carry: Optional[Groups], fresh: Groups, *, dynamic: bool,
@@ -145,16 +152,18 @@ def select(carry: Optional[Groups], fresh: Groups, *, dynamic: bool,
 def with_advantages(groups: Groups, n_real: int, params, ref_params, kl_coef: float, *,
                     put: Callable, ppo_prepare: Optional[Callable], estimator: str,
                     eps: float):
-    """Device TrainBatch with advantages: a group estimator over the real groups (host), or
-    the critic + GAE (jit) for PPO. Padding groups get advantage 0 (and have no loss mask)."""
+    """Device TrainBatch with advantages: a group estimator over the real groups' returns
+    (host), or the critic + GAE over per-token rewards (jit) for PPO. Padding groups get
+    advantage 0 (and have no loss mask)."""
     if ppo_prepare is None:
         adv_P_G = np.zeros_like(groups.rewards_P_G)
         if n_real:
             adv_P_G[:n_real] = np.asarray(advantages.from_rewards(
-                groups.rewards_P_G[:n_real], estimator, eps))
+                groups.returns_P_G[:n_real], estimator, eps))
         return put(batching.train_batch(groups, adv_P_G.reshape(-1))), {}
     batch, metrics = ppo_prepare(params, ref_params, put(batching.train_batch(groups)),
-                                 put(groups.rewards_P_G.reshape(-1)), np.float32(kl_coef))
+                                 put(groups.rewards_P_G.reshape(-1)),
+                                 put(groups.flat().turn_rewards_P_G_R), np.float32(kl_coef))
     return batch, {f"ppo/{k}": float(v) for k, v in jax.device_get(metrics).items()}
 
 

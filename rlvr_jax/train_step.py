@@ -174,13 +174,14 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
 def make_ppo_prepare(model: Decoder, *, prompt_len: int, temperature: float, critic_layout: str,
                      gamma: float, lam: float, whiten_advantages: bool, kl_in_reward: bool,
                      kl_estimator: str = "k1", on_trace: Callable[[], None] = lambda: None):
-    """Jitted `prepare(params, ref_params, batch, outcome_B, kl_coef) -> (batch, metrics)`:
-    the critic's values at sampling time, per-token rewards (outcome on the last token, minus
+    """Jitted `prepare(params, ref_params, batch, outcome_B, turn_rewards_B_R, kl_coef) ->
+    (batch, metrics)`: the critic's values at sampling time, per-token rewards (outcome on the
+    last token, an environment's per-turn rewards at their own tokens, minus
     `kl_coef` x the per-token KL estimate to the reference when `kl_in_reward`), GAE(gamma,
     lam) advantages (whitened over the batch's valid tokens if asked) and return targets.
     `kl_coef` is traced, so an adaptive controller never recompiles."""
 
-    def prepare(params, ref_params, batch: TrainBatch, outcome_B, kl_coef):
+    def prepare(params, ref_params, batch: TrainBatch, outcome_B, turn_rewards_B_R, kl_coef):
         on_trace()
         hidden = None
         if critic_layout == "head":
@@ -197,7 +198,7 @@ def make_ppo_prepare(model: Decoder, *, prompt_len: int, temperature: float, cri
                                             batch.input_mask_B_T, prompt_len, temperature)
             kl_B_R = losses.kl_estimate(batch.old_logp_B_R, ref_logp_B_R, kl_estimator) * m
             metrics["kl_ref_per_seq"] = jnp.sum(kl_B_R) / losses.counts(m).num_seqs
-        rewards_B_R = advantages.token_rewards(outcome_B, m, kl_B_R, kl_coef)
+        rewards_B_R = advantages.token_rewards(outcome_B, m, kl_B_R, kl_coef, turn_rewards_B_R)
         adv_B_R, returns_B_R = advantages.gae(rewards_B_R, values_B_R, m, gamma, lam)
         if whiten_advantages:
             adv_B_R = advantages.whiten(adv_B_R, m)

@@ -111,11 +111,20 @@ class Groups(NamedTuple):
     logp_P_G_R: np.ndarray  # float32 sampler log-probs
     mask_P_G_R: np.ndarray  # float32 generated tokens (attention)
     loss_mask_P_G_R: np.ndarray  # float32 tokens that enter the loss
-    rewards_P_G: np.ndarray  # float32
+    rewards_P_G: np.ndarray  # float32 outcome rewards (the verdict's, a reward model's)
+    # float32 reward positions: an environment's per-turn reward at the token that ended the
+    # turn (envs/base.py Reply.reward); zeros for one turn or without per-turn rewards.
+    turn_rewards_P_G_R: np.ndarray
 
     @property
     def num(self) -> int:
         return self.rewards_P_G.shape[0]
+
+    @property
+    def returns_P_G(self) -> np.ndarray:
+        """Each episode's undiscounted return: the outcome plus its per-turn rewards (what a
+        sequence-level estimator such as GRPO sees; PPO's GAE places each at its token)."""
+        return self.rewards_P_G + self.turn_rewards_P_G_R.sum(axis=-1)
 
     def take(self, idx) -> "Groups":
         return Groups(*(x[np.asarray(idx, dtype=np.int64)] for x in self))

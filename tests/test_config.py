@@ -96,6 +96,7 @@ def test_wrong_type_is_rejected_with_its_name():
     ("algo.dapo.overlong_buffer_tokens=5", "algo.dapo.overlong_buffer_tokens"),  # >= budget
     ("algo.epochs_per_rollout=0", "algo.epochs_per_rollout"),
     ("verifier.kind=code", "verifier.kind"),  # arithmetic is checked in process
+    ("+env.turn_rewards.sandbox_error=-1", "env.turn_rewards"),  # masked, never rewarded
 ])
 def test_bad_value_names_the_key(override, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):

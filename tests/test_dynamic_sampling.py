@@ -11,7 +11,7 @@ def _groups(rewards_P_G, tag=0):
     k, g = np.shape(rewards_P_G)
     ones = lambda *s, dt=np.float32: np.ones((k, g, *s), dt)
     return Groups(ones(3, dt=np.int32) * tag, ones(3, dt=np.int32), ones(2, dt=np.int32) * tag,
-                  -ones(2), ones(2), ones(2), np.asarray(rewards_P_G, np.float32))
+                  -ones(2), ones(2), ones(2), np.asarray(rewards_P_G, np.float32), 0 * ones(2))
 
 
 def test_dynamic_selection_carry_pad_and_drop():

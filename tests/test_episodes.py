@@ -40,8 +40,9 @@ class ScriptedEnv:
     tools = ("calculator",)
     observation_prefix, observation_suffix = "[", "]"
 
-    def __init__(self, outputs, fail_every=0):
+    def __init__(self, outputs, fail_every=0, reward=0.0):
         self.outputs, self.fail_every, self.calls, self.turns = outputs, fail_every, 0, []
+        self.reward = reward
 
     def respond(self, turns, contexts=None):
         out = []
@@ -51,7 +52,8 @@ class ScriptedEnv:
             if self.fail_every and self.calls % self.fail_every == 0:
                 out.append(Reply("", SANDBOX_ERROR, "calculator"))
             else:
-                out.append(Reply(self.outputs[self.calls % len(self.outputs)], OK, "calculator"))
+                out.append(Reply(self.outputs[self.calls % len(self.outputs)], OK, "calculator",
+                                 self.reward))
         return out
 
     def render_call(self, tool, arguments):
@@ -114,6 +116,22 @@ def test_a_failed_sandbox_marks_only_its_episode():
     _, _, e = _run(env)
     assert e.sandbox_failed_B.any() and not e.sandbox_failed_B.all()
     assert e.stats["episode/ended_sandbox_error"] == e.sandbox_failed_B.mean()
+
+
+def test_per_turn_rewards_sit_on_the_tokens_that_ended_their_turns():
+    """Each reply's reward is at its call's last token (the '#' marker, a policy token that an
+    observation follows), nowhere else; rows that made no call have none."""
+    env = ScriptedEnv(["3"], reward=-0.25)
+    tok, _, e = _run(env, max_turns=3)
+    ro, r_B_R = e.rollout, e.turn_rewards_B_R
+    hash_id = tok.convert_tokens_to_ids("#")
+    at = np.argwhere(r_B_R != 0)
+    assert len(at) == env.calls > 0, (len(at), env.calls)
+    np.testing.assert_array_equal(r_B_R[r_B_R != 0], -0.25)
+    for row, col in at:
+        assert ro.tokens_B_R[row, col] == hash_id and ro.loss_mask_B_R[row, col] == 1
+        assert ro.loss_mask_B_R[row, col + 1] == 0 and ro.mask_B_R[row, col + 1] == 1
+    assert e.stats["episode/turn_reward_mean"] == pytest.approx(-0.25 * env.calls / 16)
 
 
 def test_every_rows_final_text_is_its_last_policy_turn():

@@ -12,7 +12,8 @@ import pytest
 
 from rlvr_jax import batching, build, generate, jobs, learned_reward, stages
 from rlvr_jax.checkpoint import read_params
-from rlvr_jax.config import ConfigError
+from rlvr_jax.config import ConfigError, EnvConfig
+from rlvr_jax.envs.base import OK, Reply
 from rlvr_jax.models import reward
 from rlvr_jax.types import Rollout, Status, Verdict
 from rlvr_jax.verify.verifiers import make_verifier
@@ -107,13 +108,51 @@ def test_scores_of_the_sharded_batch_equal_one_by_one_forwards(rm_dir):
     prompt, pmask = np.repeat(prompt, 4, axis=0), np.repeat(pmask, 4, axis=0)
     verifier = make_verifier("inprocess", workers=1, timeout_s=10.0, batch_timeout_s=None,
                              mode=None)
-    rollout, _, learned_B, *_ = stages.sample_and_verify(
+    sampled = stages.sample_and_verify(
         generate.single_turn(policy.sample_train, setup.tokenizer, policy.put), policy.put,
-        verifier, setup.task, learned_reward.train_scorer(learned), policy.init_params(jax.random.key(0)), problems,
-        prompt, pmask, jax.random.key(1), chunks=2, samples_per_prompt=4)
+        verifier, setup.task, learned_reward.train_scorer(learned),
+        policy.init_params(jax.random.key(0)), problems, prompt, pmask, jax.random.key(1),
+        chunks=2, samples_per_prompt=4)
     whole = learned_reward.scores(learned.score_train, learned.params, policy.put, prompt, pmask,
-                                  rollout.tokens_B_R, rollout.mask_B_R)  # one batch of 16
-    np.testing.assert_allclose(learned_B, whole, rtol=1e-5, atol=1e-6)  # chunks of 8: rounding
+                                  sampled.rollout.tokens_B_R,
+                                  sampled.rollout.mask_B_R)  # one batch of 16
+    np.testing.assert_allclose(sampled.learned_B, whole, rtol=1e-5,
+                               atol=1e-6)  # chunks of 8: rounding
+    # Multi-turn episodes: the reward model reads the whole episode (prompt, the policy's
+    # turns and the observations between them), from the episodes' host record.
+    env = DigitCalls()
+    gens = build.generators(policy, setup, cfg.sampling, env,
+                            EnvConfig(kind="tools", observation_tokens=6, max_turns=3))
+    sampled = stages.sample_and_verify(
+        gens.train, policy.put, verifier, setup.task, learned_reward.train_scorer(learned),
+        policy.init_params(jax.random.key(0)), problems, prompt, pmask, jax.random.key(1),
+        chunks=2, samples_per_prompt=4)
+    ro = sampled.rollout
+    assert env.calls and ((ro.mask_B_R == 1) & (ro.loss_mask_B_R == 0)).any()
+    whole = learned_reward.scores(learned.score_train, learned.params, policy.put, prompt, pmask,
+                                  ro.tokens_B_R, ro.mask_B_R)
+    np.testing.assert_allclose(sampled.learned_B, whole, rtol=1e-5, atol=1e-6)
+
+
+class DigitCalls:
+    """A host environment whose calls are any digit (a random policy makes many): replies
+    "7"."""
+
+    tools, observation_prefix, observation_suffix = ("calculator",), "=", ";"
+    stop_texts = tuple("0123456789")
+
+    def __init__(self):
+        self.calls = 0
+
+    def respond(self, turns, contexts=None):
+        self.calls += len(turns)
+        return [Reply("7", OK, "calculator") for _ in turns]
+
+    def render_call(self, tool, arguments):
+        return "1"
+
+    def close(self):
+        pass
 
 
 def test_combined_rewards_add_the_weighted_score_to_the_verifiers():
@@ -125,12 +164,14 @@ def test_combined_rewards_add_the_weighted_score_to_the_verifiers():
     learned_B = np.array([0.5, -1.0, 2.0, 0.25], np.float32)
     common = dict(eos_id=2, reward_scheme="binary", samples_per_prompt=2, max_new_tokens=3,
                   overlong_buffer_tokens=0, overlong_penalty_factor=0.0, mask_truncated=False)
-    combined = stages.score(verdicts, rollout, prompt, prompt, learned_B, source="combined",
-                            learned_weight=2.0, **common)
+    none = np.zeros((4, 3), np.float32)  # no per-turn rewards
+    combined = stages.score(verdicts, rollout, prompt, prompt, learned_B, none,
+                            source="combined", learned_weight=2.0, **common)
     # PASS=1, WRONG=0; the sandbox error takes its group's valid mean (1.0) and leaves the loss
     np.testing.assert_allclose(combined.rewards_P_G, [[1 + 1.0, 0 - 2.0], [1 + 4.0, 1 + 0.5]])
     np.testing.assert_array_equal(combined.loss_mask_P_G_R.sum(-1), [[3, 3], [0, 3]])
-    learned = stages.score(verdicts, rollout, prompt, prompt, learned_B, source="reward_model",
+    learned = stages.score(verdicts, rollout, prompt, prompt, learned_B, none,
+                           source="reward_model",
                            learned_weight=1.0, **common)
     np.testing.assert_allclose(learned.rewards_P_G, learned_B.reshape(2, 2))
     np.testing.assert_array_equal(learned.loss_mask_P_G_R.sum(-1), [[3, 3], [3, 3]])

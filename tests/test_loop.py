@@ -34,7 +34,9 @@ PPO_DAPO = ["algo=ppo", "algo.ppo.kl_in_reward=true", "algo.loss.kl_coef=0.05", 
 # PPO: its critic and GAE run over the policy's tokens across the observations.
 CALC_AGENT = ["task.operators=[*]", "task.operand_digits=3", "task.zero_pad_operands=false",
               "env.kind=tools", "env.demo_tool_fraction=1.0",
-              "sampling.max_new_tokens=64", "warmup.steps=40", "env.workers=1", "algo=ppo"]
+              "sampling.max_new_tokens=64", "warmup.steps=40", "env.workers=1", "algo=ppo",
+              # per-turn rewards at the calls' tokens, through GAE
+              "+env.turn_rewards.tool_error=-0.1", "+env.turn_rewards.malformed=-0.1"]
 
 
 @pytest.mark.parametrize("extra", [[], PPO_DAPO, CALC_AGENT], ids=["grpo", "ppo+dapo", "tools"])
@@ -74,8 +76,22 @@ def test_resume_is_exact(tmp_path, extra):
             counts = [r[f"compiles/sampler_{piece}"] for r in steps
                       if f"compiles/sampler_{piece}" in r]  # extend: once a call was made
             assert counts and set(counts) == {1}, (piece, counts)
-        for key in ("episode/turns_mean", "episode/tool_calls_mean"):
+        for key in ("episode/turns_mean", "episode/tool_calls_mean",
+                    "episode/turn_reward_mean"):
             assert [r[key] for r in steps] == [r[key] for r in once_steps], key
+        # The offline evaluation CLI runs the episodes as the run's own evaluation did: on
+        # the same problems, batches and draws it gives the run's final numbers back.
+        from rlvr_jax.evaluate import evaluate_model
+
+        out = evaluate_model(str(tmp_path / "once"), None, n=1, ks=[1], temperature=1.0,
+                             max_new_tokens=None, num_problems=8, batch=8)
+        assert out["tools"] == ["calculator"] and out["step"] == 4
+        end = [r for r in once_rows if "eval/sampled_accuracy" in r][-1]
+        assert out["greedy"]["accuracy"] == once["eval/greedy_accuracy_end"]
+        statuses = {k: v for k, v in out["sampled_T1_n1"].items() if k.startswith("status/")}
+        assert statuses == {k[len("eval/sampled_"):]: v for k, v in end.items()
+                            if k.startswith("eval/sampled_status/")}, statuses
+        assert out["sampled_T1_n1"]["accuracy"] == end["eval/sampled_accuracy"]
 
 
 HOSTILE = [

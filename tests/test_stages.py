@@ -31,8 +31,9 @@ def _rollout(loss_mask=MASK):
     return Rollout(TOKENS, LOGP, MASK, loss_mask)
 
 
-def _score(rollout=None, learned_B=None, **options):
-    return stages.score(VERDICTS, rollout or _rollout(), PROMPT, PMASK, learned_B,
+def _score(rollout=None, learned_B=None, turn_rewards_B_R=None, **options):
+    turns = np.zeros_like(MASK) if turn_rewards_B_R is None else turn_rewards_B_R
+    return stages.score(VERDICTS, rollout or _rollout(), PROMPT, PMASK, learned_B, turns,
                         **(OPTIONS | options))
 
 
@@ -79,6 +80,33 @@ def test_the_loss_mask_starts_from_the_rollouts_own():
     np.testing.assert_array_equal(g.mask_P_G_R.reshape(4, 4)[3], [1, 1, 1, 1])
     with pytest.raises(AssertionError, match="loss mask"):
         _score(Rollout(TOKENS, LOGP, MASK))
+
+
+TURNS = np.zeros((4, 4), np.float32)
+TURNS[0, 0], TURNS[1, 2], TURNS[2, 1], TURNS[3, 1] = -0.5, 0.25, 9.0, -0.25
+
+
+def test_per_turn_rewards_stay_at_their_tokens_apart_from_the_outcome():
+    """The outcome stays in rewards_P_G, each per-turn reward at its token; the return is
+    their sum. A masked sample (row 2, sandbox error) keeps none: its imputed reward stands
+    in for it in the baseline."""
+    g = _score(turn_rewards_B_R=TURNS)
+    np.testing.assert_array_equal(g.rewards_P_G, [[1, 0], [1, 1]])
+    want = TURNS.copy()
+    want[2] = 0
+    np.testing.assert_array_equal(g.turn_rewards_P_G_R.reshape(4, 4), want)
+    np.testing.assert_allclose(g.returns_P_G, [[0.5, 0.25], [1.0, 0.75]])
+
+
+def test_group_advantages_are_of_the_returns_with_per_turn_rewards():
+    """GRPO over returns [0.5, 0.25] and [1.0, 0.75]: each group +-sqrt(0.5) (sample std);
+    without the per-turn rewards group 1 ([1, 1]) would have no signal."""
+    g = _score(turn_rewards_B_R=TURNS)
+    batch, _ = stages.with_advantages(g, 2, None, None, 0.0, put=lambda b: b,
+                                      ppo_prepare=None, estimator="grpo", eps=1e-6)
+    a = 0.5 ** 0.5
+    np.testing.assert_allclose(batch.advantages_B_R[:, 0], [a, -a, 0.0, -a], atol=1e-5)
+    np.testing.assert_allclose(batch.advantages_B_R[3], [-a, -a, -a, -a], atol=1e-5)
 
 
 def _groups(rewards_P_G):

@@ -54,7 +54,10 @@ def test_ppo_prepare_matches_a_float64_pipeline(critic):
                                           critic_layout=critic,
                                           gamma=0.9, lam=0.8, whiten_advantages=True,
                                           kl_in_reward=True, kl_estimator="k1")
-    out, metrics = prepare(params, ref, batch, outcome, np.float32(0.2))
+    # Per-turn rewards at turn-end tokens (multi-turn); one outside the loss mask is dropped.
+    turn = np.zeros((b, n), np.float32)
+    turn[0, 1], turn[3, 0], turn[1, 3] = -0.3, 0.5, 7.0
+    out, metrics = prepare(params, ref, batch, outcome, turn, np.float32(0.2))
 
     hidden = None
     if critic == "head":
@@ -68,7 +71,7 @@ def test_ppo_prepare_matches_a_float64_pipeline(critic):
         k = int(resp[i].sum())
         if k:
             r[i, k - 1] = outcome[i]
-    r = (r - 0.2 * kl) * resp
+    r = (r + turn - 0.2 * kl) * resp
     adv, ret = _gae_numpy(r, v, resp, 0.9, 0.8)
     valid = adv[resp > 0]
     adv = (adv - valid.mean()) / np.sqrt(valid.var() + 1e-8) * resp

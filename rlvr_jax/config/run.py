@@ -5,7 +5,7 @@ processes, logging, checkpoints, evaluation, and the RunConfig that holds every 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
@@ -168,6 +168,11 @@ class EnvConfig:
     # integer a tool returns, so a policy that reads the observation copies a wrong answer.
     # 0 (the default) leaves results alone.
     result_offset: int = 0
+    # Per-turn rewards by the call's outcome (ok | tool_error | malformed | unknown_tool),
+    # placed at the token that ended the turn and added to the outcome reward (GRPO sees the
+    # episode's sum, PPO's GAE each at its token), e.g. {malformed: -0.1, unknown_tool: -0.1}.
+    # Empty (the default): outcome reward only.
+    turn_rewards: Dict[str, float] = field(default_factory=dict)
     workers: int = 2  # sandboxed tool workers
     timeout_s: float = 5.0  # per call
     batch_timeout_s: float = 120.0  # per turn's batch of calls
@@ -183,6 +188,10 @@ class EnvConfig:
         _check(self.workers >= 1, f"{key}.workers", "must be >= 1")
         _check(self.timeout_s > 0 and self.batch_timeout_s > 0, f"{key}.timeout_s",
                "must be > 0")
+        outcomes = ("ok", "tool_error", "malformed", "unknown_tool")  # envs/base.py
+        bad = [k for k in self.turn_rewards if k not in outcomes]
+        _check(not bad, f"{key}.turn_rewards", f"unknown call outcomes {bad} (known: "
+               f"{', '.join(outcomes)}; a sandbox error has no reward: the episode is masked)")
         unknown = [t for t in self.tools if t not in SCHEMAS]
         _check(bool(self.tools) and not unknown, f"{key}.tools",
                f"unknown tools {unknown} (known: {', '.join(sorted(SCHEMAS))})")

@@ -17,6 +17,9 @@ class Reply:
     text: str  # the observation: what the policy reads next (an error is one too)
     outcome: str  # OK | TOOL_ERROR | MALFORMED | UNKNOWN_TOOL | SANDBOX_ERROR
     tool: str = ""  # the tool called ("" when the call could not be read)
+    # A per-turn reward, placed at the token that ended the turn (the call's end marker) and
+    # added to the episode's outcome reward: 0 (the default) leaves outcome-only training.
+    reward: float = 0.0
 
 
 class Environment(Protocol):

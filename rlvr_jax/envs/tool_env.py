@@ -4,10 +4,13 @@ the batch runs as one batch in a verifier pool of kind `tool_run` (bubblewrap; n
 trainer process). The observation is the tool's output, or its error ("error: ..."): a tool
 that raises, times out or runs out of memory is something the policy sees, and so is a
 malformed call or an unknown tool (never a silent drop). A sandbox that fails is the
-episode's SANDBOX_ERROR (out of the loss and the group baseline, never a wrong answer)."""
+episode's SANDBOX_ERROR (out of the loss and the group baseline, never a wrong answer).
+`turn_rewards` (call outcome -> reward, e.g. {"malformed": -0.1}) gives each turn's call a
+per-turn reward at the token that ended it; none by default (outcome reward only)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 from rlvr_jax.envs.base import MALFORMED, OK, SANDBOX_ERROR, TOOL_ERROR, UNKNOWN_TOOL, Reply
@@ -20,11 +23,13 @@ from rlvr_jax.verify.toolbox import SCHEMAS, check_call
 
 class ToolEnvironment:
     def __init__(self, tools: list[str], call_format: CallFormat, *, workers: int,
-                 timeout_s: float, batch_timeout_s: float, mode: str, result_offset: int = 0):
+                 timeout_s: float, batch_timeout_s: float, mode: str, result_offset: int = 0,
+                 turn_rewards: dict | None = None):
         unknown = [t for t in tools if t not in SCHEMAS]
         if unknown:
             raise ValueError(f"unknown tools {unknown} (known: {', '.join(sorted(SCHEMAS))})")
         self.tools, self.format, self.result_offset = tuple(tools), call_format, result_offset
+        self.turn_rewards = dict(turn_rewards or {})  # call outcome -> per-turn reward
         self.stop_texts = call_format.stop_texts(list(tools))
         self.observation_prefix = call_format.observation_prefix
         self.observation_suffix = call_format.observation_suffix
@@ -69,7 +74,9 @@ class ToolEnvironment:
                 if self.result_offset and v.status == Status.PASS and _is_int(text):
                     text = str(int(text) + self.result_offset)  # the control's wrong tool
                 replies[i] = Reply(text, OK if v.status == Status.PASS else TOOL_ERROR, tool)
-        return replies
+        return [r if r.outcome == SANDBOX_ERROR else
+                dataclasses.replace(r, reward=float(self.turn_rewards.get(r.outcome, 0.0)))
+                for r in replies]
 
     def close(self) -> None:
         self._pool.close()

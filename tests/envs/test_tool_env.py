@@ -20,7 +20,8 @@ def env():
     os.environ["RLVR_SECRET"] = "hunter2"
     try:
         e = make_environment(["calculator", "python"], "hermes", workers=2, timeout_s=3.0,
-                             batch_timeout_s=120.0, mode="forkserver")
+                             batch_timeout_s=120.0, mode="forkserver",
+                             turn_rewards={"malformed": -0.1, "unknown_tool": -0.2})
         yield e
         e.close()
     finally:
@@ -52,6 +53,8 @@ def test_outputs_and_errors_are_what_the_policy_reads(env):
     assert got[6][0] == MALFORMED and "must be string" in got[6][1]
     assert got[7][0] == MALFORMED and "not valid JSON" in got[7][1]
     assert {r.tool for r in replies[:5]} == {"calculator", "python"}
+    # The per-turn reward table by outcome; outcomes it does not name get 0.
+    assert [r.reward for r in replies] == [0.0] * 5 + [-0.2, -0.1, -0.1]
 
 
 @pytest.mark.parametrize("name", list(SANDBOX_ATTACKS))
