@@ -25,7 +25,7 @@ from rlvr_jax import (distributed, envs, episodes, generate, lora, optim, shardi
                       train_step)
 from rlvr_jax.envs import chat
 from rlvr_jax.config import (AlgoConfig, ConfigError, EnvConfig, MeshConfig, ModelConfig,
-                             RunConfig, SamplingConfig, TaskConfig, WarmupConfig)
+                             RunConfig, SamplingConfig, WarmupConfig)
 from rlvr_jax.models import hf
 from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder, init_params
@@ -52,7 +52,7 @@ class TaskSetup:
     max_new_tokens: int  # response slots
 
 
-def task_setup(task_cfg: TaskConfig, model_cfg: ModelConfig, max_new_tokens: int,
+def task_setup(task_cfg, model_cfg: ModelConfig, max_new_tokens: int,
                tokenizer_dir: str) -> TaskSetup:
     """The tokenizer (a HF directory's own, or our character tokenizer saved in
     `tokenizer_dir`), the task, and the sizes they fix."""

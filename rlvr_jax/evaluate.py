@@ -26,10 +26,11 @@ import jax
 from rlvr_jax import build, evaluation, warmstart
 from rlvr_jax.checkpoint import CheckpointError
 from rlvr_jax.export import policy_of_run
-from rlvr_jax.config import (ConfigError, DatasetTaskConfig, EnvConfig, MeshConfig,
-                             ModelConfig, SamplingConfig, to_run_config)
+from rlvr_jax.config import (ConfigError, EnvConfig, MeshConfig, ModelConfig, SamplingConfig,
+                             to_run_config)
 from rlvr_jax.data.loaders import DatasetError
 from rlvr_jax.models import hf
+from rlvr_jax.tasks.dataset import DatasetTaskConfig
 from rlvr_jax.verify.verifiers import make_verifier
 
 

@@ -146,7 +146,8 @@ def test_choices_match_what_the_code_implements():
 def test_python_dicts_compose_like_the_command_line():
     """A plain dict goes through the same schemas: its task schema by task.name, unknown keys
     named, choices checked."""
-    from rlvr_jax.config import DatasetTaskConfig, to_run_config
+    from rlvr_jax.config import to_run_config
+    from rlvr_jax.tasks.dataset import DatasetTaskConfig
 
     cfg = to_run_config({"task": {"name": "dataset", "train_path": "/a", "test_path": "/b"},
                          "verifier": {"kind": "math"}, "warmup": {"steps": 0}})

@@ -8,8 +8,8 @@ the cross-part constraints. Everything below `RunConfig` is unpacked into plain 
 place (`build.py`, `loop.py`): the maths never see a config object.
 
 In Python, compose exactly what the command line composes with `rlvr_jax.compose`.
-Parts: `choices.py` (errors, the enum-like names), `schemas.py` (the model, task, sampling
-and algorithm dataclasses), `run.py` (the run's other parts and `RunConfig`), `load.py` (Hydra
+Parts: `choices.py` (errors, the enum-like names), `schemas.py` (the model, sampling and
+algorithm dataclasses; each task's schema lives in its module, rlvr_jax/tasks/registry.py), `run.py` (the run's other parts and `RunConfig`), `load.py` (Hydra
 registration, validation, composition, the run's directory name).
 """
 
@@ -25,24 +25,19 @@ from rlvr_jax.config.run import (LEARNED_REWARD_KL_COEF, CheckpointConfig, Distr
                                  DPOConfig, EnvConfig, EvalConfig, LoggerConfig, MeshConfig,
                                  PreferenceConfig, RewardConfig, RewardModelConfig, RunConfig,
                                  VerifierConfig, WarmupConfig)
-from rlvr_jax.config.schemas import (TASK_SCHEMAS, TASK_VERIFIERS, AlgoConfig,
-                                     ArithmeticTaskConfig, CodegenTaskConfig, DAPOConfig,
-                                     DatasetTaskConfig, ModelConfig, OptimConfig,
-                                     PolicyLossConfig, PPOConfig, SamplingConfig, TaskConfig)
+from rlvr_jax.config.schemas import (AlgoConfig, DAPOConfig, ModelConfig, OptimConfig,
+                                     PolicyLossConfig, PPOConfig, SamplingConfig)
 
 __all__ = [
     "AdvEstimator",
     "AlgoConfig",
     "Algorithm",
-    "ArithmeticTaskConfig",
     "CheckpointConfig",
     "Choice",
-    "CodegenTaskConfig",
     "ConfigError",
     "CriticLayout",
     "DAPOConfig",
     "DataFormat",
-    "DatasetTaskConfig",
     "Dtype",
     "EvalConfig",
     "KLEstimator",
@@ -72,9 +67,6 @@ __all__ = [
     "RunConfig",
     "SamplingConfig",
     "SandboxMode",
-    "TASK_SCHEMAS",
-    "TASK_VERIFIERS",
-    "TaskConfig",
     "VerifierConfig",
     "VerifierKind",
     "WarmupConfig",

@@ -15,7 +15,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from rlvr_jax.config.choices import ConfigError, _check
 from rlvr_jax.config.run import (LEARNED_REWARD_KL_COEF, LoggerConfig, MeshConfig, RunConfig,
                                  VerifierConfig)
-from rlvr_jax.config.schemas import (TASK_SCHEMAS, TASK_VERIFIERS, AlgoConfig, ModelConfig,
+from rlvr_jax.config.schemas import (AlgoConfig, ModelConfig,
                                      SamplingConfig)
 
 
@@ -60,12 +60,16 @@ def register_configs() -> None:
                         ("algo", AlgoConfig), ("verifier", VerifierConfig), ("mesh", MeshConfig),
                         ("logger", LoggerConfig)]:
         cs.store(group=group, name=f"{group}_schema", node=node)
-    for name, node in TASK_SCHEMAS.items():
-        cs.store(group="task", name=f"{name}_schema", node=node)
+    from rlvr_jax.tasks import registry  # each task module declares its schema
+
+    for name, spec in registry.specs().items():
+        cs.store(group="task", name=f"{name}_schema", node=spec.schema)
 
 
 def validate(cfg: RunConfig) -> RunConfig:
     """Each part's checks, then the constraints between parts; every error names its key."""
+    from rlvr_jax.tasks import registry  # noqa: F811 (tasks import this package's choices)
+
     m, t, a, w, v = cfg.model, cfg.task, cfg.algo, cfg.warmup, cfg.verifier
     cfg.reward.check()
     if a.loss.kl_coef == -1:  # by the reward source: resolved once, here
@@ -88,9 +92,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     cfg.eval.check()
     _check(cfg.num_steps >= 0, "num_steps", "must be >= 0")
     _check(cfg.stop_after_steps >= 0, "stop_after_steps", "must be >= 0 (0: no limit)")
-    _check(v.kind in TASK_VERIFIERS[t.name], "verifier.kind",
-           f"task={t.name} is checked by verifier={' or '.join(TASK_VERIFIERS[t.name])}, not "
-           f"{v.kind}")
+    spec = registry.get(t.name)
+    _check(v.kind in spec.verifiers, "verifier.kind",
+           f"task={t.name} is checked by verifier={' or '.join(spec.verifiers)}, not {v.kind}")
     _check(a.dapo.sampled_prompts(a.prompts_per_step) % v.overlap_chunks == 0,
            "verifier.overlap_chunks", "must divide the sampled prompts per step")
     _check(m.lora_rank == 0 or a.name != "ppo", "model.lora_rank",
@@ -99,9 +103,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     _check(m.lora_rank == 0 or cfg.job == "rl", "model.lora_rank",
            f"job={cfg.job} trains full weights (LoRA adapters train the RL policy only): set "
            "model.lora_rank=0")
-    if t.name == "dataset":
+    if not spec.demonstrations:
         _check(bool(m.path) or w.steps == 0, "model.path",
-               "task=dataset has no demonstrations for a warm start: set model.path to a "
+               f"task={t.name} has no demonstrations for a warm start: set model.path to a "
                "Hugging Face directory (or warmup.steps=0)")
     return cfg
 
@@ -124,10 +128,10 @@ def _unknown_keys(node: Any, schema: type, prefix: str = "") -> list[str]:
 
 
 def _task_schema(node: Any) -> type:
+    from rlvr_jax.tasks import registry
+
     name = node.get("name", "arithmetic") if node is not None else "arithmetic"
-    _check(name in TASK_SCHEMAS, "task.name",
-           f"unknown task '{name}' (known: {', '.join(TASK_SCHEMAS)})")
-    return TASK_SCHEMAS[name]
+    return registry.get(str(name)).schema
 
 
 def to_run_config(cfg: DictConfig | RunConfig | dict[str, Any]) -> RunConfig:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from rlvr_jax.config.choices import (AdvEstimator, Algorithm, CriticLayout, DataFormat, Dtype,
-                                     KLEstimator, LossAgg, LRSchedule, OnBadRow, PolicyLoss, Remat,
+from rlvr_jax.config.choices import (AdvEstimator, Algorithm, CriticLayout, Dtype,
+                                     KLEstimator, LossAgg, LRSchedule, PolicyLoss, Remat,
                                      RopeScaling, _check)
 
 
@@ -86,73 +86,6 @@ class ModelConfig:
                f"model '{self.name}' is a pretrained architecture (vocab_size "
                f"{self.vocab_size}): set {key}.path to a local Hugging Face directory with its "
                "weights and tokenizer")
-
-
-# ------------------------------------------------------------------------------------ tasks
-@dataclass
-class ArithmeticTaskConfig:
-    """Procedural `a op b op c ...`, evaluated with the usual precedence (tasks/arithmetic.py);
-    checked in process by the exact-integer verifier (`verifier=inprocess`)."""
-
-    name: str = "arithmetic"
-    operators: List[str] = field(default_factory=lambda: ["+"])
-    operand_digits: int = 2  # operands are uniform in [0, 10**operand_digits)
-    min_operands: int = 2
-    max_operands: int = 2  # > 2 gives multi-step expressions
-    heldout_fraction: float = 0.1  # share of all expressions reserved for evaluation
-    split_seed: int = 0  # salts the hash that assigns an expression to train or held-out
-    prompt_template: str = "{question}="
-    zero_pad_operands: bool = True  # "07+88": digits at fixed positions, learned much faster
-
-    def check(self, key: str = "task") -> None:
-        _check(len(self.operators) > 0 and set(self.operators) <= {"+", "-", "*"},
-               f"{key}.operators",
-               f"must be a non-empty subset of ['+', '-', '*'], got {list(self.operators)}")
-        _check(1 <= self.operand_digits <= 6, f"{key}.operand_digits", "must be in [1, 6]")
-        _check(2 <= self.min_operands <= self.max_operands, f"{key}.min_operands",
-               f"must be >= 2 and <= {key}.max_operands")
-        _check(0.0 < self.heldout_fraction < 1.0, f"{key}.heldout_fraction", "must be in (0, 1)")
-        _check("{question}" in self.prompt_template, f"{key}.prompt_template",
-               "must contain '{question}'")
-
-
-@dataclass
-class CodegenTaskConfig:
-    """Procedural code generation (tasks/codegen.py), run in the sandbox (`verifier=code`)."""
-
-    name: str = "codegen"
-    heldout_fraction: float = 0.1
-    split_seed: int = 0
-
-    def check(self, key: str = "task") -> None:
-        _check(0.0 < self.heldout_fraction < 1.0, f"{key}.heldout_fraction", "must be in (0, 1)")
-
-
-@dataclass
-class DatasetTaskConfig:
-    """Prompts from local JSONL/Parquet files (GSM8K, MATH or verl rows; data/loaders.py),
-    answers checked by the `math` verifier."""
-
-    name: str = "dataset"
-    train_path: str = ""
-    test_path: str = ""
-    format: DataFormat = DataFormat["auto"]
-    on_bad_row: OnBadRow = OnBadRow["raise"]  # raise: error naming file:line | skip: counted
-    instruction: str = 'Let\'s think step by step and output the final answer after "####".'
-    max_prompt_tokens: int = 512  # longer prompts are bad rows
-
-    def check(self, key: str = "task") -> None:
-        _check(bool(self.train_path) and bool(self.test_path), f"{key}.train_path",
-               "task=dataset needs task.train_path and task.test_path")
-        _check(self.max_prompt_tokens >= 1, f"{key}.max_prompt_tokens", "must be >= 1")
-
-
-TaskConfig = ArithmeticTaskConfig | CodegenTaskConfig | DatasetTaskConfig
-# task.name -> its schema, and the verifier kinds that can check its jobs.
-TASK_SCHEMAS: dict[str, type] = {"arithmetic": ArithmeticTaskConfig,
-                                 "codegen": CodegenTaskConfig, "dataset": DatasetTaskConfig}
-TASK_VERIFIERS: dict[str, tuple[str, ...]] = {"arithmetic": ("inprocess",), "codegen": ("code",),
-                                              "dataset": ("math",)}
 
 
 # ------------------------------------------------------------------------- sampling, algo

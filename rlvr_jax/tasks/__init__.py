@@ -1,25 +1,15 @@
-"""Tasks: one module per family, each a `Task` (base.py). `build` is the one place that maps
-the task config onto a task type; the loop and stages only see the protocol."""
+"""Tasks: one module per family, each a `Task` (base.py) that declares its config schema,
+builder and verifier kinds in the registry (registry.py). The loop and stages only see the
+protocol."""
 
 from __future__ import annotations
 
-from rlvr_jax.config import TaskConfig
 from rlvr_jax.tasks.base import Task
 
 
-def build(t: TaskConfig, tokenizer) -> Task:  # type: ignore[valid-type]
-    """The configured task. Dataset tasks read and check their files here (with the tokenizer,
-    for the prompt budget)."""
-    if t.name == "dataset":
-        from rlvr_jax.tasks import dataset
+def build(t, tokenizer) -> Task:
+    """The configured task (`t`: its registered schema). Dataset tasks read and check their
+    files here (with the tokenizer, for the prompt budget)."""
+    from rlvr_jax.tasks import registry
 
-        return dataset.load(t.train_path, t.test_path, t.format, t.on_bad_row,
-                            t.max_prompt_tokens, tokenizer, t.instruction)
-    if t.name == "codegen":
-        from rlvr_jax.tasks.codegen import CodegenTask
-
-        return CodegenTask(t.heldout_fraction, t.split_seed)
-    from rlvr_jax.tasks.arithmetic import ArithmeticTask
-
-    return ArithmeticTask(tuple(t.operators), t.operand_digits, t.min_operands, t.max_operands,
-                          t.heldout_fraction, t.split_seed, t.prompt_template, t.zero_pad_operands)
+    return registry.get(t.name).build(t, tokenizer)

@@ -16,12 +16,41 @@ must be exactly one integer, else UNPARSEABLE.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Callable, ClassVar, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar, List, Sequence
 
 import numpy as np
 
+from rlvr_jax.config.choices import _check
 from rlvr_jax.tasks.base import Job, ProceduralSplit, check_pairs
+from rlvr_jax.tasks.registry import TaskSpec, register
+
+
+@dataclass
+class ArithmeticTaskConfig:
+    """Procedural `a op b op c ...`, evaluated with the usual precedence (tasks/arithmetic.py);
+    checked in process by the exact-integer verifier (`verifier=inprocess`)."""
+
+    name: str = "arithmetic"
+    operators: List[str] = field(default_factory=lambda: ["+"])
+    operand_digits: int = 2  # operands are uniform in [0, 10**operand_digits)
+    min_operands: int = 2
+    max_operands: int = 2  # > 2 gives multi-step expressions
+    heldout_fraction: float = 0.1  # share of all expressions reserved for evaluation
+    split_seed: int = 0  # salts the hash that assigns an expression to train or held-out
+    prompt_template: str = "{question}="
+    zero_pad_operands: bool = True  # "07+88": digits at fixed positions, learned much faster
+
+    def check(self, key: str = "task") -> None:
+        _check(len(self.operators) > 0 and set(self.operators) <= {"+", "-", "*"},
+               f"{key}.operators",
+               f"must be a non-empty subset of ['+', '-', '*'], got {list(self.operators)}")
+        _check(1 <= self.operand_digits <= 6, f"{key}.operand_digits", "must be in [1, 6]")
+        _check(2 <= self.min_operands <= self.max_operands, f"{key}.min_operands",
+               f"must be >= 2 and <= {key}.max_operands")
+        _check(0.0 < self.heldout_fraction < 1.0, f"{key}.heldout_fraction", "must be in (0, 1)")
+        _check("{question}" in self.prompt_template, f"{key}.prompt_template",
+               "must contain '{question}'")
 
 
 @dataclass(frozen=True)
@@ -110,3 +139,12 @@ def calculate(expression: str) -> int:
             sign, product = (1 if op == "+" else -1), int(num)
     terms.append(sign * product)
     return sum(terms)
+
+
+def build(t: ArithmeticTaskConfig, tokenizer) -> ArithmeticTask:
+    return ArithmeticTask(tuple(t.operators), t.operand_digits, t.min_operands, t.max_operands,
+                          t.heldout_fraction, t.split_seed, t.prompt_template,
+                          t.zero_pad_operands)
+
+
+SPEC = register(TaskSpec("arithmetic", ArithmeticTaskConfig, build, verifiers=("inprocess",)))

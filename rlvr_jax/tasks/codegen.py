@@ -14,7 +14,21 @@ from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 
+from rlvr_jax.config.choices import _check
 from rlvr_jax.tasks.base import Job, ProceduralSplit, check_pairs
+from rlvr_jax.tasks.registry import TaskSpec, register
+
+
+@dataclass
+class CodegenTaskConfig:
+    """Procedural code generation (tasks/codegen.py), run in the sandbox (`verifier=code`)."""
+
+    name: str = "codegen"
+    heldout_fraction: float = 0.1
+    split_seed: int = 0
+
+    def check(self, key: str = "task") -> None:
+        _check(0.0 < self.heldout_fraction < 1.0, f"{key}.heldout_fraction", "must be in (0, 1)")
 
 INPUTS = (0, 1, 5, -3, 12)
 
@@ -96,3 +110,8 @@ class CodegenTask(ProceduralSplit[Spec]):
         check_pairs(specs, completions)
         return [{"completion": c, "entry_point": "f", "inputs": [[x] for x in INPUTS],
                  "expected": [s(x) for x in INPUTS]} for s, c in zip(specs, completions)]
+
+
+SPEC = register(TaskSpec(
+    "codegen", CodegenTaskConfig,
+    lambda t, tokenizer: CodegenTask(t.heldout_fraction, t.split_seed), verifiers=("code",)))

@@ -12,10 +12,31 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from rlvr_jax.config.choices import DataFormat, OnBadRow, _check
 from rlvr_jax.data import loaders
 from rlvr_jax.data.loaders import Problem
 from rlvr_jax.tasks.base import Job, NoDemonstrations, check_pairs
+from rlvr_jax.tasks.registry import TaskSpec, register
 from rlvr_jax.verify.math import extract_answer
+
+
+@dataclass
+class DatasetTaskConfig:
+    """Prompts from local JSONL/Parquet files (GSM8K, MATH or verl rows; data/loaders.py),
+    answers checked by the `math` verifier."""
+
+    name: str = "dataset"
+    train_path: str = ""
+    test_path: str = ""
+    format: DataFormat = DataFormat["auto"]
+    on_bad_row: OnBadRow = OnBadRow["raise"]  # raise: error naming file:line | skip: counted
+    instruction: str = 'Let\'s think step by step and output the final answer after "####".'
+    max_prompt_tokens: int = 512  # longer prompts are bad rows
+
+    def check(self, key: str = "task") -> None:
+        _check(bool(self.train_path) and bool(self.test_path), f"{key}.train_path",
+               "task=dataset needs task.train_path and task.test_path")
+        _check(self.max_prompt_tokens >= 1, f"{key}.max_prompt_tokens", "must be >= 1")
 
 
 @dataclass
@@ -100,3 +121,10 @@ def load(train_path: str, test_path: str, fmt: str, on_bad_row: str, max_prompt_
             print(f"{path}: skipped {skipped} bad rows (task.on_bad_row=skip)", flush=True)
         splits.append(kept)
     return DatasetTask(splits[0], splits[1], render, longest)
+
+
+SPEC = register(TaskSpec(
+    "dataset", DatasetTaskConfig,
+    lambda t, tokenizer: load(t.train_path, t.test_path, t.format, t.on_bad_row,
+                              t.max_prompt_tokens, tokenizer, t.instruction),
+    verifiers=("math",), demonstrations=False))

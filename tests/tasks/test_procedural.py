@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rlvr_jax import tasks
-from rlvr_jax.config import TASK_SCHEMAS
+from rlvr_jax.tasks import registry
 from rlvr_jax.tasks.arithmetic import ArithmeticTask, Problem, calculate
 from rlvr_jax.tasks.base import in_heldout, repeat_each
 from rlvr_jax.tasks.codegen import CodegenTask
@@ -101,7 +101,7 @@ def test_too_many_eval_problems_is_a_clear_error():
 def test_procedural_tasks_follow_the_protocol(name):
     """What the loop calls, through the one builder: a budget that covers every prompt, one
     job per pair, answers for voting, demonstrations, and splits that never meet."""
-    task = tasks.build(TASK_SCHEMAS[name](), tokenizer=None)
+    task = tasks.build(registry.get(name).schema(), tokenizer=None)
     assert isinstance(task, ArithmeticTask if name == "arithmetic" else CodegenTask)
     budget = task.prompt_budget(len)  # characters stand in for tokens
     train = task.train_batch(0, 3, 64)

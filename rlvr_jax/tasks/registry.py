@@ -1,0 +1,76 @@
+"""The task registry: each task module declares, in one place, its config schema (a dataclass
+with `name` and `check`), how to build the task from it, and the verifier kinds that can check
+its jobs (`register(TaskSpec(...))` at import). The config (Hydra's ConfigStore, validation),
+`tasks.build` and the docs read this table; nothing else names a task.
+
+Discovery: every module of the `rlvr_jax.tasks` package (a new file there is found), and every
+module named by a `rlvr_jax.tasks` entry point of an installed package (a user's own tasks,
+outside this repository):
+
+    [project.entry-points."rlvr_jax.tasks"]
+    my_task = "my_package.my_task"
+
+A task module imports nothing heavy at the top (its schema must load wherever a config is
+composed); optional dependencies (reasoning-gym) are imported when the task is built.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Callable
+
+from rlvr_jax.config.choices import ConfigError
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str  # task.name, and conf/task/<name>.yaml's `<name>_schema`
+    schema: type  # the config dataclass: fields with defaults, `check(key)` naming bad keys
+    build: Callable[[Any, Any], Any]  # (task config, tokenizer) -> Task (tasks/base.py)
+    verifiers: tuple[str, ...]  # verifier.kind values that can check its jobs (first: default)
+    demonstrations: bool = True  # has warm-start demonstrations (else model.path is needed)
+
+
+_SPECS: dict[str, TaskSpec] = {}
+_discovered = False
+
+
+def register(spec: TaskSpec) -> TaskSpec:
+    """Add a task (at its module's import). A second task of the same name is an error."""
+    old = _SPECS.get(spec.name)
+    if old is not None and old.schema.__module__ != spec.schema.__module__:
+        raise ValueError(f"task {spec.name!r} is registered twice ({old.schema.__module__}, "
+                         f"{spec.schema.__module__})")
+    _SPECS[spec.name] = spec
+    return spec
+
+
+def _discover() -> None:
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    import rlvr_jax.tasks as package
+
+    for info in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{info.name}")
+    for entry in metadata.entry_points(group="rlvr_jax.tasks"):
+        importlib.import_module(entry.value.split(":")[0])
+
+
+def specs() -> dict[str, TaskSpec]:
+    """Every registered task, by name."""
+    _discover()
+    return dict(_SPECS)
+
+
+def get(name: str, key: str = "task.name") -> TaskSpec:
+    """The task named `name`, or a ConfigError naming `key` and the known tasks."""
+    known = specs()
+    if name not in known:
+        raise ConfigError(f"config key '{key}': unknown task '{name}' (known: "
+                          f"{', '.join(sorted(known))})")
+    return known[name]

@@ -1,0 +1,61 @@
+"""The task registry: a task is one module (schema, builder, verifier kinds declared together)
+plus one conf file; config composition, validation and `tasks.build` find it there."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from rlvr_jax import tasks
+from rlvr_jax.config import ConfigError, to_run_config
+from rlvr_jax.config.choices import _check
+from rlvr_jax.tasks import registry
+from rlvr_jax.tasks.arithmetic import ArithmeticTask
+
+
+@dataclass
+class EchoTaskConfig:
+    """A user's task: repeat the number."""
+
+    name: str = "echo_test"
+    digits: int = 2
+
+    def check(self, key: str = "task") -> None:
+        _check(self.digits >= 1, f"{key}.digits", "must be >= 1")
+
+
+def test_a_users_task_is_one_registration():
+    registry.register(registry.TaskSpec(
+        "echo_test", EchoTaskConfig,
+        lambda t, tok: ArithmeticTask(("+",), t.digits, 2, 2, 0.1, 0, "{question}=", True),
+        verifiers=("inprocess",)))
+    base = {"task": {"name": "echo_test", "digits": 3}, "verifier": {"kind": "inprocess"}}
+    cfg = to_run_config(base)
+    assert isinstance(cfg.task, EchoTaskConfig) and cfg.task.digits == 3
+    assert tasks.build(cfg.task, None).operand_digits == 3
+    with pytest.raises(ConfigError, match="'task.digits'"):
+        to_run_config({**base, "task": {"name": "echo_test", "digits": 0}})
+    with pytest.raises(ConfigError, match="'verifier.kind'.*inprocess"):
+        to_run_config({**base, "verifier": {"kind": "math"}})
+    with pytest.raises(ConfigError, match="unknown config key"):
+        to_run_config({**base, "task": {"name": "echo_test", "digitz": 3}})
+
+
+def test_an_unknown_task_names_the_key_and_the_known_ones():
+    with pytest.raises(ConfigError, match="'task.name'.*arithmetic.*codegen"):
+        to_run_config({"task": {"name": "nope"}})
+
+
+def test_every_builtin_task_has_a_conf_file():
+    import glob
+    import os
+
+    import yaml
+
+    from rlvr_jax.config import conf_dir
+
+    named = {yaml.safe_load(open(f)).get("name")
+             for f in glob.glob(os.path.join(conf_dir(), "task", "*.yaml"))}
+    for name, spec in registry.specs().items():
+        if spec.schema.__module__.startswith("rlvr_jax."):
+            assert name in named, f"task {name} has no conf/task/*.yaml"
+            assert spec.verifiers, name
