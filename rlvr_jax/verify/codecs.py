@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from rlvr_jax.types import Status, Verdict
 from rlvr_jax.verify import code as code_check
-from rlvr_jax.verify import firewall
+from rlvr_jax.verify import firewall, gym_score
 from rlvr_jax.verify import sql as sql_check
 from rlvr_jax.verify import tool_run
 from rlvr_jax.verify import tools as tools_check
 
-# kind -> module with wire(job), verdict(job, reply) and neutral_reply(job)
-SANDBOXED = {"code": code_check, "sql": sql_check, "tool": tools_check, "tool_run": tool_run}
+# kind -> module with wire(job), verdict(job, reply) and neutral_reply(job); a module's
+# PYTHON (sandbox.TrainerPython) runs its worker with the trainer's interpreter.
+SANDBOXED = {"code": code_check, "sql": sql_check, "tool": tools_check, "tool_run": tool_run,
+             "reasoning_gym": gym_score}
 
 
 def wire(kind: str, job: dict):

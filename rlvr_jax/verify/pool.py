@@ -74,7 +74,8 @@ class _Worker:
                 [sys.executable, "-m", "rlvr_jax.verify.worker", kind], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0, env=env)
         else:
-            self.proc = sandbox.spawn(once=mode == "fresh", cgroup=cgroup)
+            self.proc = sandbox.spawn(once=mode == "fresh", cgroup=cgroup,
+                                      python=getattr(SANDBOXED[kind], "PYTHON", None))
         self.mode, self.cgroup = mode, cgroup
         self.fd = self.proc.stdout.fileno()
         self.buf = bytearray()

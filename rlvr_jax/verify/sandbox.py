@@ -38,6 +38,14 @@ or ptrace its supervisor, or escalate privileges. The sandbox isolates:
 Not isolated: the kernel itself (no seccomp filter: a kernel exploit escapes), CPU time stolen
 from the trainer within the limits, timing side channels, and the system interpreter and
 libraries under /usr, which the candidate can read.
+
+Graders that need the trainer's libraries (`TrainerPython`: reasoning-gym's scorers, some of
+which eval the answer) run the same way with one difference: the trainer's own interpreter and
+its site-packages are bound read-only at their own paths (readable by the candidate, like
+/usr), and the worker imports the grader's modules once before it forks each job's child.
+When the trainer runs as root, those paths may sit under a home only root can enter: a
+private mount namespace (made by root, discarded with the worker) bind-mounts them onto empty
+directories the unprivileged uid can reach, and only then does bwrap start as that uid.
 """
 
 from __future__ import annotations
@@ -48,8 +56,11 @@ import shutil
 import signal
 import struct
 import subprocess
+import sys
+import tempfile
 import time
-from typing import Optional
+from dataclasses import dataclass
+from typing import Optional, Sequence
 
 WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_worker.py")
 PYTHON = "/usr/bin/python3"  # the system interpreter: root-only paths (pyenv in /root) are not
@@ -119,11 +130,39 @@ def seccomp_fd() -> Optional[int]:
     return fd
 
 
+@dataclass(frozen=True)
+class TrainerPython:
+    """The trainer's interpreter inside the sandbox, read-only, with modules the worker
+    imports before its first job (`preload`)."""
+
+    preload: tuple[str, ...] = ()
+
+    @staticmethod
+    def executable() -> str:
+        return os.path.realpath(sys.executable)
+
+    @staticmethod
+    def roots() -> list[str]:
+        """The directories to bind: the interpreter's prefixes and every site-packages
+        directory on its path (a venv's, a user site) not already under one of them."""
+        paths = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix)}
+        paths |= {os.path.realpath(p) for p in sys.path
+                  if p and os.path.basename(p) in ("site-packages", "dist-packages")
+                  and os.path.isdir(p)}
+        return sorted(p for p in paths
+                      if not any(p != q and p.startswith(q + os.sep) for q in paths))
+
+
 def bwrap_argv(once: bool, script_fd: int, tmp_mb: int = 64,
-               seccomp: Optional[int] = None) -> list[str]:
+               seccomp: Optional[int] = None, python: Optional[TrainerPython] = None,
+               binds: Sequence[tuple[str, str]] = ()) -> list[str]:
+    """`binds`: (source on the host, path in the sandbox) pairs, read-only (the trainer's
+    Python when `python` is set)."""
     argv = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
             "--new-session", "--as-pid-1", "--clearenv", "--cap-drop", "ALL",
             "--ro-bind", "/usr", "/usr"]
+    for source, dest in binds:
+        argv += ["--ro-bind", source, dest]
     for link in ("bin", "lib", "lib64", "sbin"):
         target = os.path.join("/", link)
         if os.path.islink(target):
@@ -145,8 +184,50 @@ def bwrap_argv(once: bool, script_fd: int, tmp_mb: int = 64,
              "--hostname", "sandbox"]
     if seccomp is not None:
         argv += ["--seccomp", str(seccomp)]
-    argv += ["--", PYTHON, "-I", "-S", "/opt/rlvr/worker.py"]
+    if python is None:
+        argv += ["--", PYTHON, "-I", "-S", "/opt/rlvr/worker.py"]
+    else:  # site-packages on: the grader's libraries are the point
+        argv += ["--", python.executable(), "-I", "/opt/rlvr/worker.py"]
+        if python.preload:
+            argv.append("--preload=" + ",".join(python.preload))
     return argv + (["--once"] if once else [])
+
+
+_MOUNT_POINTS: dict[str, str] = {}  # host path -> an empty directory the sandbox uid reaches
+
+
+def _mount_point(path: str) -> str:
+    """An empty directory (0755, under the temp dir) to bind `path` onto in a private mount
+    namespace; made once per process, empty on the host."""
+    if path not in _MOUNT_POINTS:
+        _MOUNT_POINTS[path] = tempfile.mkdtemp(prefix="rlvr-bind-")
+        os.chmod(_MOUNT_POINTS[path], 0o755)
+    return _MOUNT_POINTS[path]
+
+
+def _launch(argv: list[str], python: Optional[TrainerPython],
+            cgroup: Optional["Cgroup"]) -> tuple[list[str], dict]:
+    """(argv, Popen arguments) that start bwrap as the unprivileged uid inside `cgroup`:
+    directly, or, for the trainer's Python as root, after a private mount namespace has made
+    its directories reachable (see the module docstring)."""
+    join = cgroup.join_script() if cgroup is not None and cgroup.paths else ""
+    if python is None or os.geteuid() != 0:
+        if join:
+            argv = ["/bin/sh", "-c", join + 'exec "$@"', "sh", *argv]
+        return argv, _drop_privileges()
+    mounts = "".join(f'mount --bind "{root}" "{_mount_point(root)}" && '
+                     for root in python.roots())
+    drop = f"setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups --"
+    return (["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+             mounts + join + f'exec {drop} "$@"', "sh", *argv], {})
+
+
+def _binds(python: Optional[TrainerPython]) -> list[tuple[str, str]]:
+    if python is None:
+        return []
+    if os.geteuid() != 0:
+        return [(root, root) for root in python.roots()]
+    return [(_mount_point(root), root) for root in python.roots()]
 
 
 def _drop_privileges() -> dict:
@@ -327,20 +408,21 @@ def _pids(cgroup_path: str) -> list[int]:
         return []
 
 
-def spawn(once: bool, cgroup: Optional[Cgroup] = None, tmp_mb: int = 64) -> subprocess.Popen:
+def spawn(once: bool, cgroup: Optional[Cgroup] = None, tmp_mb: int = 64,
+          python: Optional[TrainerPython] = None) -> subprocess.Popen:
     """Start a sandboxed worker; its stdin/stdout speak the JSON-lines protocol. With a
     working cgroup, a shell joins it and execs bwrap, so nothing runs outside it. bwrap starts
     a session (and process group) of its own: `kill` takes the whole group, so a bwrap child
-    still setting up (before its die-with-parent is armed) cannot outlive it."""
+    still setting up (before its die-with-parent is armed) cannot outlive it. `python`: run
+    the worker with the trainer's interpreter (a grader's libraries), else the system one."""
     fd, filt = worker_fd(), seccomp_fd()
     fds = (fd,) if filt is None else (fd, filt)
-    argv = bwrap_argv(once, fd, tmp_mb, seccomp=filt)
-    if cgroup is not None and cgroup.paths:
-        argv = ["/bin/sh", "-c", cgroup.join_script() + 'exec "$@"', "sh", *argv]
+    argv, drop = _launch(bwrap_argv(once, fd, tmp_mb, seccomp=filt, python=python,
+                                    binds=_binds(python)), python, cgroup)
     try:
         return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, bufsize=0, pass_fds=fds,
-                                start_new_session=True, **_drop_privileges())
+                                start_new_session=True, **drop)
     finally:
         for f in fds:
             os.close(f)  # bwrap holds its own copies until it has read them

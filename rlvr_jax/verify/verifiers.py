@@ -8,6 +8,7 @@ from concurrent.futures import Future
 from typing import Optional, Protocol, Sequence
 
 from rlvr_jax.types import Verdict
+from rlvr_jax.verify.codecs import SANDBOXED
 from rlvr_jax.verify.pool import VerifierPool
 from rlvr_jax.verify.trusted import CHECKS, TrustedVerifier
 
@@ -27,8 +28,8 @@ TRUSTED_KINDS = {"inprocess": "integer"}
 def make_verifier(kind: str, *, workers: int, timeout_s: float,
                   batch_timeout_s: Optional[float], mode: Optional[str]) -> Verifier:
     """A trusted in-process checker for the trusted kinds; else the worker pool (`mode`: the
-    code sandbox's forkserver or fresh, ignored for trusted graders such as math)."""
+    sandboxed kinds' forkserver or fresh, ignored for trusted graders such as math)."""
     if kind in TRUSTED_KINDS:
         return TrustedVerifier(CHECKS[TRUSTED_KINDS[kind]])
     return VerifierPool(kind, workers=workers, timeout_s=timeout_s,
-                        batch_timeout_s=batch_timeout_s, mode=mode if kind == "code" else None)
+                        batch_timeout_s=batch_timeout_s, mode=mode if kind in SANDBOXED else None)

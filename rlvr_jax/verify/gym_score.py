@@ -1,0 +1,80 @@
+"""reasoning-gym answers, scored by reasoning-gym's own scorer for their dataset, in the sandbox
+(kind `reasoning_gym`).
+
+Why the sandbox: several of its scorers read the answer with `eval` or sympy's `parse_expr`
+(number_sorting, spiral_matrix, string_insertion, n_queens, binary_matrix, countdown, ...),
+that is, they run the candidate's text. So a scorer runs like a candidate program: in
+bubblewrap, in a child forked per job from a worker that has reasoning-gym imported, with the
+trainer's interpreter and site-packages read-only (sandbox.TrainerPython). A scorer that
+raises, loops or allocates is the candidate's doing: WRONG (the scorer raised on its answer),
+TIMEOUT, MEMORY_LIMIT; nothing it does reaches the host or another sample.
+
+A job: {"dataset": name, "config": {...}, "seed": int, "index": int, "completion": str}. The
+entry (question, answer, metadata) is regenerated in the sandbox from (dataset, config, seed,
+index): the generators are deterministic, so no metadata crosses (it need not be JSON), and
+the oracle answer stays as safe as the task's own code. The answer is the completion's last
+`<answer>...</answer>` (reasoning-gym's `extract_answer`).
+
+Verdicts: no answer tag -> UNPARSEABLE; score 1.0 -> PASS; any other score -> WRONG with
+`fraction` = the score. reasoning-gym's default scorer gives partial credit when the oracle
+answer is a substring of a longer answer (len(oracle) / len(answer)), so padding an answer
+around the truth would pay: only a full score passes, and only the `graded` reward scheme pays
+a fraction (rewards.py). A scorer broken for every answer (a bad dataset config) is caught
+before training, on the host, by scoring the datasets' own answers (tasks/reasoning_gym.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from rlvr_jax.types import Status, Verdict
+from rlvr_jax.verify import code
+from rlvr_jax.verify.sandbox import TrainerPython
+
+# The worker holds reasoning-gym (and numpy, sympy) in its address space before each child
+# forks: a larger address-space cap than a candidate program's, the same wall clock.
+LIMITS = dict(code.LIMITS, memory_mb=3072, cpu_s=4, wall_s=6.0)
+PYTHON = TrainerPython(preload=("reasoning_gym",))
+SIZE = 2 ** 31 - 1  # a dataset's virtual size: any index is an item (generated on demand)
+
+PROGRAM = '''
+import math
+import reasoning_gym
+from reasoning_gym.utils import extract_answer
+
+def score(dataset, config, seed, index, size, completion):
+    data = reasoning_gym.create_dataset(dataset, seed=seed, size=size, **config)
+    answer = extract_answer(completion)
+    if answer is None:
+        return {"found": False, "score": 0.0}
+    s = float(data.score_answer(answer, data[index]))
+    return {"found": True, "score": s if math.isfinite(s) else 0.0}
+'''
+
+
+def wire(job: dict) -> dict:
+    args = [str(job["dataset"]), dict(job.get("config", {})), int(job["seed"]),
+            int(job["index"]), SIZE, str(job["completion"])]
+    return {"program": PROGRAM, "limits": LIMITS, "calls": [{"fn": "score", "args": args}]}
+
+
+def verdict(job: dict, reply: dict) -> Verdict:
+    if reply.get("status") != "ok":  # a limit, or the sandbox itself (code's mapping)
+        return code.verdict({"completion": "", "inputs": [], "expected": []}, reply)
+    out = reply["outputs"][0]
+    if "error" in out:
+        return Verdict(Status.WRONG, f"the scorer raised on this answer: {out['error']}"[:300],
+                       fraction=0.0)
+    value = out["value"]
+    found, s = bool(value["found"]), float(value["score"])
+    if not found:
+        return Verdict(Status.UNPARSEABLE, "no <answer>...</answer>", fraction=0.0)
+    s = min(max(s, 0.0), 1.0) if math.isfinite(s) else 0.0
+    if s == 1.0:
+        return Verdict(Status.PASS, "score 1.0", fraction=1.0)
+    return Verdict(Status.WRONG, f"score {s:.3f}", fraction=s)
+
+
+def neutral_reply(job: dict) -> dict:
+    """A reply that says nothing about any candidate (the firewall's control)."""
+    return {"status": "ok", "outputs": [{"value": {"found": False, "score": 0.0}}]}
