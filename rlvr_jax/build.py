@@ -14,7 +14,7 @@ import collections
 import os
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import jax
 from transformers import PreTrainedTokenizerBase
@@ -31,6 +31,7 @@ from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder, init_params
 from rlvr_jax.sampling import make_sampler
 from rlvr_jax.turn_sampler import make_turn_sampler
+from rlvr_jax.tasks import registry as task_registry
 from rlvr_jax.tasks.base import Task
 from rlvr_jax.tokenizer import load_pretrained_tokenizer, load_tokenizer, save_char_tokenizer
 
@@ -48,14 +49,16 @@ class TaskSetup:
     task: Task
     model_cfg: ModelConfig  # resolved: read from model.path's config.json when set
     vocab_size: int
-    prompt_len: int  # prompt slots (left-padded): the task's longest prompt
+    prompt_len: int  # prompt slots (left-padded): the longest prompt of the task and eval sets
     max_new_tokens: int  # response slots
+    eval_sets: tuple = ()  # (name, task, verifier kind) of each extra held-out set
 
 
 def task_setup(task_cfg, model_cfg: ModelConfig, max_new_tokens: int,
-               tokenizer_dir: str) -> TaskSetup:
+               tokenizer_dir: str, eval_sets: Sequence[str] = ()) -> TaskSetup:
     """The tokenizer (a HF directory's own, or our character tokenizer saved in
-    `tokenizer_dir`), the task, and the sizes they fix."""
+    `tokenizer_dir`), the task, the extra held-out sets (`eval.extra_sets`), and the sizes
+    they fix."""
     if model_cfg.path:
         if not os.path.isdir(model_cfg.path):
             raise hf.HFImportError(f"model.path={model_cfg.path}: does not exist (a local "
@@ -66,18 +69,20 @@ def task_setup(task_cfg, model_cfg: ModelConfig, max_new_tokens: int,
         if not os.path.exists(os.path.join(tokenizer_dir, "tokenizer.json")):
             save_char_tokenizer(tokenizer_dir)
         tokenizer = load_tokenizer(tokenizer_dir)
-    task = tasks.build(task_cfg, tokenizer)
-    prompt_len = task.prompt_budget(
-        lambda text: len(tokenizer.encode(text, add_special_tokens=False)))
+    task = tasks.build(task_cfg, tokenizer) if task_cfg is not None else None  # None: sets only
+    count = lambda text: len(tokenizer.encode(text, add_special_tokens=False))
+    sets = tuple((name, spec.build(tokenizer), spec.verifier) for name, spec in
+                 ((n, task_registry.eval_sets()[n]) for n in eval_sets))
+    prompt_len = max([t.prompt_budget(count) for t in [task] + [t for _, t, _ in sets] if t])
     return TaskSetup(tokenizer, task, model_cfg, model_cfg.vocab_size or len(tokenizer),
-                     prompt_len, max_new_tokens)
+                     prompt_len, max_new_tokens, sets)
 
 
 def run_task_setup(cfg: RunConfig) -> TaskSetup:
     """`task_setup` for a run: the writer process saves the tokenizer in the run directory,
     the others read it back after a barrier."""
     setup = partial(task_setup, cfg.task, cfg.model, cfg.sampling.max_new_tokens,
-                    os.path.join(cfg.run_dir, "tokenizer"))
+                    os.path.join(cfg.run_dir, "tokenizer"), cfg.eval.extra_sets)
     mine = setup() if distributed.is_writer() else None
     distributed.barrier("task_setup")  # the writer has saved the tokenizer the others read
     return mine or setup()

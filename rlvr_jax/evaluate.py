@@ -1,7 +1,8 @@
 """Evaluate a policy on a dataset: greedy and n sampled completions per problem.
 
-    python -m rlvr_jax.evaluate MODEL --data test.jsonl [--n 4] [--k 1,4] [--temperature 1.0]
-        [--max-new-tokens 512] [--num-problems N] [--batch 64] [--out results.json]
+    python -m rlvr_jax.evaluate MODEL --data test.jsonl|humaneval [--n 4] [--k 1,4]
+        [--temperature 1.0] [--max-new-tokens 512] [--num-problems N] [--batch 64]
+        [--out results.json]
 
 MODEL is a Hugging Face directory (Qwen2/Llama: config.json, safetensors, tokenizer) or a run
 directory of ours (its latest checkpoint, or --step). A run trained with tools (`env`) is
@@ -61,9 +62,11 @@ def _target(model: str, data: str | None) -> Target:
         if not data:
             raise ValueError("a Hugging Face directory needs --data (a JSONL/Parquet file)")
         task, model_cfg, kind = None, ModelConfig(path=model), "math"
-    if data:
+    if data == "humaneval":  # the registered evaluation set (tasks/humaneval.py), sandboxed
+        task, kind = None, "code"
+    elif data:
         task, kind = DatasetTaskConfig(train_path=data, test_path=data), "math"
-    if task.name == "dataset" and not model_cfg.path:
+    if task is not None and task.name == "dataset" and not model_cfg.path:
         raise ValueError("--data needs MODEL to be a HF directory, or a run directory of a "
                          "model loaded from one")
     return Target(task, model_cfg, kind, env, budget, run_seed)
@@ -78,11 +81,13 @@ def evaluate_model(model: str, data: str | None, *, n: int, ks: list[int], tempe
     t = _target(model, data)
     task_cfg, model_cfg, kind, env_cfg = t.task, t.model, t.verifier_kind, t.env
     max_new_tokens = max_new_tokens or t.max_new_tokens or 512
-    key = (jax.random.key(seed) if seed is not None or t.run_seed is None
-           else warmstart.eval_key(t.run_seed))
+    key = (warmstart.eval_key(t.run_seed) if seed is None and t.run_seed is not None
+           else jax.random.key(seed or 0))
     with tempfile.TemporaryDirectory() as work:
         tok_dir = os.path.join(model, "tokenizer") if not model_cfg.path else work
-        setup = build.task_setup(task_cfg, model_cfg, max_new_tokens, tok_dir)
+        setup = build.task_setup(task_cfg, model_cfg, max_new_tokens, tok_dir,
+                                 ["humaneval"] if task_cfg is None else [])
+        task = setup.task or setup.eval_sets[0][1]
         sampling = SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens)
         policy = build.policy(setup, MeshConfig(), sampling, build.Traces())
         build.check_batches(policy.mesh, {"--batch": batch})
@@ -99,18 +104,18 @@ def evaluate_model(model: str, data: str | None, *, n: int, ks: list[int], tempe
             else:
                 params = hf.load(model, setup.model_cfg)[1]
             params = jax.device_put(params, policy.shardings(params))
-            problems = setup.task.heldout_set(num_problems or 10**9)
+            problems = task.heldout_set(num_problems or 10**9)
             out = {"model": model, "data": data, "step": step, "problems": len(problems)}
             common = dict(prompt_len=setup.prompt_len, batch_size=batch, put=policy.put,
                           key=key)
-            answer_of = setup.task.answer_of
-            v, texts, _ = evaluation.sample_and_verify(gens.greedy, params, setup.task,
+            answer_of = task.answer_of
+            v, texts, _ = evaluation.sample_and_verify(gens.greedy, params, task,
                                                        setup.tokenizer, problems, verifier,
                                                        samples_per_problem=1, **common)
             out["greedy"] = evaluation.report(problems, v, texts, 1, answer_of, [1])
             if n > 0:
                 v, texts, _ = evaluation.sample_and_verify(
-                    gens.train, params, setup.task, setup.tokenizer, problems,
+                    gens.train, params, task, setup.tokenizer, problems,
                     verifier, samples_per_problem=n, **common)
                 out[f"sampled_T{temperature:g}_n{n}"] = evaluation.report(problems, v, texts, n,
                                                                           answer_of, ks)

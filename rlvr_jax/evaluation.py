@@ -93,6 +93,10 @@ def held_out(generate_greedy: Callable, generate_sampled: Callable, params, task
     sampled = report(problems, v, texts, n, task.answer_of, ks)
     learned = {} if score is None else {"greedy_learned_reward": float(greedy_r.mean()),
                                         "sampled_learned_reward": float(sampled_r.mean())}
+    per_source = {f"{mode}_source/{src}/{k}": val
+                  for mode, r in (("greedy", greedy), ("sampled", sampled))
+                  for src, row in r.get("by_source", {}).items()
+                  for k, val in row.items() if k == "accuracy" or "@" in k}
     return {"greedy_accuracy": greedy["accuracy"], "sampled_accuracy": sampled["accuracy"],
-            **learned,
+            **learned, **per_source,
             **{f"sampled_{k}": val for k, val in sampled.items() if k != "by_source"}}

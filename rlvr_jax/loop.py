@@ -57,12 +57,16 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
                              batch_timeout_s=v.batch_timeout_s, mode=v.mode)
     env = build.environment(cfg.env)  # None: one turn
+    extra = [(name, task, make_verifier(kind, workers=v.workers, timeout_s=v.timeout_s,
+                                        batch_timeout_s=v.batch_timeout_s, mode=v.mode))
+             for name, task, kind in setup.eval_sets]  # eval.extra_sets, with their verifiers
     try:
         gens = build.generators(policy, setup, cfg.sampling, env, cfg.env, traces)
         return _run(cfg, setup, policy, sft, updates, gens, env, verifier, learned, traces,
-                    session)
+                    session, extra)
     finally:
-        verifier.close()  # worker processes, if any
+        for closing in [verifier] + [x[2] for x in extra]:
+            closing.close()  # worker processes, if any
         if env is not None:
             env.close()
 
@@ -70,7 +74,7 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
 def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: build.Warmup,
          updates: build.Updates, gens: build.Generators, env, verifier,
          learned: learned_reward.LearnedReward | None, traces: build.Traces,
-         session: run_scaffold.Session) -> dict:
+         session: run_scaffold.Session, extra_sets=()) -> dict:
     a, w, P, G = cfg.algo, cfg.warmup, cfg.algo.prompts_per_step, cfg.algo.samples_per_prompt
     ckpt, tracker = run_scaffold.outputs(cfg)
     stop_requested, t_start = session.stop_requested, session.t_start
@@ -89,7 +93,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
     warm = warmstart.warm_params(policy, setup, sft, warmup=w, seed=cfg.seed, ckpt=ckpt,
                                  tracker=tracker, should_stop=stop_requested, tools=tool_demos)
     held_out = partial(warmstart.held_out_accuracy, gens, setup, verifier, cfg.eval,
-                       policy.put, score=eval_score)
+                       policy.put, score=eval_score, extra=extra_sets)
     eval_key = warmstart.eval_key(cfg.seed)
     fresh = warmstart.rl_state(policy, updates, warm, cfg.seed)
     ref_params = build.reference_params(warm, setup.model_cfg.compute_dtype)  # frozen
@@ -168,6 +172,8 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
         row = ({f"train/{k}": float(v) for k, v in metrics.items()}
                | rewards.summary(sampled.verdicts, fresh.returns_P_G)
                | rewards.learned_summary(sampled.verdicts, sampled.learned_B)
+               | rewards.by_source(stages.sources(problems, G), sampled.verdicts,
+                                   fresh.returns_P_G)
                | stages.timing(times, sampled.rollout.mask_B_R)
                | utilisation(update_flops, times, sampled.rollout.mask_B_R)
                | sampled.stats | kept.stats | adv_row | {"train/kl_coef": kl_coef}

@@ -71,6 +71,25 @@ def summary(verdicts: Sequence[Verdict], rewards_P_G: np.ndarray) -> dict[str, f
     }
 
 
+def by_source(sources_B: Sequence, verdicts: Sequence[Verdict],
+              rewards_B: np.ndarray) -> dict[str, float]:
+    """Per data source (mixed-source tasks): sequences, mean reward, accuracy and status
+    counts, under `source/<name>/`. Empty when the batch's problems name no source or one."""
+    names = sorted({str(s) for s in sources_B if s is not None})
+    if len(names) < 2:
+        return {}
+    rewards_B = np.asarray(rewards_B, np.float32).reshape(-1)
+    row: dict[str, float] = {}
+    for name in names:
+        idx = [i for i, s in enumerate(sources_B) if s is not None and str(s) == name]
+        vs = [verdicts[i] for i in idx]
+        row[f"source/{name}/sequences"] = float(len(idx))
+        row[f"source/{name}/reward_mean"] = float(rewards_B[idx].mean())
+        row[f"source/{name}/accuracy"] = float(np.mean([v.status == Status.PASS for v in vs]))
+        row |= {f"source/{name}/{k}": float(v) for k, v in status_counts(vs).items()}
+    return row
+
+
 def learned_summary(verdicts: Sequence[Verdict], learned_B: np.ndarray | None) -> dict:
     """The reward model's scores of a batch, overall and split by the gold verdict: the proxy
     a learned reward optimises, and how far it still tracks the truth."""

@@ -28,6 +28,11 @@ def prompts(task: Task, tokenizer, step: int, *, seed: int, prompts_per_step: in
     return problems, np.repeat(prompt, g, axis=0), np.repeat(mask, g, axis=0)
 
 
+def sources(problems: Sequence, samples_per_prompt: int) -> list:
+    """Each sequence's data source (P_G order; None for problems without one)."""
+    return repeat_each([getattr(p, "data_source", None) for p in problems], samples_per_prompt)
+
+
 class Sampled(NamedTuple):
     """One step's rollout with its verdicts (host), from `sample_and_verify`."""
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import jax
 import numpy as np
@@ -122,15 +122,23 @@ def warm_start(policy: Policy, setup: TaskSetup, sft: Warmup, w: WarmupConfig, s
 
 def held_out_accuracy(generators: Generators, setup: TaskSetup, verifier: Verifier,
                       e: EvalConfig, put: Callable, params, key: jax.Array,
-                      score: Optional[Callable] = None) -> dict:
+                      score: Optional[Callable] = None, extra: Sequence = ()) -> dict:
     """The held-out evaluation the loop logs (rlvr_jax/evaluation.py), single- or multi-turn
     as the generators are; with a reward model's `score` (learned_reward.eval_scorer), also
-    its score of the responses."""
-    return evaluation.held_out(
-        generators.greedy, generators.sampled, params, setup.task, setup.tokenizer, verifier,
-        num_problems=e.num_problems, sampled_per_problem=e.sampled_per_problem,
-        sequences_per_batch=e.sequences_per_batch, prompt_len=setup.prompt_len, put=put,
-        key=key, score=score)
+    its score of the responses. `extra`: (name, task, verifier) of each extra held-out set
+    (eval.extra_sets), reported under `<name>/...` (up to eval.num_problems of each)."""
+    common = dict(sampled_per_problem=e.sampled_per_problem,
+                  sequences_per_batch=e.sequences_per_batch, prompt_len=setup.prompt_len,
+                  put=put, key=key)
+    out = evaluation.held_out(generators.greedy, generators.sampled, params, setup.task,
+                              setup.tokenizer, verifier, num_problems=e.num_problems,
+                              score=score, **common)
+    for name, task, set_verifier in extra:
+        n = len(task.heldout_set(e.num_problems))
+        result = evaluation.held_out(generators.greedy, generators.sampled, params, task,
+                                     setup.tokenizer, set_verifier, num_problems=n, **common)
+        out |= {f"{name}/{k}": v for k, v in result.items()}
+    return out
 
 
 def warm_params(policy: Policy, setup: TaskSetup, sft: Warmup, *, warmup: WarmupConfig,

@@ -43,7 +43,8 @@ PolicyLoss = choice("PolicyLoss", "clip", "gspo")  # token ratios | one ratio pe
 KLEstimator = choice("KLEstimator", "k1", "k2", "k3")  # losses.kl_estimate
 LRSchedule = choice("LRSchedule", "constant", "cosine")
 CriticLayout = choice("CriticLayout", "separate", "head")
-VerifierKind = choice("VerifierKind", "inprocess", "math", "code", "reasoning_gym")
+VerifierKind = choice("VerifierKind", "inprocess", "math", "code", "reasoning_gym",
+                      "routed")  # verify/verifiers.make_verifier
 SandboxMode = choice("SandboxMode", "forkserver", "fresh")
 RewardScheme = choice("RewardScheme", "binary", "signed", "format_penalty", "code_penalty",
                       "graded")  # rewards.REWARD_TABLES

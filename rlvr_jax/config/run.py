@@ -264,8 +264,17 @@ class EvalConfig:
     sampled_per_problem: int = 2  # temperature-1 samples per problem for sampled accuracy
     sequences_per_batch: int = 512  # fixed eval batch shape (last batch padded)
     every_steps: int = 0  # 0: only after the warm start and at the end
+    # Held-out sets beside the task's own, each reported under its name (e.g. [humaneval]:
+    # tasks/registry.py eval sets); their prompts share the run's prompt slots.
+    extra_sets: List[str] = field(default_factory=list)
 
     def check(self, key: str = "eval") -> None:
+        from rlvr_jax.tasks import registry
+
+        known = registry.eval_sets()
+        unknown = [s for s in self.extra_sets if s not in known]
+        _check(not unknown, f"{key}.extra_sets",
+               f"unknown evaluation sets {unknown} (known: {', '.join(sorted(known))})")
         _check(self.num_problems >= 1 and self.sampled_per_problem >= 1, f"{key}.num_problems",
                "eval.num_problems and eval.sampled_per_problem must be >= 1")
         _check(self.sequences_per_batch >= 1, f"{key}.sequences_per_batch", "must be >= 1")

@@ -98,13 +98,16 @@ def make_render(tokenizer, instruction: str) -> Callable[[Problem], str]:
 
 
 def load(train_path: str, test_path: str, fmt: str, on_bad_row: str, max_prompt_tokens: int,
-         tokenizer, instruction: str) -> DatasetTask:
+         tokenizer, instruction: str, read=None) -> DatasetTask:
     """The dataset task over two files; prompts past `max_prompt_tokens` are bad rows (an error
-    naming the row, or skipped with a count when `on_bad_row` is "skip")."""
+    naming the row, or skipped with a count when `on_bad_row` is "skip"). `read(path,
+    on_bad_row) -> (problems, skipped)`: another row parser (default: loaders.load's
+    formats); its problems need `messages`."""
     render = make_render(tokenizer, instruction)
+    read = read or (lambda path, on_bad: loaders.load(path, fmt, on_bad))
     splits, longest = [], 1
     for path in (train_path, test_path):
-        problems, skipped = loaders.load(path, fmt, on_bad_row)
+        problems, skipped = read(path, on_bad_row)
         kept = []
         for p in problems:
             n = len(tokenizer.encode(render(p), add_special_tokens=False))

@@ -34,10 +34,10 @@ import numpy as np
 from rlvr_jax.config.choices import ConfigError, _check
 from rlvr_jax.tasks.base import Job, ProceduralSplit, check_pairs
 from rlvr_jax.tasks.registry import TaskSpec, register
+from rlvr_jax.verify.trusted import answer_in_tag
 
 SIZE = 2 ** 31 - 1  # the generators' virtual size (verify/gym_score.py uses the same)
 PROBE = 512  # problems drawn at build to size the prompt budget
-_ANSWER = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.S)  # reasoning_gym.utils' pattern
 
 
 @dataclass
@@ -90,12 +90,6 @@ def _import():
 @functools.lru_cache(maxsize=None)
 def _generator(name: str, config: tuple, seed: int):
     return _import().create_dataset(name, seed=seed, size=SIZE, **dict(config))
-
-
-def answer_in_tag(completion: str) -> str | None:
-    """The last <answer>...</answer>'s content, stripped (reasoning-gym's convention)."""
-    found = _ANSWER.findall(completion)
-    return found[-1].strip() if found else None
 
 
 @dataclass(frozen=True)

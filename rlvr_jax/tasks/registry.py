@@ -67,6 +67,30 @@ def specs() -> dict[str, TaskSpec]:
     return dict(_SPECS)
 
 
+@dataclass(frozen=True)
+class EvalSetSpec:
+    """A held-out set beside the task's own (`eval.extra_sets`): a Task whose `heldout_set`
+    is the set, and the verifier kind that checks it."""
+
+    name: str
+    build: Callable[[Any], Any]  # tokenizer -> Task (evaluation only)
+    verifier: str
+
+
+_EVAL_SETS: dict[str, EvalSetSpec] = {}
+
+
+def register_eval_set(name: str, build: Callable[[Any], Any], verifier: str) -> EvalSetSpec:
+    _EVAL_SETS[name] = EvalSetSpec(name, build, verifier)
+    return _EVAL_SETS[name]
+
+
+def eval_sets() -> dict[str, EvalSetSpec]:
+    """Every registered evaluation set, by name."""
+    _discover()
+    return dict(_EVAL_SETS)
+
+
 def get(name: str, key: str = "task.name") -> TaskSpec:
     """The task named `name`, or a ConfigError naming `key` and the known tasks."""
     known = specs()

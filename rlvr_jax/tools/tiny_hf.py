@@ -2,7 +2,7 @@
 GSM8K-format dataset, for CPU smoke tests of the real-checkpoint path (nothing is downloaded):
 
     python -m rlvr_jax.tools.tiny_hf OUT_DIR [--family qwen2|llama] [--data DATA_DIR]
-                                     [--prefs PREFS_DIR]
+                                     [--prefs PREFS_DIR] [--mixed MIXED_DIR]
 
 The model gets config.json + model.safetensors (random init, written by our exporter) and a
 character-level tokenizer with Qwen's chat markers and chat template, saved by transformers.
@@ -98,12 +98,48 @@ def make_preferences_like(path: str, count: int, seed: int) -> None:
                                 "chosen": answer(a + b), "rejected": answer(wrong)}) + "\n")
 
 
+def make_mixed_like(path: str, count: int, seed: int) -> None:
+    """verl-format rows of four sources in turn, each with its own verifier (task=mixed):
+    GSM8K-like maths (`openai/gsm8k`), stdin/stdout programs (`apps`), MBPP-style asserts
+    (`mbpp`) and reasoning-gym's chain_sum items with their metadata (`chain_sum`)."""
+    rng = np.random.default_rng(seed)
+    user = lambda text: [{"role": "user", "content": text}]
+    with open(path, "w") as f:
+        for i in range(count):
+            a, b = (int(x) for x in rng.integers(1, 50, size=2))
+            kind = i % 4
+            if kind == 0:
+                row = {"data_source": "openai/gsm8k",
+                       "prompt": user(f"Ann has {a} apples and buys {b} more. How many now?"),
+                       "reward_model": {"ground_truth": f"#### {a + b}"}}
+            elif kind == 1:
+                tests = {"inputs": [f"{a} {b}\n", f"{b} {a + 1}\n"],
+                         "outputs": [f"{a + b}\n", f"{a + b + 1}\n"]}
+                row = {"data_source": "apps", "prompt": user("Read two integers; print their "
+                                                              "sum."),
+                       "reward_model": {"ground_truth": json.dumps(tests)}}
+            elif kind == 2:
+                row = {"data_source": "mbpp", "prompt": user(f"Write add{a}(x): x + {a}."),
+                       "reward_model": {"ground_truth": {
+                           "test_list": [f"assert add{a}({b}) == {a + b}",
+                                         f"assert add{a}(0) == {a}"]}}}
+            else:
+                row = {"data_source": "chain_sum",
+                       "prompt": user(f"State the final answer: {a} + {b} = "
+                                      "(inside <answer></answer>)"),
+                       "reward_model": {"ground_truth": str(a + b)},
+                       "extra_info": {"metadata": {"source_dataset": "chain_sum",
+                                                   "expression": f"{a} + {b}"}}}
+            f.write(json.dumps(row) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir")
     ap.add_argument("--family", default="qwen2", choices=hf.FAMILIES)
     ap.add_argument("--data", default="", help="also write train.jsonl/test.jsonl here")
     ap.add_argument("--prefs", default="", help="also write preference train/test files here")
+    ap.add_argument("--mixed", default="", help="also write mixed-source train/test files here")
     args = ap.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     cfg = make_model(args.out_dir, args.family)
@@ -118,6 +154,11 @@ def main() -> None:
         make_preferences_like(os.path.join(args.prefs, "train.jsonl"), 512, seed=2)
         make_preferences_like(os.path.join(args.prefs, "test.jsonl"), 64, seed=3)
         print(f"wrote {args.prefs}/train.jsonl (512 pairs), test.jsonl (64 pairs)")
+    if args.mixed:
+        os.makedirs(args.mixed, exist_ok=True)
+        make_mixed_like(os.path.join(args.mixed, "train.jsonl"), 256, seed=4)
+        make_mixed_like(os.path.join(args.mixed, "test.jsonl"), 32, seed=5)
+        print(f"wrote {args.mixed}/train.jsonl (256 rows), test.jsonl (32 rows)")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,12 @@
 """Python function tasks checked against test cases, the candidate run in the sandbox.
 
-A job: {"completion": model text, "entry_point": function name, "inputs": [[args...], ...],
-"expected": [value, ...], optional "tolerance"}. Only the program and the inputs enter the
+A job is one of two shapes:
+  function calls   {"completion", "entry_point": name, "inputs": [[args...], ...],
+                    "expected": [value, ...], optional "tolerance"} (or "host_check": a dataset's
+                    own test replayed on the host, host_check.py)
+  stdin/stdout     {"completion", "stdin": [text, ...], "expected_stdout": [text, ...]}: the
+                    program runs as __main__ once per input (APPS / TACO / CodeContests rows);
+                    outputs compare line by line, trailing whitespace and blank lines ignored. Only the program and the inputs enter the
 sandbox; the candidate's return values come back JSON-serialised and are compared with
 `expected` here, on the host. So printing "PASSED", exiting early (sys.exit / os._exit /
 atexit), an object whose __eq__ is always true (it does not survive JSON), redefining
@@ -38,10 +43,21 @@ def extract_program(completion: str) -> str:
 
 
 def wire(job: dict, limits: dict | None = None) -> dict:
-    """What enters the sandbox: the program, the calls, the limits. Never `expected`."""
+    """What enters the sandbox: the program, the calls or the inputs, the limits. Never the
+    expected values."""
     program = job.get("prefix", "") + extract_program(job["completion"])
-    return {"program": program, "limits": dict(LIMITS, **(limits or {})),
-            "calls": [{"fn": job["entry_point"], "args": list(args)} for args in job["inputs"]]}
+    out = {"program": program, "limits": dict(LIMITS, **(limits or {}))}
+    if "stdin" in job:
+        return out | {"stdin": [str(text) for text in job["stdin"]]}
+    return out | {"calls": [{"fn": job["entry_point"], "args": list(args)}
+                            for args in job["inputs"]]}
+
+
+def same_stdout(got: str, want: str) -> bool:
+    """Program outputs equal line by line, trailing whitespace and trailing blank lines
+    ignored (the usual judge's rule)."""
+    lines = lambda text: [line.rstrip() for line in text.rstrip().splitlines()]
+    return lines(got) == lines(want)
 
 
 def same(got, want, tol: float) -> bool:
@@ -73,7 +89,8 @@ def short(value, limit: int) -> str:
 
 def neutral_reply(job: dict) -> dict:
     """A reply that says nothing about any candidate (the firewall's control)."""
-    return {"status": "ok", "outputs": [{"value": None} for _ in job.get("inputs", [])]}
+    cases = job.get("inputs", job.get("stdin", []))
+    return {"status": "ok", "outputs": [{"value": None} for _ in cases]}
 
 
 def verdict(job: dict, reply: dict) -> Verdict:
@@ -88,14 +105,27 @@ def verdict(job: dict, reply: dict) -> Verdict:
                                                  f"{len(job['inputs'])} calls")
         ok, detail = host_check.replay(job, outputs)
         return Verdict(Status.PASS if ok else Status.WRONG, detail, fraction=float(ok))
-    expected = json.loads(json.dumps(job["expected"]))  # tuples -> lists, as the outputs
-    tol = float(job.get("tolerance", 1e-9))
+    if "expected_stdout" in job:
+        expected = [str(text) for text in job["expected_stdout"]]
+        match = lambda out, want: isinstance(out.get("value"), str) and same_stdout(
+            out["value"], want)
+    else:
+        expected = json.loads(json.dumps(job["expected"]))  # tuples -> lists, as the outputs
+        tol = float(job.get("tolerance", 1e-9))
+        unwrap = bool(job.get("unwrap_single"))  # APPS call-based rows: [v] or v both pass
+
+        def match(out, want):
+            if "value" not in out:
+                return False
+            return same(out["value"], want, tol) or (
+                unwrap and isinstance(want, list) and len(want) == 1
+                and same(out["value"], want[0], tol))
     if len(outputs) != len(expected):
         return Verdict(Status.SANDBOX_ERROR, f"{len(outputs)} outputs for {len(expected)} tests")
     passed = 0
     first_fail = ""
     for i, (out, want) in enumerate(zip(outputs, expected)):
-        if "value" in out and same(out["value"], want, tol):
+        if match(out, want):
             passed += 1
         elif not first_fail:
             got = out.get("value", out.get("error"))

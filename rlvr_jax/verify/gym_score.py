@@ -11,8 +11,10 @@ TIMEOUT, MEMORY_LIMIT; nothing it does reaches the host or another sample.
 
 A job: {"dataset": name, "config": {...}, "seed": int, "index": int, "completion": str}. The
 entry (question, answer, metadata) is regenerated in the sandbox from (dataset, config, seed,
-index): the generators are deterministic, so no metadata crosses (it need not be JSON), and
-the oracle answer stays as safe as the task's own code. The answer is the completion's last
+index): the generators are deterministic, so no metadata crosses (it need not be JSON). A row
+of a data file carries its entry instead ({"dataset", "entry": {"question", "answer",
+"metadata"}, "completion"}; tasks/mixed.py): the scorer is the dataset's with its default
+config. The answer is the completion's last
 `<answer>...</answer>` (reasoning-gym's `extract_answer`).
 
 Verdicts: no answer tag -> UNPARSEABLE; score 1.0 -> PASS; any other score -> WRONG with
@@ -42,19 +44,22 @@ import math
 import reasoning_gym
 from reasoning_gym.utils import extract_answer
 
-def score(dataset, config, seed, index, size, completion):
+def score(dataset, config, seed, index, size, completion, entry=None):
     data = reasoning_gym.create_dataset(dataset, seed=seed, size=size, **config)
     answer = extract_answer(completion)
     if answer is None:
         return {"found": False, "score": 0.0}
-    s = float(data.score_answer(answer, data[index]))
+    s = float(data.score_answer(answer, data[index] if entry is None else entry))
     return {"found": True, "score": s if math.isfinite(s) else 0.0}
 '''
 
 
 def wire(job: dict) -> dict:
-    args = [str(job["dataset"]), dict(job.get("config", {})), int(job["seed"]),
-            int(job["index"]), SIZE, str(job["completion"])]
+    if "entry" in job:  # a dataset row's own entry (question, answer, metadata from a file)
+        args = [str(job["dataset"]), {}, 0, 0, 1, str(job["completion"]), dict(job["entry"])]
+    else:  # regenerated from the generator
+        args = [str(job["dataset"]), dict(job.get("config", {})), int(job["seed"]),
+                int(job["index"]), SIZE, str(job["completion"])]
     return {"program": PROGRAM, "limits": LIMITS, "calls": [{"fn": "score", "args": args}]}
 
 

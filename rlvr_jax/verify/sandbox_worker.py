@@ -112,6 +112,12 @@ def _child(job, out_w, res_w):
         code = compile(job["program"], "<candidate>", "exec")
     except (SyntaxError, ValueError) as e:
         finish({"status": "syntax_error", "detail": f"{type(e).__name__}: {e}"})
+    if "stdin" in job:  # stdin/stdout tests: the whole program once per input, as __main__
+        try:
+            finish({"status": "ok", "outputs": [_stdio_case(code, text)
+                                                for text in job["stdin"]]})
+        except MemoryError:
+            finish({"status": "memory_limit", "detail": "MemoryError"})
     namespace = {"__name__": "__main__" if job.get("as_main") else "__candidate__"}
     outputs = []
     try:
@@ -134,6 +140,45 @@ def _child(job, out_w, res_w):
         finish({"status": "runtime_error", "detail": f"{type(e).__name__}: {e}"[:500],
                 "outputs": outputs})
     finish({"status": "ok", "outputs": outputs})
+
+
+def _stdio_case(code, text):
+    """Run the compiled program as __main__ with `text` on its standard input (fd 0 too, for
+    `open(0)`), and return what it wrote to sys.stdout: {"value": str} or {"error": str}.
+    SystemExit(0 / None) is a normal end; any other exit or exception is the case's error."""
+    import io
+
+    path = "/tmp/.stdin"
+    with open(path, "w") as f:
+        f.write(text)
+    fd = os.open(path, os.O_RDONLY)
+    os.dup2(fd, 0)
+    os.close(fd)
+    out = io.BytesIO()
+    sys.stdin = io.TextIOWrapper(os.fdopen(0, "rb", closefd=False))
+    sys.stdout = wrapper = io.TextIOWrapper(out, write_through=True)
+    error = None
+    try:
+        exec(code, {"__name__": "__main__"})
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            error = f"SystemExit: {e.code!r}"
+    except MemoryError:
+        raise
+    except BaseException as e:
+        try:
+            error = f"{type(e).__name__}: {e}"
+        except BaseException:  # an exception whose __str__ raises
+            error = type(e).__name__
+    try:
+        wrapper.flush()
+        wrapper.detach()  # keeps `out` open when the wrapper is collected
+    except Exception:
+        pass
+    sys.stdout = sys.__stdout__
+    if error is not None:
+        return {"error": error[:300]}
+    return {"value": out.getvalue().decode("utf-8", "replace")}
 
 
 def _sql(job, finish):
@@ -358,7 +403,7 @@ def _checked(job, raw):
                 _SQL_STATUSES if sql else _CHILD_STATUSES):
             return malformed
         outputs = reply.get("outputs", [])
-        n_calls = 1 if sql else len(job.get("calls", []))
+        n_calls = 1 if sql else len(job.get("calls") or job.get("stdin") or [])
         if not isinstance(outputs, list) or not all(
                 isinstance(o, dict) and len(o) == 1 and ("value" in o or "error" in o)
                 for o in outputs) or (status == "ok" and len(outputs) != n_calls):

@@ -34,7 +34,35 @@ def check_integer(job: dict) -> Verdict:
     return Verdict(Status.WRONG, f"expected {answer}, got {got}")
 
 
-CHECKS: dict[str, Callable[[dict], Verdict]] = {"integer": check_integer}
+def answer_in_tag(completion: str) -> str | None:
+    """The content of the last <answer>...</answer> (reasoning-gym's convention), stripped;
+    found with two reverse scans: linear in the completion, whatever it holds."""
+    end = completion.rfind("</answer>")
+    start = completion.rfind("<answer>", 0, end) if end >= 0 else -1
+    return completion[start + len("<answer>"):end].strip() if start >= 0 else None
+
+
+def check_exact(job: dict) -> Verdict:
+    """`job = {"completion": str, "answer": str}`: the answer (the last <answer>...</answer>
+    of the completion, else after its last '####', else the whole completion) equals the
+    reference after trimming and collapsing whitespace."""
+    completion = job["completion"]
+    got = answer_in_tag(completion)
+    if got is not None:
+        pass
+    elif "####" in completion:
+        got = completion.rsplit("####", 1)[1]
+    else:
+        got = completion
+    norm = lambda text: " ".join(str(text).split())
+    if not norm(got):
+        return Verdict(Status.UNPARSEABLE, "no answer")
+    if norm(got) == norm(job["answer"]):
+        return Verdict(Status.PASS)
+    return Verdict(Status.WRONG, f"expected {norm(job['answer'])[:40]!r}, got {norm(got)[:40]!r}")
+
+
+CHECKS: dict[str, Callable[[dict], Verdict]] = {"integer": check_integer, "exact": check_exact}
 
 
 class TrustedVerifier:

@@ -21,8 +21,9 @@ class Verifier(Protocol):
     def close(self) -> None: ...
 
 
-# Config `verifier.kind` "inprocess" names the trusted integer check (the arithmetic task's).
-TRUSTED_KINDS = {"inprocess": "integer"}
+# Config `verifier.kind` "inprocess" names the trusted integer check (the arithmetic task's);
+# "exact", a trusted string match (mixed-source rows).
+TRUSTED_KINDS = {"inprocess": "integer", "exact": "exact"}
 
 
 def make_verifier(kind: str, *, workers: int, timeout_s: float,
@@ -31,5 +32,11 @@ def make_verifier(kind: str, *, workers: int, timeout_s: float,
     sandboxed kinds' forkserver or fresh, ignored for trusted graders such as math)."""
     if kind in TRUSTED_KINDS:
         return TrustedVerifier(CHECKS[TRUSTED_KINDS[kind]])
+    if kind == "routed":  # each job names its kind (verify/routed.py)
+        from rlvr_jax.verify.routed import RoutedVerifier
+
+        return RoutedVerifier(lambda k: make_verifier(k, workers=workers, timeout_s=timeout_s,
+                                                      batch_timeout_s=batch_timeout_s,
+                                                      mode=mode))
     return VerifierPool(kind, workers=workers, timeout_s=timeout_s,
                         batch_timeout_s=batch_timeout_s, mode=mode if kind in SANDBOXED else None)

@@ -30,9 +30,12 @@ def {f}(*args, **kwargs):
 
 @pytest.fixture(scope="module")
 def jobs():
-    problems = humaneval.load()
+    """Through the evaluation set's own path (tasks/humaneval.HumanEvalTask.verify_jobs, as
+    `eval.extra_sets=[humaneval]` and `rlvr_jax.evaluate --data humaneval` use it)."""
+    task = humaneval.task(tokenizer=None)
+    problems = task.heldout_set(10**6)
     assert len(problems) == 164
-    return [humaneval.to_job(p, p["canonical_solution"]) for p in problems]
+    return task.verify_jobs(problems, [p["canonical_solution"] for p in problems])
 
 
 @pytest.mark.parametrize("mode", ["forkserver", "fresh"])

@@ -1,0 +1,83 @@
+"""reasoning-gym's scorers in the sandbox (verify/gym_score.py): only a full score passes
+(the padding hack earns a fraction, never a pass), answers that some scorers `eval` run
+contained, one sample's answer cannot change another's verdict, and a scorer that hangs or
+raises is the candidate's verdict, never a crash of the batch. Needs bubblewrap (a failure in
+CI) and the `tasks` extra."""
+
+import os
+
+import pytest
+
+from rlvr_jax.rewards import from_verdicts
+from rlvr_jax.types import Status
+from rlvr_jax.verify import gym_score
+from rlvr_jax.verify.pool import VerifierPool
+from tests.helpers import UNAVAILABLE
+
+rg = pytest.importorskip("reasoning_gym", reason="the optional extra: pip install -e '.[tasks]'")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sandbox"),
+              pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")]
+
+SEED = 3
+
+
+def _job(dataset, index, answer, tagged=True):
+    return {"dataset": dataset, "config": {}, "seed": SEED, "index": index,
+            "completion": f"<answer>{answer}</answer>" if tagged else answer}
+
+
+def _oracle(dataset, index):
+    return rg.create_dataset(dataset, seed=SEED, size=gym_score.SIZE)[index]["answer"]
+
+
+@pytest.fixture(scope="module")
+def pool():
+    os.environ["RLVR_SECRET"] = "hunter2"
+    try:
+        with VerifierPool("reasoning_gym", workers=1, timeout_s=8.0, mode="forkserver") as p:
+            yield p
+    finally:
+        del os.environ["RLVR_SECRET"]
+
+
+def test_only_a_full_score_passes_and_padding_earns_a_fraction(pool):
+    gold = _oracle("chain_sum", 7)
+    v = pool.verify([_job("chain_sum", 7, gold), _job("chain_sum", 7, f"{gold} is it"),
+                     _job("chain_sum", 7, gold, tagged=False),
+                     _job("chain_sum", 7, str(int(gold) + 1))])
+    assert [x.status for x in v] == [Status.PASS, Status.WRONG, Status.UNPARSEABLE,
+                                     Status.WRONG]
+    # reasoning-gym pays len(oracle) / len(answer) for an answer containing the oracle.
+    assert v[1].fraction == pytest.approx(len(gold) / len(f"{gold} is it"))
+    assert list(from_verdicts(v, "binary")) == [1.0, 0.0, 0.0, 0.0]
+    assert from_verdicts(v, "graded")[1] == pytest.approx(v[1].fraction)  # opt-in partial
+
+
+def test_evaluated_answers_are_contained_and_cannot_reach_another_sample(pool):
+    """string_insertion's scorer evals the answer. An answer that patches the scorer to give
+    everyone full marks, reads the trainer's secret, writes files or hangs: each is its own
+    verdict, and the next sample in the same worker is scored by the unpatched scorer."""
+    mod = "reasoning_gym.algorithmic.string_insertion"
+    patch = (f"setattr(__import__('{mod}', fromlist=['x']).StringInsertionDataset, "
+             "'score_answer', lambda self, a, e: 1.0) or 'x'")
+    secret = "__import__('os').environ.get('RLVR_SECRET', 'none')"
+    write = "open('/tmp/rlvr_gym_pwned', 'w').write('x') and 'x'"
+    hang = "[0 for _ in iter(int, 1)]"
+    leave = "exit(0)"  # SystemExit past the scorer's own `except Exception`
+    wrong = "certainly not the answer"
+    v = pool.verify([_job("string_insertion", 1, x) for x in
+                     (patch, wrong, secret, write, hang, leave, wrong)])
+    assert v[1].status == Status.WRONG and v[6].status == Status.WRONG  # the patch died
+    assert v[0].status == Status.WRONG and v[2].status == Status.WRONG
+    assert "hunter2" not in "".join(x.detail for x in v)
+    assert not os.path.exists("/tmp/rlvr_gym_pwned")
+    assert v[4].status in (Status.TIMEOUT, Status.MEMORY_LIMIT)
+    assert v[5].status == Status.RUNTIME_ERROR  # the candidate's, not a sandbox error
+    gold = _oracle("string_insertion", 2)
+    assert pool.verify([_job("string_insertion", 2, gold)])[0].status == Status.PASS
+
+
+def test_a_scorer_that_raises_on_an_answer_is_that_answers_verdict():
+    v = gym_score.verdict(_job("chain_sum", 1, "x"),
+                          {"status": "ok", "outputs": [{"error": "ValueError: bad"}]})
+    assert v.status == Status.WRONG and "raised" in v.detail and v.fraction == 0.0
