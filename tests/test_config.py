@@ -22,7 +22,8 @@ GSM8K_PATHS = ["model.path=/models/qwen", "task.train_path=/data/train.jsonl",
 NEEDS_PATHS = {"gsm8k_grpo": GSM8K_PATHS, "gsm8k_grpo_7b": GSM8K_PATHS,
                "gsm8k_rm": GSM8K_PATHS + ["preferences.train_path=/p/train.jsonl",
                                           "preferences.test_path=/p/test.jsonl"],
-               "gsm8k_rlhf": GSM8K_PATHS + ["reward.reward_model_dir=/runs/rm"]}
+               "gsm8k_rlhf": GSM8K_PATHS + ["reward.reward_model_dir=/runs/rm"],
+               "mixed_sources": GSM8K_PATHS}
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
@@ -56,6 +57,12 @@ def test_every_group_option_composes(group):
                 "task=codegen": ["verifier=code"], "verifier=math": ["task=gsm8k",
                 "model.path=/m", "task.train_path=/a", "task.test_path=/b"],
                 "verifier=code": ["task=codegen"], "model=qwen2_5_0p5b": ["model.path=/m"],
+                "task=reasoning_gym": ["verifier=reasoning_gym"],
+                "verifier=reasoning_gym": ["task=reasoning_gym"],
+                "task=mixed": ["verifier=routed", "model.path=/m", "task.train_path=/a",
+                               "task.test_path=/b"],
+                "verifier=routed": ["task=mixed", "model.path=/m", "task.train_path=/a",
+                                    "task.test_path=/b"],
                 "model=qwen2_5_7b": ["model.path=/m"]}
     for path in glob.glob(f"{CONF_DIR}/{group}/*.yaml"):
         option = f"{group}={os.path.basename(path)[:-5]}"
