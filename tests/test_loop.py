@@ -39,15 +39,24 @@ CALC_AGENT = ["task.operators=[*]", "task.operand_digits=3", "task.zero_pad_oper
               "+env.turn_rewards.tool_error=-0.1", "+env.turn_rewards.malformed=-0.1"]
 
 
-@pytest.mark.parametrize("extra", [[], PPO_DAPO, CALC_AGENT], ids=["grpo", "ppo+dapo", "tools"])
+# reasoning-gym's datasets (issue 28): the stream regenerated from (seed, batch), scored in
+# the sandbox; the mixture's per-source metrics must survive the restart too.
+GYM = ["verifier.workers=1", "verifier.overlap_chunks=1"]  # on +experiment=gym_mix
+
+
+@pytest.mark.parametrize("extra", [[], PPO_DAPO, CALC_AGENT, GYM],
+                         ids=["grpo", "ppo+dapo", "tools", "reasoning_gym"])
 def test_resume_is_exact(tmp_path, extra):
     """4 steps in one go == 2 steps, a restart, and 2 more (bitwise on CPU)."""
-    if extra is CALC_AGENT:
+    if extra is CALC_AGENT or extra is GYM:
         from tests.helpers import UNAVAILABLE
 
         if UNAVAILABLE:
             pytest.skip(f"no sandbox: {UNAVAILABLE}")
-    overrides = ["+experiment=math_grpo", "num_steps=4", "verifier.reward_scheme=format_penalty",
+    if extra is GYM:
+        pytest.importorskip("reasoning_gym")
+    preset = "gym_mix" if extra is GYM else "math_grpo"
+    overrides = [f"+experiment={preset}", "num_steps=4", "verifier.reward_scheme=format_penalty",
                  *TINY, *extra, f"warmup.shared_dir={tmp_path / 'warm'}"]
     once = jobs.run(run_config(overrides, tmp_path / "once"))
     twice_dir = tmp_path / "twice"
@@ -67,6 +76,10 @@ def test_resume_is_exact(tmp_path, extra):
     once_steps = [r for r in once_rows if "reward/mean" in r]
     for key in ("train/loss", "train/kl_coef", "reward/mean"):
         assert [r[key] for r in steps] == [r[key] for r in once_steps], key
+    if extra is GYM:
+        for key in ("source/chain_sum/reward_mean", "source/spell_backward/sequences"):
+            assert [r.get(key) for r in steps] == [r.get(key) for r in once_steps], key
+        assert any("source/chain_sum/sequences" in r for r in steps)
     if extra is PPO_DAPO:
         assert any(r["dynamic/carried_in"] > 0 for r in steps[2:]), "no carry crossed the restart"
         assert all(r["compiles/train_step"] == 1 for r in steps)

@@ -62,11 +62,14 @@ def test_evaluated_answers_are_contained_and_cannot_reach_another_sample(pool):
              "'score_answer', lambda self, a, e: 1.0) or 'x'")
     secret = "__import__('os').environ.get('RLVR_SECRET', 'none')"
     write = "open('/tmp/rlvr_gym_pwned', 'w').write('x') and 'x'"
+    tamper = "open(__import__('reasoning_gym').__file__, 'a').write('#') and 'x'"  # read-only
     hang = "[0 for _ in iter(int, 1)]"
     leave = "exit(0)"  # SystemExit past the scorer's own `except Exception`
     wrong = "certainly not the answer"
+    size = os.path.getsize(rg.__file__)
     v = pool.verify([_job("string_insertion", 1, x) for x in
-                     (patch, wrong, secret, write, hang, leave, wrong)])
+                     (patch, wrong, secret, write, hang, leave, wrong, tamper)])
+    assert v[7].status == Status.WRONG and os.path.getsize(rg.__file__) == size
     assert v[1].status == Status.WRONG and v[6].status == Status.WRONG  # the patch died
     assert v[0].status == Status.WRONG and v[2].status == Status.WRONG
     assert "hunter2" not in "".join(x.detail for x in v)
