@@ -55,10 +55,11 @@ class TaskSetup:
 
 
 def task_setup(task_cfg, model_cfg: ModelConfig, max_new_tokens: int,
-               tokenizer_dir: str, eval_sets: Sequence[str] = ()) -> TaskSetup:
+               tokenizer_dir: str, eval_sets: Sequence[str] = (),
+               eval_problems: int = 10**9) -> TaskSetup:
     """The tokenizer (a HF directory's own, or our character tokenizer saved in
-    `tokenizer_dir`), the task, the extra held-out sets (`eval.extra_sets`), and the sizes
-    they fix."""
+    `tokenizer_dir`), the task, the extra held-out sets (`eval.extra_sets`, of which the first
+    `eval_problems` are evaluated), and the sizes they fix."""
     if model_cfg.path:
         if not os.path.isdir(model_cfg.path):
             raise hf.HFImportError(f"model.path={model_cfg.path}: does not exist (a local "
@@ -73,7 +74,9 @@ def task_setup(task_cfg, model_cfg: ModelConfig, max_new_tokens: int,
     count = lambda text: len(tokenizer.encode(text, add_special_tokens=False))
     sets = tuple((name, spec.build(tokenizer), spec.verifier) for name, spec in
                  ((n, task_registry.eval_sets()[n]) for n in eval_sets))
-    prompt_len = max([t.prompt_budget(count) for t in [task] + [t for _, t, _ in sets] if t])
+    own = [task.prompt_budget(count)] if task is not None else []
+    prompt_len = max(own + [count(t.prompt(p)) for _, t, _ in sets
+                            for p in t.heldout_set(eval_problems)])
     return TaskSetup(tokenizer, task, model_cfg, model_cfg.vocab_size or len(tokenizer),
                      prompt_len, max_new_tokens, sets)
 
@@ -82,7 +85,8 @@ def run_task_setup(cfg: RunConfig) -> TaskSetup:
     """`task_setup` for a run: the writer process saves the tokenizer in the run directory,
     the others read it back after a barrier."""
     setup = partial(task_setup, cfg.task, cfg.model, cfg.sampling.max_new_tokens,
-                    os.path.join(cfg.run_dir, "tokenizer"), cfg.eval.extra_sets)
+                    os.path.join(cfg.run_dir, "tokenizer"), cfg.eval.extra_sets,
+                    cfg.eval.num_problems)
     mine = setup() if distributed.is_writer() else None
     distributed.barrier("task_setup")  # the writer has saved the tokenizer the others read
     return mine or setup()

@@ -86,7 +86,8 @@ def evaluate_model(model: str, data: str | None, *, n: int, ks: list[int], tempe
     with tempfile.TemporaryDirectory() as work:
         tok_dir = os.path.join(model, "tokenizer") if not model_cfg.path else work
         setup = build.task_setup(task_cfg, model_cfg, max_new_tokens, tok_dir,
-                                 ["humaneval"] if task_cfg is None else [])
+                                 ["humaneval"] if task_cfg is None else [],
+                                 num_problems or 10**9)
         task = setup.task or setup.eval_sets[0][1]
         sampling = SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens)
         policy = build.policy(setup, MeshConfig(), sampling, build.Traces())

