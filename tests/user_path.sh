@@ -19,4 +19,14 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
   algo.microbatches=1 eval.num_problems=4 eval.sequences_per_batch=4 num_steps=1 \
   verifier.workers=1 logger.progress_bar=false hydra.run.dir=run
 test -f run/summary.json
-echo "user path: 1 passed, 0 failed (pip install . alone ran gsm8k_grpo on a chat-template model)"
+# The optional `tasks` extra's documented path: a mixed-source file (maths, stdin/stdout code,
+# MBPP asserts, reasoning-gym rows) routed to its verifiers, one step (conf/README.md, Tasks).
+"$work/venv/bin/pip" install -q "$pkg[tasks]" 2> >(grep -v "^WARNING: Location" >&2)
+"$work/venv/bin/python" -m rlvr_jax.tools.tiny_hf tiny --mixed mix
+"$work/venv/bin/python" -m rlvr_jax.train +experiment=mixed_sources model.path=tiny \
+  task.train_path=mix/train.jsonl task.test_path=mix/test.jsonl model.compute_dtype=float32 \
+  sampling.max_new_tokens=12 algo.prompts_per_step=4 algo.samples_per_prompt=2 \
+  algo.microbatches=1 eval.num_problems=4 eval.sequences_per_batch=4 num_steps=1 \
+  verifier.workers=1 logger.progress_bar=false hydra.run.dir=run_mixed
+test -f run_mixed/summary.json
+echo "user path: 2 passed, 0 failed (pip install . alone ran gsm8k_grpo on a chat-template model; with [tasks], mixed_sources)"
