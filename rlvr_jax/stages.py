@@ -96,8 +96,8 @@ def sample_and_verify(generate: Callable, put: Callable, verifier: Verifier, tas
     rollout = Rollout(*(np.concatenate(x) for x in zip(*parts)))
     learned_B = np.concatenate([np.asarray(distributed.to_host(r), np.float32)
                                 for r in scores]) if scores else None
-    return Sampled(rollout, np.concatenate(turn_rewards), verdicts, learned_B, t_sample, time.perf_counter() - t0, verified,
-                   _mean_rows(stats))
+    return Sampled(rollout, np.concatenate(turn_rewards), verdicts, learned_B, t_sample,
+                   time.perf_counter() - t0, verified, _mean_rows(stats))
 
 
 def _mean_rows(rows: Sequence[dict]) -> dict:
@@ -106,15 +106,16 @@ def _mean_rows(rows: Sequence[dict]) -> dict:
 
 
 def score(verdicts: Sequence[Verdict], rollout: Rollout, prompt_B_L, pmask_B_L,
-          learned_B: Optional[np.ndarray], turn_rewards_B_R: np.ndarray, *, source: str, learned_weight: float, eos_id: int,
-          reward_scheme: str, samples_per_prompt: int, max_new_tokens: int,
+          learned_B: Optional[np.ndarray], turn_rewards_B_R: np.ndarray, *, source: str,
+          learned_weight: float, eos_id: int, reward_scheme: str, samples_per_prompt: int,
+          max_new_tokens: int,
           overlong_buffer_tokens: int, overlong_penalty_factor: float,
           mask_truncated: bool) -> Groups:
     """Rewards by `source` (config.RewardConfig): the verdicts' table, the reward model's
     scores `learned_B`, or the table + `learned_weight` x scores; plus DAPO's overlong
     shaping; an environment's per-turn rewards stay at their tokens (`turn_rewards_B_R`, kept
-    apart from the outcome: Groups.returns_P_G sums them). The loss mask starts from the rollout's own (the policy's tokens: never an
-    environment's); samples the verifier failed on (sandbox errors) leave it when the
+    apart from the outcome: Groups.returns_P_G sums them). The loss mask starts from the
+    rollout's own (the policy's tokens: never an environment's); samples the verifier failed on (sandbox errors) leave it when the
     verifier's reward is used, as do truncated responses if asked. Returns the rollout as
     groups (host)."""
     assert rollout.loss_mask_B_R is not None, "a rollout without a loss mask"

@@ -9,8 +9,9 @@ place (`build.py`, `loop.py`): the maths never see a config object.
 
 In Python, compose exactly what the command line composes with `rlvr_jax.compose`.
 Parts: `choices.py` (errors, the enum-like names), `schemas.py` (the model, sampling and
-algorithm dataclasses; each task's schema lives in its module, rlvr_jax/tasks/registry.py), `run.py` (the run's other parts and `RunConfig`), `load.py` (Hydra
-registration, validation, composition, the run's directory name).
+algorithm dataclasses; each task's schema lives in its module: rlvr_jax/tasks/registry.py),
+`run.py` (the run's other parts and `RunConfig`), `load.py` (Hydra registration, validation,
+composition, the run's directory name).
 """
 
 from rlvr_jax.config.choices import (AdvEstimator, Algorithm, Choice, ConfigError,
