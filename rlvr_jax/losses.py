@@ -228,6 +228,12 @@ def policy_gradient_loss(logp_B_R: jax.Array, old_logp_B_R: jax.Array,
         "entropy": entropy,
         # k1 = old_logp - logp: a sample estimate of KL(old || new), to watch policy drift.
         "approx_kl_old": tok_mean(old_logp_B_R - logp_B_R),
+        # |sampler - trainer| log-prob per response token: before any update of the step the
+        # params are the sampler's, so this is their numerical mismatch (bf16, fused kernels,
+        # batch shapes); train_step reports the first update's.
+        "sampler_gap_mean": tok_mean(jnp.abs(old_logp_B_R - logp_B_R)),
+        "sampler_gap_max": jnp.max(jnp.where(mask_B_R > 0, jnp.abs(old_logp_B_R - logp_B_R),
+                                             0.0)),
     }
     loss = pg_loss
     if entropy_coef > 0.0:

@@ -63,11 +63,15 @@ def response_logp(model: Decoder, params, tokens_B_T, input_mask_B_T, prompt_len
     return (logp_B_R, entropy_B_R, hidden_B_T_D) if with_hidden else (logp_B_R, entropy_B_R)
 
 
-def _combine(metrics_U: dict, how: str) -> dict:
-    """Reduce stacked metrics over their leading axis: `*_max` by max, others by `how`."""
+FIRST_UPDATE = ("sampler_gap_mean", "sampler_gap_max")  # measured before any update moved
+
+
+def _combine(metrics_U: dict, how: str, first: tuple = ()) -> dict:
+    """Reduce stacked metrics over their leading axis: `first` keys take entry 0, `*_max` the
+    max, others `how`."""
     red = {"sum": jnp.sum, "mean": jnp.mean}[how]
-    return {k: (jnp.max(v, axis=0) if k.endswith("_max") else red(v, axis=0))
-            for k, v in metrics_U.items()}
+    return {k: (v[0] if k in first else jnp.max(v, axis=0) if k.endswith("_max")
+                else red(v, axis=0)) for k, v in metrics_U.items()}
 
 
 def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperature: float,
@@ -166,7 +170,7 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
             return minibatch_update(state, ref_params, mb, actor_on)
 
         state, metrics_U = jax.lax.scan(one_update, state, idx_U_b)
-        return state, _combine(metrics_U, "mean")
+        return state, _combine(metrics_U, "mean", first=FIRST_UPDATE)
 
     return jax.jit(step, donate_argnums=(0,), out_shardings=(state_sharding, metrics_sharding))
 

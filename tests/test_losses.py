@@ -33,6 +33,10 @@ def test_policy_gradient_loss_hand_computed():
     np.testing.assert_allclose(float(m["clip_frac_high"]), 0.2, rtol=1e-6)
     np.testing.assert_allclose(float(m["ratio_mean"]), (1 + 1.5 + .5 + .5 + 1.5) / 5, rtol=1e-5)
     assert "kl_ref" not in m  # beta = 0 skips the KL term entirely
+    # |old - new| log-prob over the 5 valid tokens: ratios 1, 1.5, .5, .5, 1.5 -> |log r|.
+    gaps = np.abs(np.log([1.0, 1.5, 0.5, 0.5, 1.5]))
+    np.testing.assert_allclose(float(m["sampler_gap_mean"]), gaps.mean(), rtol=1e-5)
+    np.testing.assert_allclose(float(m["sampler_gap_max"]), gaps.max(), rtol=1e-5)
 
     # With beta = 0.1 and log pi_ref - log pi = log 2 on every token: k3 = 2 - ln 2 - 1.
     ref = logp + jnp.log(2.0)

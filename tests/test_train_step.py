@@ -186,6 +186,13 @@ def test_epochs_over_minibatches_equal_sequential_updates():
     assert int(fused.step) == 4
     # Later updates see a moved policy against fixed old log-probs.
     assert float(m_last["approx_kl_old"]) != float(m["approx_kl_old"])
+    # The sampler/trainer gap is the first update's: the params the sampler had.
+    state, _ = _state(tx)
+    mb = jax.tree.map(lambda x: x[np.asarray(jax.random.permutation(jax.random.fold_in(
+        key, 0), B)).reshape(2, B // 2)[0]], batch)
+    _, m_first = single(state, ref, mb, key, 1.0)
+    for k in ("sampler_gap_mean", "sampler_gap_max"):
+        np.testing.assert_allclose(float(m[k]), float(m_first[k]), rtol=1e-5)
 
 
 def test_critic_warmup_updates_only_the_value_net():
