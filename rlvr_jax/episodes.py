@@ -84,7 +84,8 @@ OUTCOMES = (OK, TOOL_ERROR, MALFORMED, UNKNOWN_TOOL, SANDBOX_ERROR)
 
 
 def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, prompt_B_L,
-        pmask_B_L, key, *, max_turns: int, put: Callable, contexts=None) -> Episodes:
+        pmask_B_L, key, *, max_turns: int, put: Callable, contexts=None,
+        rows_B=None) -> Episodes:
     """One batch of episodes (host arrays in, host arrays out); `contexts`: each row's task
     context for the tools (or None). Over several processes each runs the calls of the rows
     its devices hold (distributed.my_rows) and the observations are gathered, so every
@@ -99,7 +100,9 @@ def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, p
     failed_B = np.zeros(b, bool)
     calls_B_T_O = np.zeros((b, len(tools) + 1, len(OUTCOMES)), np.int32)  # + unknown tool
     cut_B = np.zeros(b, np.int32)
-    state = sampler.start(params, put(prompt_B_L), put(pmask_B_L), key)
+    rows_B = np.arange(b) if rows_B is None else rows_B  # the sequences' streams
+    state = sampler.start(params, put(prompt_B_L), put(pmask_B_L), key,
+                          put(np.asarray(rows_B, np.int32)))
     turn_rewards_B_R = np.zeros(state.tokens_B_R.shape, np.float32)  # shape only: no copy
     for turn in range(max_turns):
         live_before = ~np.asarray(distributed.to_host(state.done_B))

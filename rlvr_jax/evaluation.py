@@ -37,8 +37,8 @@ def sample_and_verify(generate: Callable, params, task: Task, tokenizer, problem
         padded = chunk + [chunk[0]] * (batch_size - len(chunk))
         prompt, mask = batching.encode_prompts(tokenizer, [task.prompt(p) for p in padded],
                                                prompt_len)
-        g = generate(params, prompt, mask, jax.random.fold_in(key, start),  # every row's texts
-                     tool_contexts(task, padded))
+        g = generate(params, prompt, mask, key,  # every row's texts
+                     tool_contexts(task, padded), np.arange(start, start + batch_size))
         tokens, resp_mask = g.rollout.tokens_B_R, g.rollout.mask_B_R
         batch_texts = g.texts
         mine = distributed.my_rows(batch_size)  # the padding rows too: equal blocks

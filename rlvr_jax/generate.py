@@ -1,8 +1,8 @@
 """A batch of responses for the loop and evaluation, whatever makes them: one sampler call
 (single turn), or episodes of turns with an environment (episodes.py). The builder picks
 one (build.generators); the stages call `generate(params, prompt_B_L, pmask_B_L, key,
-contexts)` (contexts: each row's task context for tools, unused by one turn) and never ask
-which.
+contexts, rows_B)` (contexts: each row's task context for tools, unused by one turn; rows_B:
+the sequences' indices in the step, which fix their random streams) and never ask which.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ def single_turn(sample: Callable, tokenizer, put: Callable,
                 every_row: bool = False) -> Callable[..., Generated]:
     """`every_row`: texts of every process's rows (evaluation reads all answers), else of
     this process's own (what it verifies)."""
-    def generate(params, prompt_B_L, pmask_B_L, key, contexts=None) -> Generated:
-        part = sample(params, put(prompt_B_L), put(pmask_B_L), key)
+    def generate(params, prompt_B_L, pmask_B_L, key, contexts=None, rows_B=None) -> Generated:
+        rows_B = np.arange(len(prompt_B_L)) if rows_B is None else rows_B
+        part = sample(params, put(prompt_B_L), put(pmask_B_L), key,
+                      put(np.asarray(rows_B, np.int32)))
         host = Rollout(*(np.asarray(x) for x in distributed.to_host(part)))
         n = len(host.tokens_B_R)
         mine = slice(0, n) if every_row else distributed.my_rows(n)
@@ -44,9 +46,9 @@ def multi_turn(sampler, env, tokenizer, glue: episodes.Glue, max_turns: int, put
                every_row: bool = False) -> Callable[..., Generated]:
     """Episodes (episodes.py): every row's final texts and failures on every process; the
     stage verifies this process's rows of them."""
-    def generate(params, prompt_B_L, pmask_B_L, key, contexts=None) -> Generated:
+    def generate(params, prompt_B_L, pmask_B_L, key, contexts=None, rows_B=None) -> Generated:
         e = episodes.run(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key,
-                         max_turns=max_turns, put=put, contexts=contexts)
+                         max_turns=max_turns, put=put, contexts=contexts, rows_B=rows_B)
         n = len(e.final_texts)
         mine = slice(0, n) if every_row else distributed.my_rows(n)
         return Generated(e.rollout, e.turn_rewards_B_R, e.final_texts[mine],

@@ -2,7 +2,7 @@
 slots, then a `lax.while_loop` that decodes one token per iteration.
 
     sample = make_sampler(model, max_new_tokens=R, eos_id=..., pad_id=..., temperature=1.0)
-    rollout = sample(params, prompt_B_L, prompt_mask_B_L, key)
+    rollout = sample(params, prompt_B_L, prompt_mask_B_L, key, rows_B)
 
 Shapes are fixed by (B, L, R), so a run whose batch shape does not change compiles the sampler
 once. The cache lives inside the one compiled call: the loop carry is updated in place (XLA
@@ -67,6 +67,20 @@ def draw_inverse_cdf(logits_B_V: jax.Array, u_B: jax.Array) -> jax.Array:
                      jnp.argmax(logits_B_V, axis=-1))
 
 
+def sequence_uniforms(key: jax.Array, rows_B: jax.Array, n: int) -> jax.Array:
+    """u_B_N[b, t] = uniform(fold_in(fold_in(key, rows_B[b]), t)): the uniform behind token t
+    of the step's sequence `rows_B[b]`. A sequence's draws depend on the step's key, its index
+    in the step and the token's column only, never on the batch it is sampled in: how many
+    chunks the step is cut into, how many decode rows there are or which rows share a batch
+    change timing, not tokens (as far as the logits themselves do not depend on the batch)."""
+    def row(r):
+        k = jax.random.fold_in(key, r)
+        return jax.vmap(lambda t: jax.random.uniform(jax.random.fold_in(k, t), (),
+                                                     jnp.float32))(jnp.arange(n))
+
+    return jax.vmap(row)(rows_B.astype(jnp.uint32))
+
+
 def choose_tokens(logits_B_V: jax.Array, u_B: jax.Array, temperature: float, top_k: int,
                   top_p: float) -> tuple[jax.Array, jax.Array]:
     """Draw one token per row at uniforms u_B (unused when greedy); returns (tokens_B, logp_B)
@@ -97,7 +111,9 @@ class DecodeCarry(NamedTuple):
 def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: int,
                  temperature: float, top_k: int = 0, top_p: float = 1.0,
                  on_trace: Callable[[], None] = lambda: None):
-    """Returns jitted `sample(params, prompt_B_L, prompt_mask_B_L, key) -> Rollout`.
+    """Returns jitted `sample(params, prompt_B_L, prompt_mask_B_L, key, rows_B=None) ->
+    Rollout`: `rows_B` (int32) are the sequences' indices in the step (default 0..B-1), which
+    with `key` fix each sequence's draws (`sequence_uniforms`).
 
     `on_trace` runs each time JAX traces (and so compiles) the sampler: the loop counts these.
     """
@@ -105,9 +121,10 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
     if n < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {n}")
 
-    def sample(params, prompt_B_L, prompt_mask_B_L, key):
+    def sample(params, prompt_B_L, prompt_mask_B_L, key, rows_B=None):
         on_trace()
         b, p = prompt_B_L.shape
+        rows_B = jnp.arange(b) if rows_B is None else rows_B
         apply = lambda method, *a: model.apply({"params": params}, *a, method=method)
         logits_B_V, cache = apply("prefill", prompt_B_L, prompt_mask_B_L, p + n)
         pos_B = jnp.sum(prompt_mask_B_L.astype(jnp.int32), axis=-1)  # position of the next token
@@ -116,7 +133,7 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
         cos_B_R_D2, sin_B_R_D2 = rope_for(model.cfg, pos_B[:, None] + jnp.arange(n)[None, :])
         # Every step's uniforms too (one draw per row, see draw_inverse_cdf): random bits inside
         # the loop were a small nested loop of their own on each step.
-        u_R_B = jax.random.uniform(key, (n, b), jnp.float32)
+        u_R_B = sequence_uniforms(key, rows_B, n).T
 
         def record(c: DecodeCarry) -> tuple[jax.Array, jax.Array, DecodeCarry]:
             """Draw token i from c.logits_B_V and write it (pad on finished rows) into column i."""

@@ -74,9 +74,10 @@ def sample_and_verify(generate: Callable, put: Callable, verifier: Verifier, tas
     for k in range(chunks):
         t0 = time.perf_counter()
         rows = slice(k * b, (k + 1) * b)
-        part = generate(params, prompt_B_L[rows], pmask_B_L[rows],
-                        key if chunks == 1 else jax.random.fold_in(key, k),
-                        tool_contexts(task, problems_B[rows]))
+        # One key for the step, each sequence its own stream (sampling.sequence_uniforms):
+        # the chunking changes when a sequence is sampled, not what.
+        part = generate(params, prompt_B_L[rows], pmask_B_L[rows], key,
+                        tool_contexts(task, problems_B[rows]), np.arange(k * b, (k + 1) * b))
         if score is not None:  # asynchronous: the device scores while the host verifies
             dev = part.device or Rollout(*(put(x) for x in part.rollout))
             scores.append(score(put(prompt_B_L[rows]), put(pmask_B_L[rows]), dev.tokens_B_R,

@@ -2,7 +2,7 @@
 with static shapes (one compile per piece, however many turns a row takes).
 
     s = make_turn_sampler(model, max_new_tokens=R, observation_tokens=O, stops=[[id, ...]], ...)
-    state = s.start(params, prompt_B_L, prompt_mask_B_L, key)   # prefill
+    state = s.start(params, prompt_B_L, prompt_mask_B_L, key, rows_B)   # prefill
     state = s.decode(params, state)      # every live row decodes until EOS, a stop sequence
                                          # (a tool call's end marker) or its budget R
     state = s.extend(params, state, obs_B_O, obs_len_B, end_B)  # the observations' ids into
@@ -13,7 +13,9 @@ Each row has its own response column (`col_B`): its turns and observations are c
 in its R response slots, so its positions are those the trainer's forward gives the same
 sequence (prompt ++ response under the attention mask), and its tokens do not depend on
 where its batch-mates' turns end. The uniform behind the draw at column c of row b is
-u[b, c], drawn once at the start: a row's episode is a function of its own tokens and key.
+u[b, c] of its sequence's own stream (sampling.sequence_uniforms: the step's key, the
+sequence's index, the column), drawn once at the start: a row's episode is a function of its
+own tokens, its index and the key.
 
 The record keeps the masks apart: `mask_B_R` (attention) covers the policy's and the
 environment's tokens, `loss_mask_B_R` the policy's own sampled tokens only; observation
@@ -30,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlvr_jax.models.policy import Decoder, KVCache
-from rlvr_jax.sampling import choose_tokens
+from rlvr_jax.sampling import choose_tokens, sequence_uniforms
 from rlvr_jax.types import Rollout
 
 # Why a row's current turn stopped (`TurnState.stop_B`).
@@ -54,7 +56,7 @@ class TurnState(NamedTuple):
 
 
 class TurnSampler(NamedTuple):
-    start: Callable  # (params, prompt_B_L, mask_B_L, key) -> TurnState
+    start: Callable  # (params, prompt_B_L, mask_B_L, key, rows_B=None) -> TurnState
     decode: Callable  # (params, state) -> state (donated)
     extend: Callable  # (params, state, obs_B_O, obs_len_B, end_B) -> state (donated)
     rollout: Callable  # state -> Rollout
@@ -103,9 +105,10 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
     def apply(params, method, *args):
         return model.apply({"params": params}, *args, method=method)
 
-    def start(params, prompt_B_L, mask_B_L, key):
+    def start(params, prompt_B_L, mask_B_L, key, rows_B=None):
         on_trace("turn_start")
         b, l = prompt_B_L.shape
+        rows_B = jnp.arange(b) if rows_B is None else rows_B
         logits_B_V, cache = apply(params, "prefill", prompt_B_L, mask_B_L, l + r + o)
         zeros_B = jnp.zeros((b,), jnp.int32)
         return TurnState(
@@ -113,7 +116,7 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
             jnp.ones((b,), bool), jnp.zeros((b,), bool), zeros_B,
             jnp.full((b, r), pad_id, jnp.int32), jnp.zeros((b, r), jnp.float32),
             jnp.zeros((b, r), jnp.float32), jnp.zeros((b, r), jnp.float32),
-            jax.random.uniform(key, (b, r), jnp.float32))
+            sequence_uniforms(key, rows_B, r))
 
     def forward(params, s: TurnState, tokens_B_O, valid_B_O):
         """The new tokens at each row's column into the cache; -> (hidden_B_O_D, cache)."""

@@ -21,7 +21,7 @@ def test_sample_and_verify_drops_the_padding_and_keeps_the_order(tmp_path):
     problems = task.heldout_set(5)
     seen = []
 
-    def sample(params, prompt, mask, key):
+    def sample(params, prompt, mask, key, rows=None):
         """Answers each prompt right on even calls' rows, off by one on odd rows."""
         texts = tok.batch_decode(np.asarray(prompt), skip_special_tokens=True)
         seen.append(len(texts))

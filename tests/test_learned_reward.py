@@ -121,8 +121,8 @@ def test_scores_of_the_sharded_batch_equal_one_by_one_forwards(rm_dir):
     # Multi-turn episodes: the reward model reads the whole episode (prompt, the policy's
     # turns and the observations between them), from the episodes' host record.
     env = DigitCalls()
-    gens = build.generators(policy, setup, cfg.sampling, env,
-                            EnvConfig(kind="tools", observation_tokens=6, max_turns=3))
+    gens = build.generators(policy, dataclasses.replace(setup, max_new_tokens=16), cfg.sampling,
+                            env, EnvConfig(kind="tools", observation_tokens=6, max_turns=3))
     sampled = stages.sample_and_verify(
         gens.train, policy.put, verifier, setup.task, learned_reward.train_scorer(learned),
         policy.init_params(jax.random.key(0)), problems, prompt, pmask, jax.random.key(1),

@@ -199,3 +199,31 @@ def test_temperature_sampling_matches_distribution():
     freq = np.bincount(np.asarray(ro.tokens_B_R)[:, 0], minlength=20) / b
     # 4096 draws: a binomial std is at most 0.008; a wrong temperature shifts mass by >> 0.03.
     np.testing.assert_allclose(freq, probs, atol=0.03)
+
+
+def test_a_sequences_draws_do_not_depend_on_its_batch():
+    """Per-sequence streams (sampling.sequence_uniforms): 16 sequences sampled at once, as two
+    chunks of 8 (their indices in the step passed along) or in reverse order give each
+    sequence the same tokens, and a sequence's uniforms are (key, index, column) alone."""
+    from rlvr_jax.sampling import sequence_uniforms
+
+    _, model, params = _tiny()
+    sample = make_sampler(model, max_new_tokens=8, eos_id=1, pad_id=0, temperature=1.0)
+    b, p, key = 16, 4, jax.random.key(7)
+    prompt = jax.random.randint(jax.random.key(3), (b, p), 2, 20)
+    pmask = jnp.ones((b, p), jnp.int32)
+    whole = sample(params, prompt, pmask, key, jnp.arange(b))
+    halves = [sample(params, prompt[s], pmask[s], key, jnp.arange(b)[s])
+              for s in (slice(0, 8), slice(8, 16))]
+    rev = jnp.arange(b)[::-1]
+    reverse = sample(params, prompt[rev], pmask[rev], key, rev)
+    for name in ("tokens_B_R", "mask_B_R"):
+        w = np.asarray(getattr(whole, name))
+        np.testing.assert_array_equal(w, np.concatenate([getattr(h, name) for h in halves]))
+        np.testing.assert_array_equal(w, np.asarray(getattr(reverse, name))[::-1])
+    np.testing.assert_allclose(np.asarray(whole.logp_B_R), np.concatenate(
+        [h.logp_B_R for h in halves]), rtol=1e-6, atol=1e-6)
+    u = np.asarray(sequence_uniforms(key, jnp.array([3, 5]), 6))
+    np.testing.assert_array_equal(u[1], np.asarray(sequence_uniforms(key, jnp.array([5]), 6))[0])
+    np.testing.assert_array_equal(u[0, :4], np.asarray(sequence_uniforms(key, jnp.array([3]),
+                                                                         4))[0])
