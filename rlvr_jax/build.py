@@ -100,13 +100,16 @@ class Policy:
     put: Callable  # host array (pytree) -> device, batch-sharded
     shardings: Callable  # abstract (params / train state) tree -> its NamedShardings
     init_params: Callable  # key -> params (the base: no LoRA adapters), created already sharded
-    sample_train: Callable  # jitted (params, prompt_B_L, mask_B_L, key) -> Rollout
+    sample_train: Callable  # jitted (params, prompt_B_L, mask_B_L, key, rows_B) -> Rollout
     sample_greedy: Callable  # temperature 0 (evaluation only)
     sample_eval: Callable  # temperature 1, no truncation (evaluation)
+    group_size: int = 1  # the train samplers' rows come in groups of this many (one prefill)
 
 
 def policy(setup: TaskSetup, mesh_cfg: MeshConfig, sampling: SamplingConfig,
-           traces: Traces) -> Policy:
+           traces: Traces, group_size: int = 1) -> Policy:
+    """`group_size`: the RL step's samples per prompt (its batches are P_G: each prompt is
+    prefilled once by the train samplers; evaluation's samplers prefill every row)."""
     model = Decoder(setup.model_cfg, setup.vocab_size)
     mesh = sharding.make_mesh(mesh_cfg.data, mesh_cfg.fsdp, mesh_cfg.model)
     batch_sh = sharding.batch_sharding(mesh)
@@ -121,9 +124,11 @@ def policy(setup: TaskSetup, mesh_cfg: MeshConfig, sampling: SamplingConfig,
         model=model, mesh=mesh, put=lambda x: jax.device_put(x, batch_sh), shardings=shardings,
         init_params=init,
         sample_train=sampler(temperature=sampling.temperature, top_k=sampling.top_k,
-                             top_p=sampling.top_p, on_trace=counter(traces, "sampler")),
+                             top_p=sampling.top_p, group_size=group_size,
+                             on_trace=counter(traces, "sampler")),
         sample_greedy=sampler(temperature=0.0, on_trace=counter(traces, "sampler_eval_greedy")),
-        sample_eval=sampler(temperature=1.0, on_trace=counter(traces, "sampler_eval_sampled")))
+        sample_eval=sampler(temperature=1.0, on_trace=counter(traces, "sampler_eval_sampled")),
+        group_size=group_size)
 
 
 # ------------------------------------------------------------------ environment + generators
@@ -170,16 +175,17 @@ def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=N
     glue = episodes.Glue.of(tok, prefix, suffix)
 
     def make(name: str, temperature: float, top_k: int = 0, top_p: float = 1.0,
-             every_row: bool = True):
+             every_row: bool = True, group_size: int = 1):
         sampler = make_turn_sampler(
             policy.model, max_new_tokens=setup.max_new_tokens,
             observation_tokens=env_cfg.observation_tokens, eos_id=tok.eos_token_id,
             pad_id=tok.pad_token_id, stops=stops, temperature=temperature, top_k=top_k,
-            top_p=top_p, on_trace=lambda piece: traces.update([f"{name}_{piece}"]))
+            top_p=top_p, group_size=group_size,
+            on_trace=lambda piece: traces.update([f"{name}_{piece}"]))
         return generate.multi_turn(sampler, env, tok, glue, env_cfg.max_turns, put, every_row)
 
     return Generators(make("sampler", sampling.temperature, sampling.top_k, sampling.top_p,
-                           every_row=train_every_row),
+                           every_row=train_every_row, group_size=policy.group_size),
                       make("sampler_eval_greedy", 0.0), make("sampler_eval_sampled", 1.0),
                       glue)
 

@@ -36,7 +36,7 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
     traces = build.Traces()
     setup = build.run_task_setup(cfg)
     cfg = dataclasses.replace(cfg, model=setup.model_cfg)  # resolved from model.path, if any
-    policy = build.policy(setup, cfg.mesh, cfg.sampling, traces)
+    policy = build.policy(setup, cfg.mesh, cfg.sampling, traces, cfg.algo.samples_per_prompt)
     a = cfg.algo
     build.check_batches(policy.mesh, {
         "algo.prompts_per_step": a.prompts_per_step * a.samples_per_prompt,
@@ -136,7 +136,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
     sampler_flops = perf.sampler_flops_per_row(policy.model, policy_params(
         state.params, ref_params), setup.prompt_len, setup.max_new_tokens)
     utilisation = partial(stages.utilisation, sampler_flops_per_row=sampler_flops,
-                          chunks=cfg.verifier.overlap_chunks,
+                          chunks=cfg.verifier.overlap_chunks, group_size=G,
                           max_new_tokens=setup.max_new_tokens,
                           devices=policy.mesh.devices.flatten().tolist())
 

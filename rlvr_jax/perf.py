@@ -108,10 +108,12 @@ def decode_steps(mask_B_R: np.ndarray, chunks: int, max_new_tokens: int) -> list
     return out
 
 
-def rollout_flops(per_row: tuple[float, float], calls: Sequence[tuple[int, int]]) -> float:
-    """A rollout's sampler FLOPs from `sampler_flops_per_row` and `decode_steps`."""
+def rollout_flops(per_row: tuple[float, float], calls: Sequence[tuple[int, int]],
+                  group_size: int = 1) -> float:
+    """A rollout's sampler FLOPs from `sampler_flops_per_row` and `decode_steps`; with rows in
+    groups of `group_size` identical prompts, each prompt is prefilled once."""
     prefill, decode = per_row
-    return sum(rows * (prefill + steps * decode) for rows, steps in calls)
+    return sum(rows / group_size * prefill + rows * steps * decode for rows, steps in calls)
 
 
 @functools.lru_cache(maxsize=None)

@@ -193,12 +193,13 @@ def timing(t: StepTimes, mask_B_R: np.ndarray) -> dict:
 
 def utilisation(update_flops: float, t: StepTimes, mask_B_R: np.ndarray, *,
                 sampler_flops_per_row: tuple[float, float], chunks: int, max_new_tokens: int,
-                devices) -> dict:
+                devices, group_size: int = 1) -> dict:
     """Achieved TFLOP/s and MFU (rlvr_jax/perf.py) of the update and of the sampler: the
     update's counted FLOPs over the jitted update's time, the rollout's (prefill + the decode
     forwards it ran) over the time blocked on sampling. No MFU on a device of unknown peak."""
     sample_flops = perf.rollout_flops(sampler_flops_per_row,
-                                      perf.decode_steps(mask_B_R, chunks, max_new_tokens))
+                                      perf.decode_steps(mask_B_R, chunks, max_new_tokens),
+                                      group_size)
     row = {}
     for name, flops, seconds in (("update", update_flops, t.rl_step_s),
                                  ("sample", sample_flops, t.sample_s)):

@@ -25,6 +25,7 @@ ids and back.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable, NamedTuple, Sequence
 
 import jax
@@ -32,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlvr_jax.models.policy import Decoder, KVCache
-from rlvr_jax.sampling import choose_tokens, sequence_uniforms
+from rlvr_jax.sampling import choose_tokens, prefill_groups, sequence_uniforms
 from rlvr_jax.types import Rollout
 
 # Why a row's current turn stopped (`TurnState.stop_B`).
@@ -97,8 +98,11 @@ def _put_rows(x_B_R, cols_B_O, values_B_O, keep_B_O):
 def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens: int,
                       eos_id: int, pad_id: int, stops: Sequence[Sequence[int]],
                       temperature: float, top_k: int = 0, top_p: float = 1.0,
+                      group_size: int = 1,
                       on_trace: Callable[[str], None] = lambda name: None) -> TurnSampler:
-    """The jitted pieces above; `on_trace(name)` runs each time one of them is traced."""
+    """The jitted pieces above; `on_trace(name)` runs each time one of them is traced.
+    `group_size` G > 1: rows come in groups of G identical prompts, each prefilled once
+    (sampling.prefill_groups)."""
     r, o = max_new_tokens, max(observation_tokens, 1)
     table_M_W, lengths_M = (jnp.asarray(x) for x in stop_table(stops))
 
@@ -109,7 +113,8 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
         on_trace("turn_start")
         b, l = prompt_B_L.shape
         rows_B = jnp.arange(b) if rows_B is None else rows_B
-        logits_B_V, cache = apply(params, "prefill", prompt_B_L, mask_B_L, l + r + o)
+        logits_B_V, cache = prefill_groups(partial(apply, params), prompt_B_L, mask_B_L,
+                                           l + r + o, group_size)
         zeros_B = jnp.zeros((b,), jnp.int32)
         return TurnState(
             cache, logits_B_V, zeros_B, zeros_B, jnp.sum(mask_B_L.astype(jnp.int32), axis=-1),
