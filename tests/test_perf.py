@@ -64,6 +64,25 @@ def test_decode_steps_stop_at_each_calls_longest_row():
     mask[0, :2] = mask[1, :6] = mask[2, :1] = mask[3, :3] = 1
     assert perf.decode_steps(mask, chunks=2, max_new_tokens=6) == [(2, 5), (2, 3)]
     assert perf.rollout_flops((10.0, 1.0), [(2, 5), (2, 3)]) == 2 * 15 + 2 * 13
+    # groups of 2 identical prompts: each prefilled once
+    assert perf.rollout_flops((10.0, 1.0), [(2, 5), (2, 3)], group_size=2) == (10 + 10) + (10 + 6)
+
+
+def test_a_grouped_sampler_prefills_each_prompt_once_by_the_count():
+    """The traced sampler's FLOPs (experiments/bench/efficiency.py's measure) with rows in
+    groups of G: the prefill part is exactly 1/G of the per-row sampler's, decode unchanged."""
+    from rlvr_jax.sampling import make_sampler
+
+    model = Decoder(ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                                intermediate_size=48), 40)
+    params = jax.eval_shape(lambda k: init_params(model, k), jax.random.key(0))
+    sds = jax.ShapeDtypeStruct
+    args = (params, sds((8, 6), jnp.int32), sds((8, 6), jnp.int32), jax.random.key(0))
+    flops = {g: [perf.traced_flops(make_sampler(model, max_new_tokens=5, eos_id=1, pad_id=0,
+                                                temperature=1.0, group_size=g), *args,
+                                   while_trips=w) for w in (0, 4)] for g in (1, 4)}
+    assert flops[1][0] == 4 * flops[4][0]  # the prefill
+    assert flops[1][1] - flops[1][0] == flops[4][1] - flops[4][0]  # the decode forwards
 
 
 def test_peaks_by_device_kind():

@@ -1,0 +1,84 @@
+"""Work the rollout does per shipped preset, counted (not timed): what transfers to an
+accelerator. For each preset's shapes the sampler is traced with abstract inputs (nothing is
+allocated or compiled) and its matmul FLOPs counted on the jaxpr (rlvr_jax/perf.py), with
+each prompt prefilled for every row (the baseline, `group_size=1`, measured in the same run)
+and once per prompt (`group_size=G`, what the RL loop runs since issue 29).
+
+    python experiments/bench/efficiency.py [--cases math_grpo,gsm8k_grpo]
+
+Columns: the prefill's FLOPs (all rows), the whole rollout's at the full response length
+(prefill + R - 1 decode forwards), and the prefill's share of the rollout. The remaining
+wastes of issue 29 (decode memory traffic, reading unfilled cache slots, the update's repeated
+prompts, padding on long-tailed lengths) are not measured here yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from rlvr_jax import perf
+from rlvr_jax.config import ModelConfig
+from rlvr_jax.models.policy import Decoder, init_params
+from rlvr_jax.sampling import make_sampler
+
+QWEN_0P5B = dict(vocab_size=151936, hidden_size=896, num_layers=24, num_heads=14,
+                 num_kv_heads=2, intermediate_size=4864, qkv_bias=True, tie_embeddings=True,
+                 rope_theta=1e6, compute_dtype="bfloat16")
+TINY = dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=384,
+            tie_embeddings=True)
+
+
+class Case(NamedTuple):
+    model: dict
+    vocab: int
+    prompts: int  # P per sampler call (the step's prompts / verifier.overlap_chunks)
+    group: int  # G
+    prompt_len: int  # L
+    response_len: int  # R
+
+
+CASES = {  # the presets' shapes (prompt slots as their tasks report them)
+    "math_grpo": Case(TINY, 97, 64, 8, 6, 5),
+    "calc_agent": Case(TINY, 97, 16, 8, 8, 64),
+    "gym_mix": Case(TINY, 97, 8, 8, 97, 24),
+    "gsm8k_grpo": Case(QWEN_0P5B, 151936, 32, 8, 256, 512),
+}
+
+
+def rollout_flops(case: Case, group_size: int) -> tuple[float, float]:
+    """(prefill FLOPs, rollout FLOPs at the full response length) of one sampler call."""
+    model = Decoder(ModelConfig(**case.model), case.vocab)
+    params = jax.eval_shape(lambda k: init_params(model, k), jax.random.key(0))
+    b = case.prompts * case.group
+    sample = make_sampler(model, max_new_tokens=case.response_len, eos_id=1, pad_id=0,
+                          temperature=1.0, group_size=group_size)
+    sds = jax.ShapeDtypeStruct
+    args = (params, sds((b, case.prompt_len), jnp.int32), sds((b, case.prompt_len), jnp.int32),
+            jax.random.key(0))
+    whole = perf.traced_flops(sample, *args, while_trips=case.response_len - 1)
+    no_decode = perf.traced_flops(sample, *args, while_trips=0)
+    return no_decode, whole
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", default=",".join(CASES))
+    args = ap.parse_args()
+    print("| preset | rows (P x G) | L + R | prefill TFLOP: per row -> once per prompt | "
+          "rollout TFLOP: before -> after | prefill share before -> after |")
+    print("|---|---|---|---|---|---|")
+    for name in args.cases.split(","):
+        c = CASES[name]
+        (pre_b, all_b), (pre_a, all_a) = rollout_flops(c, 1), rollout_flops(c, c.group)
+        print(f"| {name} | {c.prompts} x {c.group} | {c.prompt_len} + {c.response_len} | "
+              f"{pre_b / 1e12:.4g} -> {pre_a / 1e12:.4g} ({pre_b / pre_a:.2f}x) | "
+              f"{all_b / 1e12:.4g} -> {all_a / 1e12:.4g} ({all_b / all_a:.3f}x) | "
+              f"{pre_b / all_b:.1%} -> {pre_a / all_a:.1%} |")
+
+
+if __name__ == "__main__":
+    main()
