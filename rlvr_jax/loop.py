@@ -55,7 +55,8 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
     learned = learned_reward.maybe_load(cfg.reward.reward_model_dir, setup, policy, traces)
     v = cfg.verifier
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
-                             batch_timeout_s=v.batch_timeout_s, mode=v.mode)
+                             batch_timeout_s=v.batch_timeout_s, mode=v.mode,
+                             kinds=getattr(setup.task, "verifier_kinds", ()))
     env = build.environment(cfg.env)  # None: one turn
     extra = [(name, task, make_verifier(kind, workers=v.workers, timeout_s=v.timeout_s,
                                         batch_timeout_s=v.batch_timeout_s, mode=v.mode))

@@ -170,6 +170,11 @@ def parse_row(row: object, where: str, default_source: str, sources: dict,
 class MixedTask(dataset.DatasetTask):
     """The dataset task's stream and splits, with each row's own verifier kind."""
 
+    @property
+    def verifier_kinds(self) -> tuple[str, ...]:
+        """The kinds its rows need (a routed verifier makes them at start)."""
+        return tuple(sorted({p.kind for p in (*self.train, *self.test)}))
+
     @staticmethod
     def answer_of(completion: str) -> str | None:
         return answer_in_tag(completion) or extract_answer(completion)

@@ -35,6 +35,11 @@ class RoutedVerifier:
                 self._verifiers[kind] = self._make(kind)
             return self._verifiers[kind]
 
+    def prepare(self, kinds: Sequence[str]) -> None:
+        """Make these kinds' verifiers now (their errors, e.g. no sandbox, before any work)."""
+        for kind in kinds:
+            self._verifier(kind)
+
     def submit(self, jobs: Sequence[dict]) -> Future:
         by_kind: dict[str, list[int]] = defaultdict(list)
         for i, job in enumerate(jobs):

@@ -27,16 +27,20 @@ TRUSTED_KINDS = {"inprocess": "integer", "exact": "exact"}
 
 
 def make_verifier(kind: str, *, workers: int, timeout_s: float,
-                  batch_timeout_s: Optional[float], mode: Optional[str]) -> Verifier:
-    """A trusted in-process checker for the trusted kinds; else the worker pool (`mode`: the
+                  batch_timeout_s: Optional[float], mode: Optional[str],
+                  kinds: Sequence[str] = ()) -> Verifier:
+    """A trusted in-process checker for the trusted kinds; `routed`: each job's own kind (made
+    on first use, or now for `kinds`); else the worker pool (`mode`: the
     sandboxed kinds' forkserver or fresh, ignored for trusted graders such as math)."""
     if kind in TRUSTED_KINDS:
         return TrustedVerifier(CHECKS[TRUSTED_KINDS[kind]])
     if kind == "routed":  # each job names its kind (verify/routed.py)
         from rlvr_jax.verify.routed import RoutedVerifier
 
-        return RoutedVerifier(lambda k: make_verifier(k, workers=workers, timeout_s=timeout_s,
-                                                      batch_timeout_s=batch_timeout_s,
-                                                      mode=mode))
+        routed = RoutedVerifier(lambda k: make_verifier(k, workers=workers, timeout_s=timeout_s,
+                                                        batch_timeout_s=batch_timeout_s,
+                                                        mode=mode))
+        routed.prepare(kinds)  # the task's kinds now: a missing sandbox fails before any work
+        return routed
     return VerifierPool(kind, workers=workers, timeout_s=timeout_s,
                         batch_timeout_s=batch_timeout_s, mode=mode if kind in SANDBOXED else None)
