@@ -131,6 +131,16 @@ def policy(setup: TaskSetup, mesh_cfg: MeshConfig, sampling: SamplingConfig,
         group_size=group_size)
 
 
+def extra_sets(setup: TaskSetup, v) -> list:
+    """(name, task, verifier) of each extra held-out set (`eval.extra_sets`), its verifier
+    made with the run's verifier settings `v`. The caller closes the verifiers."""
+    from rlvr_jax.verify.verifiers import make_verifier
+
+    return [(name, task, make_verifier(kind, workers=v.workers, timeout_s=v.timeout_s,
+                                       batch_timeout_s=v.batch_timeout_s, mode=v.mode))
+            for name, task, kind in setup.eval_sets]
+
+
 # ------------------------------------------------------------------ environment + generators
 def environment(e: EnvConfig):
     """The multi-turn environment of `env` (tools in the sandbox, their own worker pool), or

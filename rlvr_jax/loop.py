@@ -58,9 +58,7 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
                              batch_timeout_s=v.batch_timeout_s, mode=v.mode,
                              kinds=getattr(setup.task, "verifier_kinds", ()))
     env = build.environment(cfg.env)  # None: one turn
-    extra = [(name, task, make_verifier(kind, workers=v.workers, timeout_s=v.timeout_s,
-                                        batch_timeout_s=v.batch_timeout_s, mode=v.mode))
-             for name, task, kind in setup.eval_sets]  # eval.extra_sets, with their verifiers
+    extra = build.extra_sets(setup, v)  # eval.extra_sets, with their verifiers
     try:
         gens = build.generators(policy, setup, cfg.sampling, env, cfg.env, traces)
         return _run(cfg, setup, policy, sft, updates, gens, env, verifier, learned, traces,

@@ -79,16 +79,18 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
     v = cfg.verifier
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
                              batch_timeout_s=v.batch_timeout_s, mode=v.mode)
+    extra = build.extra_sets(setup, v)  # eval.extra_sets, with their verifiers
     try:
         evaluate = partial(warmstart.held_out_accuracy,
                            build.generators(policy, setup, cfg.sampling), setup, verifier,
                            cfg.eval, policy.put, key=warmstart.eval_key(cfg.seed),
-                           score=learned_reward.eval_scorer(learned, policy.put))
+                           score=learned_reward.eval_scorer(learned, policy.put), extra=extra)
         return _train(cfg, setup, policy, ckpt, tracker, session, traces, source,
                       _dpo_job(cfg, setup, policy, warm, traces, evaluate,
                                source.prompt_len))
     finally:
-        verifier.close()
+        for closing in [verifier] + [x[2] for x in extra]:
+            closing.close()
 
 
 def _adam(learning_rate: float, warmup_steps: int, steps: int):
