@@ -187,9 +187,13 @@ def build(t: ReasoningGymTaskConfig, tokenizer) -> ReasoningGymTask:
         configs.append(frozen)
     count = ((lambda text: len(tokenizer.encode(text, add_special_tokens=False)))
              if tokenizer is not None else len)
-    return ReasoningGymTask(tuple(names), tuple(configs), tuple(d.weight for d in t.datasets),
+    task = ReasoningGymTask(tuple(names), tuple(configs), tuple(d.weight for d in t.datasets),
                             t.heldout_fraction, t.split_seed, t.instruction, count,
                             t.max_prompt_tokens)
+    kept = len(task.draw(np.random.default_rng([t.split_seed, 0x5EE]), PROBE))
+    _check(kept >= PROBE // 4, "task.max_prompt_tokens",  # else the stream would stall
+           f"only {kept} of {PROBE} drawn prompts fit in {t.max_prompt_tokens} tokens")
+    return task
 
 
 SPEC = register(TaskSpec("reasoning_gym", ReasoningGymTaskConfig, build,

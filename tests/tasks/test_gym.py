@@ -67,3 +67,8 @@ def test_verify_jobs_carry_the_generator_not_the_entry():
 def test_a_bad_dataset_entry_is_one_error_naming_its_key(dataset, key):
     with pytest.raises(ConfigError, match=re.escape(f"'{key}'")):
         tasks.build(ReasoningGymTaskConfig(datasets=[dataset]), tokenizer=None)
+
+
+def test_a_prompt_budget_too_small_for_the_datasets_is_one_error():
+    with pytest.raises(ConfigError, match=re.escape("'task.max_prompt_tokens'")):
+        tasks.build(ReasoningGymTaskConfig(datasets=MIX, max_prompt_tokens=20), tokenizer=None)
