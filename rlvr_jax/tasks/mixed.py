@@ -9,8 +9,8 @@ when the files are loaded (before the warm start), with the fix. Row shapes:
 
   verl      {"data_source", "prompt": [{"role", "content"}, ...] | str,
              "reward_model": {"ground_truth": ...}, "extra_info"?: {...}}
-  plain     {"prompt" | "question" | "problem": str, "kind"?, "data_source"?,
-             "answer" | "tests" | "test_list" ...}
+  plain     {"prompt" | "question" | "problem" | "text": str, "kind"?, "data_source"?,
+             "answer" | "tests" | "test_list" ...}  (MBPP's own rows load as they are)
 
 What each kind reads as its ground truth:
   math            the answer (`#### N` or `\\boxed{}` text extracted), math-verify equivalence
@@ -85,14 +85,15 @@ class MixedProblem:
 
 
 def _messages(row: dict) -> tuple:
-    prompt = row.get("prompt", row.get("question", row.get("problem")))
+    prompt = next((row[k] for k in ("prompt", "question", "problem", "text") if k in row), None)
     if isinstance(prompt, str) and prompt.lstrip().startswith("[") and "reward_model" in row:
         prompt = json.loads(prompt)
     if isinstance(prompt, str):
         return (("user", prompt),)
     if isinstance(prompt, list) and prompt:
         return tuple((str(m["role"]), str(m["content"])) for m in prompt)
-    raise ValueError("no prompt ('prompt' as text or messages, 'question' or 'problem')")
+    raise ValueError("no prompt ('prompt' as text or messages, 'question', 'problem' or "
+                     "MBPP's 'text')")
 
 
 def _truth(row: dict):

@@ -53,7 +53,8 @@ def test_each_kind_reads_its_ground_truth(tmp_path):
             {"data_source": "apps", "prompt": "c",
              "reward_model": {"ground_truth": json.dumps({"inputs": ["1\n"],
                                                           "outputs": ["2\n"]})}},
-            {"data_source": "mbpp", "prompt": "d", "test_list": ["assert inc(1) == 2"]},
+            {"data_source": "mbpp", "text": "d", "test_list": ["assert inc(1) == 2"],
+             "code": "def inc(x):\n    return x + 1", "test_setup_code": "", "task_id": 1},
             {"data_source": "chain_sum", "prompt": _user("2 + 3 ="),
              "reward_model": {"ground_truth": "5"}, "extra_info": {"metadata": {}}}]
     problems = _task(tmp_path, rows).heldout_set(5)
