@@ -30,6 +30,7 @@ from rlvr_jax.models import hf
 from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder, init_params
 from rlvr_jax.sampling import make_sampler
+from rlvr_jax.continuous import make_continuous_sampler
 from rlvr_jax.turn_sampler import make_turn_sampler
 from rlvr_jax.tasks import registry as task_registry
 from rlvr_jax.tasks.base import Task
@@ -167,17 +168,32 @@ class Generators:
 
 def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=None,
                env_cfg: Optional[EnvConfig] = None, traces: Optional[Traces] = None,
-               train_every_row: bool = False) -> Generators:
+               train_every_row: bool = False, eval_rows: tuple[int, int] = (0, 0)
+               ) -> Generators:
     """One sampler call per batch, or with an environment multi-turn episodes (episodes.py):
     the turn sampler stops on the environment's call markers (their ids). `train_every_row`:
     the train generator gives every process's texts (an evaluation at `sampling`'s
     temperature), not only its own rows' (what the loop verifies)."""
     tok, put = setup.tokenizer, policy.put
-    if env is None:
-        return Generators(generate.single_turn(policy.sample_train, tok, put, train_every_row),
-                          generate.single_turn(policy.sample_greedy, tok, put, every_row=True),
-                          generate.single_turn(policy.sample_eval, tok, put, every_row=True))
     traces = traces if traces is not None else Traces()
+    if env is None:
+        rows, insert = eval_rows
+        if rows:  # evaluation by continuous batching (eval.decode_rows)
+            def stream(name: str, temperature: float):
+                return generate.continuous(make_continuous_sampler(
+                    policy.model, max_new_tokens=setup.max_new_tokens,
+                    prompt_len=setup.prompt_len, rows=rows, insert_rows=insert or max(
+                        rows // 8, 1), eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                    temperature=temperature, mesh=policy.mesh,
+                    on_trace=lambda piece: traces.update([f"{name}_{piece}"])), tok, put)
+
+            greedy, sampled = stream("sampler_eval_greedy", 0.0), stream(
+                "sampler_eval_sampled", 1.0)
+        else:
+            greedy = generate.single_turn(policy.sample_greedy, tok, put, every_row=True)
+            sampled = generate.single_turn(policy.sample_eval, tok, put, every_row=True)
+        return Generators(generate.single_turn(policy.sample_train, tok, put, train_every_row),
+                          greedy, sampled)
     stops = [tok.encode(t, add_special_tokens=False) for t in env.stop_texts]
     prefix, suffix = env.observation_prefix, env.observation_suffix
     if env_cfg.call_format == "hermes" and getattr(tok, "chat_template", None):

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlvr_jax import distributed
+from rlvr_jax import distributed, sharding
 from rlvr_jax.models.policy import Decoder, KVCache
 from rlvr_jax.sampling import choose_tokens, sequence_uniforms
 from rlvr_jax.types import Rollout
@@ -60,8 +60,10 @@ class ContinuousSampler(NamedTuple):
 def make_continuous_sampler(model: Decoder, *, max_new_tokens: int, prompt_len: int,
                             rows: int, insert_rows: int, eos_id: int, pad_id: int,
                             temperature: float, top_k: int = 0, top_p: float = 1.0,
-                            on_trace: Callable[[str], None] = lambda name: None
+                            mesh=None, on_trace: Callable[[str], None] = lambda name: None
                             ) -> ContinuousSampler:
+    """`mesh`: the rows are split over its data-parallel axes (every piece keeps them so:
+    one compile each); None: one device."""
     r, l, b, m = max_new_tokens, prompt_len, rows, insert_rows
     if not 1 <= m <= b:
         raise ValueError(f"insert_rows must be in [1, rows={b}], got {m}")
@@ -121,16 +123,22 @@ def make_continuous_sampler(model: Decoder, *, max_new_tokens: int, prompt_len: 
         cond = lambda s: jnp.any(s.live_B) & (jnp.sum(~s.live_B) < free_target)
         return jax.lax.while_loop(cond, body, s)
 
-    init_j = jax.jit(init)
-    insert_j = jax.jit(insert, donate_argnums=(1,))  # the rows' cache is updated in place
-    decode_j = jax.jit(decode, donate_argnums=(1,))
+    out = {}
+    if mesh is not None:  # the rows' layout, fixed for every piece (else each call's differs)
+        rows0, rows1 = sharding.rows_sharding(mesh, 0), sharding.rows_sharding(mesh, 1)
+        out["out_shardings"] = Rows(KVCache(rows1, rows1, rows0), *[rows0] * 9,
+                                    sharding.replicated(mesh))
+    init_j = jax.jit(init, **out)
+    # Donated: the rows' cache is updated in place, never copied per call.
+    insert_j = jax.jit(insert, donate_argnums=(1,), **out)
+    decode_j = jax.jit(decode, donate_argnums=(1,), **out)
 
     def run(params, prompt_N_L: np.ndarray, mask_N_L: np.ndarray, key, seq_N: np.ndarray,
             put: Callable = jnp.asarray) -> tuple[Rollout, dict]:
         """Every sequence through the rows (host arrays in, host arrays out, in input order);
         stats: decode steps, row-steps, and the share of row-steps that made a token."""
         n = len(prompt_N_L)
-        out = Rollout(np.full((n, r), pad_id, np.int32), np.zeros((n, r), np.float32),
+        res = Rollout(np.full((n, r), pad_id, np.int32), np.zeros((n, r), np.float32),
                       np.zeros((n, r), np.float32), np.zeros((n, r), np.float32))
         owner_B = np.full(b, -1)  # host: which input row each decode row holds
         waiting = list(range(n))
@@ -143,7 +151,7 @@ def make_continuous_sampler(model: Decoder, *, max_new_tokens: int, prompt_len: 
                     (s.tokens_B_R, s.logp_B_R, s.mask_B_R)))
                 for i in done:
                     j = owner_B[i]
-                    out.tokens_B_R[j], out.logp_B_R[j], out.mask_B_R[j] = (
+                    res.tokens_B_R[j], res.logp_B_R[j], res.mask_B_R[j] = (
                         tokens[i], logp[i], mask[i])
                     owner_B[i] = -1
             free = [i for i in range(b) if owner_B[i] < 0]
@@ -159,10 +167,10 @@ def make_continuous_sampler(model: Decoder, *, max_new_tokens: int, prompt_len: 
                 break
             # Stop to refill once M rows are free; with nothing waiting, run the rest out.
             s = decode_j(params, s, jnp.int32(m if waiting else b))
-        np.copyto(out.loss_mask_B_R, out.mask_B_R)  # one turn: every token is the policy's
+        np.copyto(res.loss_mask_B_R, res.mask_B_R)  # one turn: every token is the policy's
         steps = int(distributed.to_host(s.steps))
-        made = float(out.mask_B_R.sum())
-        return out, {"decode_steps": steps, "row_steps": steps * b,
+        made = float(res.mask_B_R.sum())
+        return res, {"decode_steps": steps, "row_steps": steps * b,
                      "useful_fraction": made / max(steps * b, 1)}
 
     return ContinuousSampler(init_j, insert_j, decode_j, run)

@@ -31,6 +31,9 @@ def sample_and_verify(generate: Callable, params, task: Task, tokenizer, problem
     Over several processes each verifies its block of every batch and the verdicts are
     gathered."""
     jobs = [p for p in problems for _ in range(samples_per_problem)]
+    if getattr(generate, "any_batch", False):  # continuous batching: every sequence at once
+        procs = jax.process_count()  # (padded so each process verifies an equal block)
+        batch_size = -(-len(jobs) // procs) * procs
     verdicts, texts, scores = [], [], []
     for start in range(0, len(jobs), batch_size):
         chunk = jobs[start: start + batch_size]

@@ -42,6 +42,22 @@ def single_turn(sample: Callable, tokenizer, put: Callable,
     return generate
 
 
+def continuous(sampler, tokenizer, put: Callable) -> Callable[..., Generated]:
+    """One-turn responses by continuous batching (rlvr_jax/continuous.py): any number of rows
+    in one call (`any_batch`: evaluation hands it every sequence at once); every row's texts."""
+    def generate(params, prompt_B_L, pmask_B_L, key, contexts=None, rows_B=None) -> Generated:
+        rows_B = np.arange(len(prompt_B_L)) if rows_B is None else rows_B
+        host, stats = sampler.run(params, np.asarray(prompt_B_L), np.asarray(pmask_B_L), key,
+                                  np.asarray(rows_B), put)
+        texts = batching.decode_responses(tokenizer, host.tokens_B_R, host.mask_B_R)
+        return Generated(host, np.zeros(host.mask_B_R.shape, np.float32), texts,
+                         np.zeros(len(texts), bool), {f"continuous/{k}": v
+                                                      for k, v in stats.items()}, None)
+
+    generate.any_batch = True
+    return generate
+
+
 def multi_turn(sampler, env, tokenizer, glue: episodes.Glue, max_turns: int, put: Callable,
                every_row: bool = False) -> Callable[..., Generated]:
     """Episodes (episodes.py): every row's final texts and failures on every process; the

@@ -45,7 +45,10 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
         "algo.microbatches": (a.prompts_per_step * a.samples_per_prompt
                               // (a.minibatches_per_epoch * a.microbatches)),
         "warmup.sequences_per_step": cfg.warmup.sequences_per_step,
-        "eval.sequences_per_batch": cfg.eval.sequences_per_batch})
+        "eval.sequences_per_batch": cfg.eval.sequences_per_batch}
+        | ({"eval.decode_rows": cfg.eval.decode_rows,  # continuous batching's row sets
+            "eval.insert_rows": cfg.eval.insert_rows or max(cfg.eval.decode_rows // 8, 1)}
+           if cfg.eval.decode_rows else {}))
     per_chunk = a.dapo.sampled_prompts(a.prompts_per_step) // cfg.verifier.overlap_chunks
     if per_chunk % jax.process_count():  # each process verifies whole groups of its own
         raise ConfigError(f"config key 'algo.prompts_per_step': {per_chunk} prompts per "
@@ -60,7 +63,8 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
     env = build.environment(cfg.env)  # None: one turn
     extra = build.extra_sets(setup, v)  # eval.extra_sets, with their verifiers
     try:
-        gens = build.generators(policy, setup, cfg.sampling, env, cfg.env, traces)
+        gens = build.generators(policy, setup, cfg.sampling, env, cfg.env, traces,
+                                eval_rows=(cfg.eval.decode_rows, cfg.eval.insert_rows))
         return _run(cfg, setup, policy, sft, updates, gens, env, verifier, learned, traces,
                     session, extra)
     finally:

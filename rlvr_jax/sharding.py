@@ -80,6 +80,11 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PS(RULES["batch"]))
 
 
+def rows_sharding(mesh: Mesh, axis: int) -> NamedSharding:
+    """Dimension `axis` (a batch of rows) split over the data-parallel axes; others whole."""
+    return NamedSharding(mesh, PS(*([None] * axis), RULES["batch"]))
+
+
 def microbatch_sharding(mesh: Mesh) -> NamedSharding:
     """[microbatches, rows, ...]: every microbatch's rows split over the data-parallel axes."""
     return NamedSharding(mesh, PS(None, RULES["batch"]))

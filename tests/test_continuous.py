@@ -42,3 +42,31 @@ def test_sequences_get_the_static_samplers_tokens_through_refilled_rows():
                                   eos_id=1, pad_id=0, temperature=1.0)
     again, _ = cb4.run(params, prompt[order], mask[order], key, order)
     np.testing.assert_array_equal(again.tokens_B_R, got.tokens_B_R[order])
+
+
+def test_an_evaluation_by_continuous_batching_equals_static_batches(tmp_path):
+    """`eval.decode_rows`: the held-out evaluation (greedy and sampled, 12 problems x 2, 8
+    fake devices) reports what static batches of 8 report, one compile per piece."""
+    import dataclasses
+
+    from rlvr_jax import build, warmstart
+    from rlvr_jax.verify.verifiers import make_verifier
+    from tests.helpers import TINY, run_config
+
+    cfg = run_config(["+experiment=math_grpo", *TINY], tmp_path)
+    setup = build.task_setup(cfg.task, cfg.model, cfg.sampling.max_new_tokens,
+                             str(tmp_path / "tok"))
+    policy = build.policy(setup, cfg.mesh, cfg.sampling, build.Traces())
+    params = policy.init_params(jax.random.key(0))
+    traces = build.Traces()
+    static = build.generators(policy, setup, cfg.sampling)
+    rows = build.generators(policy, setup, cfg.sampling, traces=traces, eval_rows=(8, 8))
+    e = dataclasses.replace(cfg.eval, num_problems=12, sampled_per_problem=2,
+                            sequences_per_batch=8)
+    verifier = make_verifier("inprocess", workers=1, timeout_s=5.0, batch_timeout_s=None,
+                             mode=None)
+    key = jax.random.key(4)
+    want = warmstart.held_out_accuracy(static, setup, verifier, e, policy.put, params, key)
+    got = warmstart.held_out_accuracy(rows, setup, verifier, e, policy.put, params, key)
+    assert got == want
+    assert set(traces.values()) == {1} and len(traces) == 4, traces  # insert, decode x 2

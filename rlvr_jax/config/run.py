@@ -267,6 +267,11 @@ class EvalConfig:
     # Held-out sets beside the task's own, each reported under its name (e.g. [humaneval]:
     # tasks/registry.py eval sets); their prompts share the run's prompt slots.
     extra_sets: List[str] = field(default_factory=list)
+    # > 0: one-turn evaluation by continuous batching (rlvr_jax/continuous.py) over this many
+    # decode rows, refilled `insert_rows` at a time (0: decode_rows / 8) as rows finish; the
+    # same tokens as static batches of sequences_per_batch, fewer idle row-steps. 0: static.
+    decode_rows: int = 0
+    insert_rows: int = 0
 
     def check(self, key: str = "eval") -> None:
         from rlvr_jax.tasks import registry
@@ -279,6 +284,8 @@ class EvalConfig:
                "eval.num_problems and eval.sampled_per_problem must be >= 1")
         _check(self.sequences_per_batch >= 1, f"{key}.sequences_per_batch", "must be >= 1")
         _check(self.every_steps >= 0, f"{key}.every_steps", "must be >= 0")
+        _check(self.decode_rows >= 0 and 0 <= self.insert_rows <= self.decode_rows,
+               f"{key}.insert_rows", "needs 0 <= eval.insert_rows <= eval.decode_rows")
 
 
 @dataclass
