@@ -174,3 +174,23 @@ def make_continuous_sampler(model: Decoder, *, max_new_tokens: int, prompt_len: 
                      "useful_fraction": made / max(steps * b, 1)}
 
     return ContinuousSampler(init_j, insert_j, decode_j, run)
+
+
+def simulate_steps(lengths_N: np.ndarray, rows: int, insert_rows: int) -> int:
+    """The decode steps `run` takes for sequences of these lengths (tokens up to EOS, at most
+    R), by the same schedule on the host, no model: for counting work at real sizes
+    (experiments/bench/efficiency.py; tests check it against `run`)."""
+    left_B = np.zeros(rows, np.int64)  # tokens still to make; 0: free (or finished)
+    waiting, steps = list(np.asarray(lengths_N, np.int64)), 0
+    while True:
+        free = list(np.flatnonzero(left_B == 0))
+        while waiting and free:
+            k = min(insert_rows, len(free), len(waiting))
+            take, waiting = waiting[:k], waiting[k:]
+            left_B[free[:k]], free = take, free[k:]
+        if not (left_B > 0).any():
+            return steps
+        target = insert_rows if waiting else rows
+        while (left_B > 0).any() and (left_B == 0).sum() < target:
+            left_B = np.maximum(left_B - 1, 0)
+            steps += 1

@@ -36,6 +36,10 @@ def test_sequences_get_the_static_samplers_tokens_through_refilled_rows():
     static_useful = sum(lengths[i:i + 8].sum() / (8 * lengths[i:i + 8].max())
                         for i in range(0, n, 8)) / 3
     assert stats["useful_fraction"] >= static_useful, (stats, static_useful)
+    # The host-side schedule (what the efficiency bench counts with) is the run's.
+    from rlvr_jax.continuous import simulate_steps
+
+    assert simulate_steps(lengths, 8, 2) == stats["decode_steps"]
     # The same sequences in another order and with another row count: the same tokens.
     order = np.random.default_rng(0).permutation(n)
     cb4 = make_continuous_sampler(model, max_new_tokens=r, prompt_len=l, rows=4, insert_rows=1,

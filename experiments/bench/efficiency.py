@@ -7,9 +7,11 @@ and once per prompt (`group_size=G`, what the RL loop runs since issue 29).
     python experiments/bench/efficiency.py [--cases math_grpo,gsm8k_grpo]
 
 Columns: the prefill's FLOPs (all rows), the whole rollout's at the full response length
-(prefill + R - 1 decode forwards), and the prefill's share of the rollout. The remaining
+(prefill + R - 1 decode forwards), and the prefill's share of the rollout. A second table:
+evaluation's useful row-steps on long-tailed lengths, static batches against continuous
+batching (rlvr_jax/continuous.py's own schedule, simulated on the lengths). The remaining
 wastes of issue 29 (decode memory traffic, reading unfilled cache slots, the update's repeated
-prompts, padding on long-tailed lengths) are not measured here yet.
+prompts) are not measured here yet.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rlvr_jax import perf
+from rlvr_jax.continuous import simulate_steps
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models.policy import Decoder, init_params
 from rlvr_jax.sampling import make_sampler
@@ -64,6 +68,21 @@ def rollout_flops(case: Case, group_size: int) -> tuple[float, float]:
     return no_decode, whole
 
 
+def eval_useful_fraction(n: int, rows: int, insert_rows: int, cap: int = 512,
+                         seed: int = 0) -> tuple[float, float]:
+    """(static, continuous) share of decode row-steps that make a token of a real sequence,
+    for `n` sequences of lognormal lengths (median 200, p95 500, at most `cap`): static
+    batches of `rows` (the last one padded, as evaluation pads it) against continuous
+    batching over `rows` rows refilled `insert_rows` at a time (continuous.simulate_steps,
+    the sampler's own schedule)."""
+    rng = np.random.default_rng(seed)
+    sigma = np.log(500 / 200) / 1.6449
+    lengths = np.clip(np.round(np.exp(rng.normal(np.log(200), sigma, n))), 1, cap).astype(int)
+    made = lengths.sum()
+    static = sum(rows * lengths[i:i + rows].max() for i in range(0, n, rows))
+    return made / static, made / (rows * simulate_steps(lengths, rows, insert_rows))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", default=",".join(CASES))
@@ -78,6 +97,18 @@ def main() -> None:
               f"{pre_b / 1e12:.4g} -> {pre_a / 1e12:.4g} ({pre_b / pre_a:.2f}x) | "
               f"{all_b / 1e12:.4g} -> {all_a / 1e12:.4g} ({all_b / all_a:.3f}x) | "
               f"{pre_b / all_b:.1%} -> {pre_a / all_a:.1%} |")
+    eval_table()
+
+
+def eval_table() -> None:
+    inserts = (4, 8, 16, 32)
+    print("\n| held-out sequences | rows | static batches | " + " | ".join(
+        f"continuous, insert {m}" for m in inserts) + " |")
+    print("|---|---|---|" + "---|" * len(inserts))
+    for n, rows in ((1319, 256), (1319, 128), (1319, 64), (500, 64)):
+        cells = [eval_useful_fraction(n, rows, m) for m in inserts]
+        print(f"| {n} | {rows} | {cells[0][0]:.3f} | " + " | ".join(
+            f"{c[1]:.3f}" for c in cells) + " |")
 
 
 if __name__ == "__main__":
