@@ -1,0 +1,154 @@
+"""One prepared measurement for a session that is lent an accelerator (issue 29): at the
+gsm8k_grpo preset's shapes with random weights (Qwen2.5-0.5B, 32 prompts x 8 samples, 256
+prompt + 512 response tokens, bfloat16 compute), on one device:
+
+  * the sampler: generated tokens/s and the rollout's MFU (each prompt prefilled once);
+  * the RL update (GRPO, KL on, 8 microbatches): step time and MFU;
+  * memory: the compiled update's own prediction (arguments + outputs + temporaries, what
+    experiments/bench/memory.py reports from a CPU compile) against the device's measured
+    peak (`memory_stats`, where the backend has it);
+  * one decode step's bytes accessed (XLA's cost analysis of the compiled step) against the
+    minimum it must move: the weights and the filled cache once, one slot written.
+
+Writes one JSON file. `--toy` runs the same code at toy sizes (CPU, seconds: what the tests
+run). Random weights never emit EOS on purpose, so every row decodes its whole budget: the
+worst case of a real rollout.
+
+    bash experiments/bench/gpu.sh                      # on the GPU machine: $OUT/gpu.json
+    python experiments/bench/gpu.py --toy --out /tmp/gpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from rlvr_jax import optim, perf, sharding, train_step
+from rlvr_jax.config import ModelConfig
+from rlvr_jax.models.policy import Decoder, KVCache, init_params, rope_for
+from rlvr_jax.sampling import make_sampler
+from rlvr_jax.types import TrainBatch
+
+QWEN_0P5B = dict(vocab_size=151936, hidden_size=896, num_layers=24, num_heads=14,
+                 num_kv_heads=2, intermediate_size=4864, qkv_bias=True, tie_embeddings=True,
+                 rope_theta=1e6)
+TOY = dict(vocab_size=64, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+           intermediate_size=128)
+SIZES = {"gsm8k_grpo": dict(model=QWEN_0P5B, prompts=32, group=8, prompt=256, response=512,
+                            microbatches=8),
+         "toy": dict(model=TOY, prompts=2, group=4, prompt=8, response=8, microbatches=2)}
+
+
+def timed(fn, *args, repeats: int = 2):
+    """(result, best seconds) of `fn(*args)` after one warm-up call (its compile)."""
+    out = jax.block_until_ready(fn(*args))
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(fn(*args))
+        best = min(best, time.perf_counter() - t0)
+    return out, best
+
+
+def measure(size: str) -> dict:
+    s = SIZES[size]
+    cfg = ModelConfig(param_dtype="float32", compute_dtype="bfloat16", init_std=0.02,
+                      remat="full", logits_chunk_tokens=128, **s["model"])
+    model = Decoder(cfg, cfg.vocab_size)
+    device = jax.devices()[0]
+    mesh = sharding.make_mesh(1, 1, 1, devices=[device])
+    params = jax.jit(lambda k: init_params(model, k))(jax.random.key(0))
+    b, l, r, g = s["prompts"] * s["group"], s["prompt"], s["response"], s["group"]
+    rng = np.random.default_rng(0)
+    prompt = jnp.asarray(np.repeat(rng.integers(2, cfg.vocab_size, (s["prompts"], l)), g, 0),
+                         jnp.int32)
+    pmask = jnp.ones((b, l), jnp.int32)
+    out = {"size": size, "device": device.device_kind, "platform": device.platform,
+           "rows": b, "prompt": l, "response": r}
+
+    # ---------------------------------------------------------------- sampler
+    sample = make_sampler(model, max_new_tokens=r, eos_id=-1, pad_id=0, temperature=1.0,
+                          group_size=g)
+    ref = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)  # as the loop holds it
+    rollout, seconds = timed(sample, ref, prompt, pmask, jax.random.key(1))
+    tokens = float(np.asarray(rollout.mask_B_R).sum())
+    per_row = perf.sampler_flops_per_row(model, ref, l, r)
+    flops = perf.rollout_flops(per_row, [(b, r - 1)], group_size=g)
+    out["sampler"] = {"seconds": seconds, "tokens_per_s": tokens / seconds,
+                      "tflops": flops / 1e12, "mfu": perf.mfu(flops, seconds, [device])}
+
+    # ---------------------------------------------------------------- update
+    tx = optax.adamw(1e-6)
+    state = optim.init_train_state({"policy": params}, tx)
+    state_sh = sharding.state_shardings(jax.eval_shape(lambda: state), mesh)
+    step = train_step.make_rl_step(
+        model, tx, optax.constant_schedule(1e-6), prompt_len=l, temperature=1.0,
+        loss=train_step.LossOptions(kl_coef=0.001),
+        schedule=train_step.UpdateSchedule(microbatches=s["microbatches"]),
+        state_sharding=state_sh, metrics_sharding=sharding.replicated(mesh))
+    resp = rollout.mask_B_R
+    batch = TrainBatch(jnp.concatenate([prompt, rollout.tokens_B_R], 1),
+                       jnp.concatenate([pmask, resp.astype(jnp.int32)], 1), resp,
+                       rollout.logp_B_R, jnp.asarray(rng.normal(size=(b, 1)), jnp.float32) * resp)
+    args = (state, ref, batch, jax.random.key(2), 1.0)
+    update_flops = perf.traced_flops(step, *args)
+    mem = step.lower(*args).compile().memory_analysis()
+    predicted = (mem.argument_size_in_bytes + mem.output_size_in_bytes
+                 - mem.alias_size_in_bytes + mem.temp_size_in_bytes)
+
+    def update(state):
+        return step(state, *args[1:])
+
+    t_best = float("inf")
+    for i in range(3):  # the state is donated: each call takes the last one's
+        t0 = time.perf_counter()
+        state, metrics = jax.block_until_ready(update(state))
+        if i:
+            t_best = min(t_best, time.perf_counter() - t0)
+    stats = device.memory_stats() or {}
+    out["update"] = {"seconds": t_best, "tflops": update_flops / 1e12,
+                     "mfu": perf.mfu(update_flops, t_best, [device]),
+                     "loss": float(metrics["loss"])}
+    out["memory"] = {"predicted_gb": predicted / 1e9,
+                     "measured_peak_gb": (stats["peak_bytes_in_use"] / 1e9
+                                          if "peak_bytes_in_use" in stats else None)}
+
+    # ---------------------------------------------------------------- one decode step
+    slots = l + r
+    kv = jax.ShapeDtypeStruct((cfg.num_layers, b, slots, cfg.num_kv_heads,
+                               cfg.resolved_head_dim), jnp.bfloat16)
+    cache = KVCache(kv, kv, jax.ShapeDtypeStruct((b, slots), bool))
+    rope = tuple(x[:, 0] for x in rope_for(cfg, jnp.full((b, 1), l, jnp.int32)))  # [B, D/2]
+    decode = jax.jit(lambda p, t, c: model.apply({"params": p}, t, jnp.ones_like(t, bool), rope,
+                                                 c, l + r // 2, method="decode_step"))
+    cost = decode.lower(ref, jax.ShapeDtypeStruct((b,), jnp.int32), cache).compile()
+    analysis = cost.cost_analysis()
+    analysis = analysis[0] if isinstance(analysis, list) else analysis
+    weights = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(ref))
+    filled = 2 * cfg.num_layers * b * (l + r // 2) * cfg.num_kv_heads * \
+        cfg.resolved_head_dim * 2  # K and V, bfloat16, the slots filled half way through
+    out["decode_step"] = {"bytes_accessed_gb": float(analysis.get("bytes accessed", -1)) / 1e9,
+                          "minimum_gb": (weights + filled) / 1e9,
+                          "cache_gb": 2 * kv.size * 2 / 1e9}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--toy", action="store_true", help="toy sizes (CPU, seconds)")
+    ap.add_argument("--out", default="gpu.json")
+    args = ap.parse_args()
+    result = measure("toy" if args.toy else "gsm8k_grpo")
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""The benchmark scripts run (experiments/bench/): gpu.py at toy sizes on CPU writes its JSON
+with every field a GPU session reads; efficiency.py prints its tables. Numbers are not
+asserted: they are measurements, not tests."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def _run(*args):
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_gpu_script_at_toy_sizes(tmp_path):
+    out = tmp_path / "gpu.json"
+    _run("experiments/bench/gpu.py", "--toy", "--out", str(out))
+    r = json.loads(out.read_text())
+    assert r["sampler"]["tokens_per_s"] > 0 and r["update"]["seconds"] > 0
+    assert r["memory"]["predicted_gb"] > 0 and "measured_peak_gb" in r["memory"]
+    assert r["decode_step"]["bytes_accessed_gb"] > 0 and r["decode_step"]["minimum_gb"] > 0
+
+
+def test_efficiency_tables():
+    text = _run("experiments/bench/efficiency.py", "--cases", "math_grpo")
+    assert "| math_grpo | 64 x 8 |" in text and "(8.00x)" in text
+    assert "| 1319 | 128 |" in text
