@@ -30,7 +30,7 @@ import numpy as np
 
 from rlvr_jax import distributed, sharding
 from rlvr_jax.models.policy import Decoder, KVCache
-from rlvr_jax.sampling import choose_tokens, sequence_uniforms
+from rlvr_jax.sampling import draw_at_columns, sequence_uniforms
 from rlvr_jax.types import Rollout
 
 
@@ -104,10 +104,10 @@ def make_continuous_sampler(model: Decoder, *, max_new_tokens: int, prompt_len: 
         on_trace("continuous_decode")
 
         def body(s: Rows) -> Rows:
-            u_B = jnp.take_along_axis(s.u_B_R, jnp.minimum(s.col_B, r - 1)[:, None], 1)[:, 0]
-            tok_B, logp_B = choose_tokens(s.logits_B_V, u_B, temperature, top_k, top_p)
             live_B = s.live_B
-            tok_B = jnp.where(live_B, tok_B, pad_id)
+            tok_B, logp_B = draw_at_columns(s.logits_B_V, s.u_B_R, s.col_B, live_B,
+                                            temperature=temperature, top_k=top_k, top_p=top_p,
+                                            pad_id=pad_id)
             cols = jnp.where(live_B, s.col_B, r)  # column R is out of range: dropped
             put = lambda x, v: x.at[jnp.arange(b), cols].set(v, mode="drop")
             hidden, cache = apply(params, "extend", tok_B[:, None], live_B[:, None], s.cache,

@@ -96,6 +96,18 @@ def choose_tokens(logits_B_V: jax.Array, u_B: jax.Array, temperature: float, top
     return tokens_B.astype(jnp.int32), logp_B
 
 
+def draw_at_columns(logits_B_V: jax.Array, u_B_R: jax.Array, col_B: jax.Array,
+                    live_B: jax.Array, *, temperature: float, top_k: int, top_p: float,
+                    pad_id: int) -> tuple[jax.Array, jax.Array]:
+    """Each row's next token at its own response column (the samplers whose rows are at
+    different columns: multi-turn, continuous batching): drawn with the row's uniform for that
+    column, pad on rows that are not live. -> (tokens_B, logp_B)."""
+    r = u_B_R.shape[1]
+    u_B = jnp.take_along_axis(u_B_R, jnp.minimum(col_B, r - 1)[:, None], 1)[:, 0]
+    tok_B, logp_B = choose_tokens(logits_B_V, u_B, temperature, top_k, top_p)
+    return jnp.where(live_B, tok_B, pad_id), logp_B
+
+
 def prefill_groups(apply: Callable, prompt_B_L: jax.Array, mask_B_L: jax.Array, slots: int,
                    group_size: int):
     """The prefill of B = P x G rows whose prompts come in groups of G identical rows (P_G

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlvr_jax.models.policy import Decoder, KVCache
-from rlvr_jax.sampling import choose_tokens, prefill_groups, sequence_uniforms
+from rlvr_jax.sampling import draw_at_columns, prefill_groups, sequence_uniforms
 from rlvr_jax.types import Rollout
 
 # Why a row's current turn stopped (`TurnState.stop_B`).
@@ -133,10 +133,10 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
         on_trace("turn_decode")
 
         def body(s: TurnState) -> TurnState:
-            u_B = jnp.take_along_axis(s.u_B_R, jnp.minimum(s.col_B, r - 1)[:, None], 1)[:, 0]
-            tok_B, logp_B = choose_tokens(s.logits_B_V, u_B, temperature, top_k, top_p)
             live_B = s.live_B
-            tok_B = jnp.where(live_B, tok_B, pad_id)
+            tok_B, logp_B = draw_at_columns(s.logits_B_V, s.u_B_R, s.col_B, live_B,
+                                            temperature=temperature, top_k=top_k, top_p=top_p,
+                                            pad_id=pad_id)
             put = lambda x, v: _put_rows(x, s.col_B[:, None], v[:, None], live_B[:, None])
             ones_B = jnp.ones_like(logp_B)
             tokens_B_R = put(s.tokens_B_R, tok_B)
