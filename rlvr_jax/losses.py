@@ -176,6 +176,37 @@ def gspo_surrogate(logp_B_R: jax.Array, old_logp_B_R: jax.Array, adv_B: jax.Arra
                     "clip_high": ((adv_B > 0) & (s_B > 1.0 + eps_high)).astype(jnp.float32)}
 
 
+def behaviour_weights(prox_logp_B_R: jax.Array, behav_logp_B_R: jax.Array, mask_B_R: jax.Array,
+                      cap: float, level: str,
+                      total: Counts | None = None) -> tuple[jax.Array, dict]:
+    """Truncated importance weights from the behaviour policy (the sampler, which drew the
+    tokens) to the proximal policy (the trainer's params at the start of the update), for the
+    decoupled surrogate (Hilton et al. 2021, arXiv:2110.00641, "decoupled PPO"; truncated IS
+    for the sampler/trainer mismatch: Yao et al. 2025, "Your efficient RL framework secretly
+    brings you off-policy RL training"; Espeholt et al. 2018's truncation):
+
+        token:     w_t = min(pi_prox(a_t) / mu(a_t), C)
+        sequence:  w_b = min(prod_t pi_prox(a_t) / mu(a_t), C), the same for each token of b
+
+    over the loss mask's tokens (0 elsewhere). No gradient flows through w (both policies are
+    fixed for the update). Returns (w_B_R, metrics: the weights' token-mean and max, and the
+    share of tokens whose weight was capped; `total` as in `policy_gradient_loss`)."""
+    m = mask_B_R.astype(jnp.float32)
+    log_w_B_R = jax.lax.stop_gradient(prox_logp_B_R - behav_logp_B_R) * m
+    if level == "token":
+        raw_B_R = jnp.exp(log_w_B_R)
+    elif level == "sequence":
+        raw_B_R = jnp.broadcast_to(jnp.exp(jnp.sum(log_w_B_R, axis=1, keepdims=True)),
+                                   m.shape)
+    else:
+        raise ValueError(f"unknown importance level {level!r} (known: token, sequence)")
+    w_B_R = jnp.minimum(raw_B_R, cap) * m
+    n = (total or counts(mask_B_R)).num_tokens
+    return w_B_R, {"is_weight_mean": jnp.sum(w_B_R) / n,
+                   "is_weight_max": jnp.max(jnp.where(m > 0, raw_B_R, 0.0)),
+                   "is_capped_frac": jnp.sum((raw_B_R > cap) * m) / n}
+
+
 def policy_gradient_loss(logp_B_R: jax.Array, old_logp_B_R: jax.Array,
                          ref_logp_B_R: jax.Array | None, advantages_B_R: jax.Array,
                          mask_B_R: jax.Array, entropy_B_R: jax.Array, *, eps_low: float,
@@ -183,7 +214,9 @@ def policy_gradient_loss(logp_B_R: jax.Array, old_logp_B_R: jax.Array,
                          loss_agg: str = "token-mean", norm_tokens: int = 0,
                          dual_clip_c: float = 0.0, policy_loss: str = "clip",
                          entropy_coef: float = 0.0,
-                         total: Counts | None = None) -> tuple[jax.Array, dict]:
+                         total: Counts | None = None,
+                         prox_logp_B_R: jax.Array | None = None,
+                         is_weights_B_R: jax.Array | None = None) -> tuple[jax.Array, dict]:
     """The policy-gradient objective of the GRPO family (arXiv:2402.03300 eq. 3) and of PPO
     (arXiv:1707.06347), with the field's variants as named options:
 
@@ -197,6 +230,11 @@ def policy_gradient_loss(logp_B_R: jax.Array, old_logp_B_R: jax.Array,
     same aggregation. `ref_logp_B_R` may be None only when `kl_coef == 0` (the reference forward
     is skipped). `total`: the counts of the full batch when this is a microbatch; every metric
     is then this microbatch's share, so metrics sum over microbatches (except `*_max`: max).
+
+    Decoupled (off-policy) form, with `prox_logp_B_R` (the proximal policy's log-probs) and
+    `is_weights_B_R` (`behaviour_weights`): the ratio is taken to the proximal policy and each
+    token's surrogate is weighted, L = w * max(-A r_prox, -A clip(r_prox)); without them
+    (None) the ratio is to `old_logp_B_R` and nothing is weighted, as before.
     """
     assert logp_B_R.ndim == 2 and advantages_B_R.shape == logp_B_R.shape
     total = counts(mask_B_R) if total is None else total
@@ -204,10 +242,13 @@ def policy_gradient_loss(logp_B_R: jax.Array, old_logp_B_R: jax.Array,
     tok_mean = lambda x_B_R: aggregate(x_B_R, mask_B_R, "token-mean", total=total)
     seq_mean = lambda x_B: aggregate(jnp.broadcast_to(x_B[:, None], mask_B_R.shape), mask_B_R,
                                      "seq-mean-token-mean", total=total)
-    ratio_B_R = jnp.exp(logp_B_R - old_logp_B_R)
+    anchor_B_R = old_logp_B_R if prox_logp_B_R is None else prox_logp_B_R
+    ratio_B_R = jnp.exp(logp_B_R - anchor_B_R)
     if policy_loss == "clip":
-        pg_B_R, ind = clipped_surrogate(logp_B_R, old_logp_B_R, advantages_B_R, eps_low,
+        pg_B_R, ind = clipped_surrogate(logp_B_R, anchor_B_R, advantages_B_R, eps_low,
                                         eps_high, dual_clip_c)
+        if is_weights_B_R is not None:
+            pg_B_R = pg_B_R * is_weights_B_R
         pg_loss = agg(pg_B_R)
         clip_metrics = {k: tok_mean(ind[k]) for k in ("clip_low", "clip_high", "clip_dual")}
     elif policy_loss == "gspo":

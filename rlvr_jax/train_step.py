@@ -30,6 +30,11 @@ class LossOptions(NamedTuple):
     dual_clip_c: float = 0.0
     policy_loss: str = "clip"
     entropy_coef: float = 0.0
+    # Off-policy correction (losses.behaviour_weights): none | token | sequence truncated
+    # importance weights from the sampler to the proximal policy, capped at `is_cap`, with the
+    # ratio clipped against the proximal policy (decoupled PPO).
+    correction: str = "none"
+    is_cap: float = 2.0
 
 
 class CriticOptions(NamedTuple):
@@ -106,9 +111,22 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
             ref_logp_B_R, _ = response_logp(model, jax.lax.stop_gradient(ref_params),
                                             mb.tokens_B_T, mb.input_mask_B_T, prompt_len,
                                             temperature)
+        options = loss._asdict()
+        correction, cap = options.pop("correction"), options.pop("is_cap")
+        decoupled, w_metrics = {}, {}
+        if correction != "none":
+            # The proximal policy: the step's starting params (filled before the updates when
+            # there are several; with one update, these very params, without gradient).
+            prox = (jax.lax.stop_gradient(logp_B_R) if mb.prox_logp_B_R is None
+                    else mb.prox_logp_B_R)
+            w_B_R, w_metrics = losses.behaviour_weights(prox, mb.old_logp_B_R,
+                                                        mb.response_mask_B_R, cap, correction,
+                                                        total)
+            decoupled = {"prox_logp_B_R": prox, "is_weights_B_R": w_B_R}
         total_loss, metrics = losses.policy_gradient_loss(
             logp_B_R, mb.old_logp_B_R, ref_logp_B_R, mb.advantages_B_R, mb.response_mask_B_R,
-            entropy_B_R, **loss._asdict(), total=total)
+            entropy_B_R, **options, total=total, **decoupled)
+        metrics = dict(metrics, **w_metrics)
         total_loss = actor_on * total_loss
         if critic is not None:
             values_B_R = value_model.response_values(
@@ -152,6 +170,17 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
         state, opt_metrics = optim.apply_grads(state, grads, tx, lr_schedule, gate)
         return state, dict(metrics, **opt_metrics)
 
+    def proximal_logp(params, ref_params, batch: TrainBatch):
+        """The policy's log-probs at these params over the whole batch, no gradient, in
+        slices of one microbatch's rows (the update's own activation budget)."""
+        policy = (lora.merge(ref_params, params["policy"]) if adapters else params["policy"])
+        n = minibatches * microbatches
+        rows = lambda x: x.reshape(n, -1, *x.shape[1:])
+        logp = jax.lax.map(lambda tm: response_logp(model, policy, tm[0], tm[1], prompt_len,
+                                                    temperature)[0],
+                           (rows(batch.tokens_B_T), rows(batch.input_mask_B_T)))
+        return jax.lax.stop_gradient(logp.reshape(batch.old_logp_B_R.shape))
+
     def step(state: TrainState, ref_params, batch: TrainBatch, key, actor_on):
         on_trace()
         b = batch.tokens_B_T.shape[0]
@@ -169,6 +198,9 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
             mb = batch if minibatches == 1 else jax.tree.map(lambda x: x[idx_b], batch)
             return minibatch_update(state, ref_params, mb, actor_on)
 
+        if loss.correction != "none":  # the proximal log-probs, before any update moves
+            batch = batch._replace(prox_logp_B_R=proximal_logp(state.params, ref_params,
+                                                                batch))
         state, metrics_U = jax.lax.scan(one_update, state, idx_U_b)
         return state, _combine(metrics_U, "mean", first=FIRST_UPDATE)
 

@@ -77,6 +77,9 @@ class TrainBatch(NamedTuple):
     advantages_B_R: Any  # float32 per token: an outcome advantage broadcast, or GAE
     returns_B_R: Any = None  # float32 value targets (PPO only)
     old_values_B_R: Any = None  # float32 critic values at sampling time (PPO only)
+    # float32 the proximal policy's log-probs (the params at the update's start; the
+    # decoupled loss with several updates per rollout, train_step fills it), else None
+    prox_logp_B_R: Any = None
 
 
 class SFTBatch(NamedTuple):

@@ -282,3 +282,35 @@ def test_observation_tokens_contribute_exactly_nothing_to_the_update(agg):
                  a.params, b.params)
     for k in m_a:
         np.testing.assert_array_equal(np.asarray(m_a[k]), np.asarray(m_b[k]), err_msg=k)
+
+
+def test_the_off_policy_correction_in_the_update():
+    """correction=token: with the sampler's log-probs equal to the trainer's, every weight is
+    1 and the update is the uncorrected one; with the sampler 3x less likely on every token,
+    every weight is capped at 2 and the first update moves twice as far. With several updates
+    (epochs 2 x minibatches 2) the proximal log-probs are the step's starting params'."""
+    tx = optax.sgd(0.1)
+    batch = _batch()
+    state, ref = _state(tx)
+    trainer, _ = train_step.response_logp(MODEL, state.params["policy"], batch.tokens_B_T,
+                                          batch.input_mask_B_T, P, 1.0)
+    exact = batch._replace(old_logp_B_R=np.asarray(trainer) * batch.response_mask_B_R)
+    key = jax.random.key(3)
+    plain, m0 = _step(tx)(_state(tx)[0], ref, exact, key, 1.0)
+    fixed, m1 = _step(tx, correction="token", is_cap=2.0)(_state(tx)[0], ref, exact, key, 1.0)
+    _close(plain.params, fixed.params, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(float(m1["is_weight_mean"]), 1.0, rtol=1e-5)
+    assert float(m1["is_capped_frac"]) == 0.0
+    far = exact._replace(old_logp_B_R=(exact.old_logp_B_R - np.log(3.0))
+                         * batch.response_mask_B_R)
+    capped, m2 = _step(tx, correction="token", is_cap=2.0)(_state(tx)[0], ref, far, key, 1.0)
+    np.testing.assert_allclose(float(m2["is_capped_frac"]), 1.0)
+    np.testing.assert_allclose(float(m2["is_weight_mean"]), 2.0, rtol=1e-5)
+    start = _state(tx)[0].params
+    moved = lambda s: jax.tree.map(lambda a, b: np.asarray(a) - np.asarray(b), s.params, start)
+    # (deltas of float32 params: one ulp of the params is ~1e-7)
+    _close(moved(capped), jax.tree.map(lambda d: 2 * d, moved(plain)), rtol=1e-4, atol=5e-7)
+    # Several updates: the weights are against the starting params (computed before them).
+    multi, m3 = _step(tx, correction="token", is_cap=2.0, epochs=2, minibatches=2)(
+        _state(tx)[0], ref, exact, key, 1.0)
+    np.testing.assert_allclose(float(m3["is_weight_max"]), 1.0, rtol=1e-5)

@@ -41,6 +41,7 @@ LossAgg = choice("LossAgg", "token-mean", "seq-mean-token-mean", "seq-mean-token
                  "seq-mean-token-sum-norm")  # losses.AGGREGATIONS
 PolicyLoss = choice("PolicyLoss", "clip", "gspo")  # token ratios | one ratio per sequence
 KLEstimator = choice("KLEstimator", "k1", "k2", "k3")  # losses.kl_estimate
+ISCorrection = choice("ISCorrection", "none", "token", "sequence")  # losses.behaviour_weights
 LRSchedule = choice("LRSchedule", "constant", "cosine")
 CriticLayout = choice("CriticLayout", "separate", "head")
 VerifierKind = choice("VerifierKind", "inprocess", "math", "code", "reasoning_gym",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from rlvr_jax.config.choices import (AdvEstimator, Algorithm, CriticLayout, Dtype,
+from rlvr_jax.config.choices import (AdvEstimator, Algorithm, CriticLayout, Dtype, ISCorrection,
                                      KLEstimator, LossAgg, LRSchedule, PolicyLoss, Remat,
                                      RopeScaling, _check)
 
@@ -141,6 +141,10 @@ class PolicyLossConfig:
     kl_estimator: KLEstimator = KLEstimator["k3"]
     agg: LossAgg = LossAgg["token-mean"]
     entropy_coef: float = 0.0  # entropy bonus, aggregated like the policy loss
+    # Off-policy correction (losses.behaviour_weights, decoupled PPO): none | token |
+    # sequence truncated importance weights sampler -> proximal policy, capped at is_cap.
+    correction: ISCorrection = ISCorrection["none"]
+    is_cap: float = 2.0
 
     def check(self, key: str) -> None:
         _check(0 <= self.clip_eps_low < 1 and self.clip_eps_high >= 0, f"{key}.clip_eps_low",
@@ -150,6 +154,9 @@ class PolicyLossConfig:
         _check(self.kl_coef >= 0 or self.kl_coef == -1, f"{key}.kl_coef",
                "must be >= 0, or -1 (by the reward source)")
         _check(self.entropy_coef >= 0, f"{key}.entropy_coef", "must be >= 0")
+        _check(self.is_cap >= 1.0, f"{key}.is_cap", "must be >= 1")
+        _check(self.correction == "none" or self.kind == "clip", f"{key}.correction",
+               "the decoupled correction is for kind=clip (token ratios)")
 
 
 @dataclass
