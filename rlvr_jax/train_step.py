@@ -172,14 +172,16 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
 
     def proximal_logp(params, ref_params, batch: TrainBatch):
         """The policy's log-probs at these params over the whole batch, no gradient, in
-        slices of one microbatch's rows (the update's own activation budget)."""
+        slices of one microbatch's rows (the update's own activation budget), strided as the
+        microbatches are (slice k: rows k, k + n, ...), so each is spread over every device."""
         policy = (lora.merge(ref_params, params["policy"]) if adapters else params["policy"])
         n = minibatches * microbatches
-        rows = lambda x: x.reshape(n, -1, *x.shape[1:])
-        logp = jax.lax.map(lambda tm: response_logp(model, policy, tm[0], tm[1], prompt_len,
-                                                    temperature)[0],
-                           (rows(batch.tokens_B_T), rows(batch.input_mask_B_T)))
-        return jax.lax.stop_gradient(logp.reshape(batch.old_logp_B_R.shape))
+        rows = lambda x: x.reshape(-1, n, *x.shape[1:]).swapaxes(0, 1)
+        logp_n_b_R = jax.lax.map(lambda tm: response_logp(model, policy, tm[0], tm[1],
+                                                          prompt_len, temperature)[0],
+                                 (rows(batch.tokens_B_T), rows(batch.input_mask_B_T)))
+        return jax.lax.stop_gradient(logp_n_b_R.swapaxes(0, 1).reshape(
+            batch.old_logp_B_R.shape))
 
     def step(state: TrainState, ref_params, batch: TrainBatch, key, actor_on):
         on_trace()
