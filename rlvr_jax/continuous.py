@@ -30,7 +30,7 @@ import numpy as np
 
 from rlvr_jax import distributed, sharding
 from rlvr_jax.models.policy import Decoder, KVCache
-from rlvr_jax.sampling import draw_at_columns, sequence_uniforms
+from rlvr_jax.sampling import draw_at_columns, put_at_columns, sequence_uniforms
 from rlvr_jax.types import Rollout
 
 
@@ -108,8 +108,9 @@ def make_continuous_sampler(model: Decoder, *, max_new_tokens: int, prompt_len: 
             tok_B, logp_B = draw_at_columns(s.logits_B_V, s.u_B_R, s.col_B, live_B,
                                             temperature=temperature, top_k=top_k, top_p=top_p,
                                             pad_id=pad_id)
-            cols = jnp.where(live_B, s.col_B, r)  # column R is out of range: dropped
-            put = lambda x, v: x.at[jnp.arange(b), cols].set(v, mode="drop")
+            put = lambda x, v: put_at_columns(x, s.col_B[:, None],
+                                              jnp.broadcast_to(v, live_B.shape)[:, None],
+                                              live_B[:, None])
             hidden, cache = apply(params, "extend", tok_B[:, None], live_B[:, None], s.cache,
                                   l + s.col_B, s.position_B + s.col_B)
             col_B = s.col_B + live_B

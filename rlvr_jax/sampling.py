@@ -108,6 +108,16 @@ def draw_at_columns(logits_B_V: jax.Array, u_B_R: jax.Array, col_B: jax.Array,
     return jnp.where(live_B, tok_B, pad_id), logp_B
 
 
+def put_at_columns(x_B_R: jax.Array, cols_B_O: jax.Array, values_B_O: jax.Array,
+                   keep_B_O: jax.Array) -> jax.Array:
+    """x[b, cols[b, j]] = values[b, j] where keep (others and out-of-range columns dropped):
+    the writes of the samplers whose rows are at different columns."""
+    r = x_B_R.shape[1]
+    cols = jnp.where(keep_B_O, cols_B_O, r)  # column R is out of range: dropped
+    rows = jnp.broadcast_to(jnp.arange(x_B_R.shape[0])[:, None], cols.shape)
+    return x_B_R.at[rows, cols].set(values_B_O.astype(x_B_R.dtype), mode="drop")
+
+
 def prefill_groups(apply: Callable, prompt_B_L: jax.Array, mask_B_L: jax.Array, slots: int,
                    group_size: int):
     """The prefill of B = P x G rows whose prompts come in groups of G identical rows (P_G

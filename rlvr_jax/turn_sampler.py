@@ -33,7 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlvr_jax.models.policy import Decoder, KVCache
-from rlvr_jax.sampling import draw_at_columns, prefill_groups, sequence_uniforms
+from rlvr_jax.sampling import (draw_at_columns, prefill_groups, put_at_columns,
+                               sequence_uniforms)
 from rlvr_jax.types import Rollout
 
 # Why a row's current turn stopped (`TurnState.stop_B`).
@@ -87,14 +88,6 @@ def ends_with_stop(tokens_B_R, col_B, turn_start_B, table_M_W, lengths_M) -> jax
     return jnp.any(jnp.all(hit_B_M_W, axis=-1) & inside_B_M & (lengths_M[None, :] > 0), axis=-1)
 
 
-def _put_rows(x_B_R, cols_B_O, values_B_O, keep_B_O):
-    """x[b, cols[b, j]] = values[b, j] where keep (others and out-of-range columns dropped)."""
-    r = x_B_R.shape[1]
-    cols = jnp.where(keep_B_O, cols_B_O, r)  # column R is out of range: dropped
-    rows = jnp.broadcast_to(jnp.arange(x_B_R.shape[0])[:, None], cols.shape)
-    return x_B_R.at[rows, cols].set(values_B_O.astype(x_B_R.dtype), mode="drop")
-
-
 def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens: int,
                       eos_id: int, pad_id: int, stops: Sequence[Sequence[int]],
                       temperature: float, top_k: int = 0, top_p: float = 1.0,
@@ -137,7 +130,7 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
             tok_B, logp_B = draw_at_columns(s.logits_B_V, s.u_B_R, s.col_B, live_B,
                                             temperature=temperature, top_k=top_k, top_p=top_p,
                                             pad_id=pad_id)
-            put = lambda x, v: _put_rows(x, s.col_B[:, None], v[:, None], live_B[:, None])
+            put = lambda x, v: put_at_columns(x, s.col_B[:, None], v[:, None], live_B[:, None])
             ones_B = jnp.ones_like(logp_B)
             tokens_B_R = put(s.tokens_B_R, tok_B)
             hidden, cache = forward(params, s, tok_B[:, None], live_B[:, None])
@@ -162,7 +155,7 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
         on_trace("turn_extend")
         keep_B_O = jnp.arange(o)[None, :] < obs_len_B[:, None]
         cols_B_O = s.col_B[:, None] + jnp.arange(o)[None, :]
-        put = lambda x, v: _put_rows(x, cols_B_O, jnp.broadcast_to(v, cols_B_O.shape), keep_B_O)
+        put = lambda x, v: put_at_columns(x, cols_B_O, jnp.broadcast_to(v, cols_B_O.shape), keep_B_O)
         hidden_B_O_D, cache = forward(params, s, obs_B_O, keep_B_O)
         last_B = jnp.maximum(obs_len_B - 1, 0)
         hidden_B_D = jnp.take_along_axis(hidden_B_O_D, last_B[:, None, None], axis=1)[:, 0]
