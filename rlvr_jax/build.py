@@ -108,11 +108,12 @@ class Policy:
 
 
 def policy(setup: TaskSetup, mesh_cfg: MeshConfig, sampling: SamplingConfig,
-           traces: Traces, group_size: int = 1) -> Policy:
+           traces: Traces, group_size: int = 1, devices=None) -> Policy:
     """`group_size`: the RL step's samples per prompt (its batches are P_G: each prompt is
-    prefilled once by the train samplers; evaluation's samplers prefill every row)."""
+    prefilled once by the train samplers; evaluation's samplers prefill every row).
+    `devices`: the mesh's (default: all)."""
     model = Decoder(setup.model_cfg, setup.vocab_size)
-    mesh = sharding.make_mesh(mesh_cfg.data, mesh_cfg.fsdp, mesh_cfg.model)
+    mesh = sharding.make_mesh(mesh_cfg.data, mesh_cfg.fsdp, mesh_cfg.model, devices)
     batch_sh = sharding.batch_sharding(mesh)
     shardings = partial(sharding.state_shardings, mesh=mesh)
     base_init = lambda key: lora.split(init_params(model, key))[0]
@@ -130,6 +131,41 @@ def policy(setup: TaskSetup, mesh_cfg: MeshConfig, sampling: SamplingConfig,
         sample_greedy=sampler(temperature=0.0, on_trace=counter(traces, "sampler_eval_greedy")),
         sample_eval=sampler(temperature=1.0, on_trace=counter(traces, "sampler_eval_sampled")),
         group_size=group_size)
+
+
+def split_devices(sampler_devices: int) -> tuple[list, Optional[list]]:
+    """(the trainer's devices, the sampler's or None) for `rollout.sampler_devices` N: the
+    last N of each process's devices sample, the rest train (0: None, all train and sample).
+    Each process keeps devices on both sides, so each runs both programs on its own."""
+    if not sampler_devices:
+        return jax.devices(), None
+    train, sample = [], []
+    for p in range(jax.process_count()):
+        mine = [d for d in jax.devices() if d.process_index == p]
+        if sampler_devices >= len(mine):
+            raise ConfigError(f"config key 'rollout.sampler_devices': {sampler_devices} of "
+                              f"process {p}'s {len(mine)} devices leaves none to train on")
+        train += mine[:-sampler_devices]
+        sample += mine[-sampler_devices:]
+    return train, sample
+
+
+def sampler_placement(trainer: Policy, sampler: Policy, ref_params):
+    """-> (place, snapshot, ref): `place(state params)` is the policy's trained tree where the
+    sampler runs, `snapshot` a copy of it the sampler owns (asynchronous rollouts: the update
+    donates the state's buffers), `ref` the reference params there (LoRA's frozen base). On
+    shared devices the snapshot is a copy on them; on the sampler's own devices, the transfer
+    is the copy."""
+    from rlvr_jax import rollouts
+
+    if sampler is trainer:
+        return (lambda p: {"policy": p["policy"]}), rollouts.copy_policy, ref_params
+
+    def place(params):
+        tree = {"policy": params["policy"]}
+        return jax.device_put(tree, sampler.shardings(tree))
+
+    return place, place, jax.device_put(ref_params, sampler.shardings(ref_params))
 
 
 def extra_sets(setup: TaskSetup, v) -> list:

@@ -145,8 +145,10 @@ class Checkpointer:
     def latest_step(self) -> Optional[int]:
         return self._manager.latest_step()
 
-    def maybe_save(self, step: int, state: TrainState, loop: LoopState, force: bool = False) -> bool:
-        """Save after `step` completed steps when due (every N) or forced; returns whether saved."""
+    def maybe_save(self, step: int, state: TrainState, loop: LoopState, force: bool = False,
+                   behind: tuple = ()) -> bool:
+        """Save after `step` completed steps when due (every N) or forced; returns whether saved.
+        `behind`: asynchronous rollouts' params snapshots (rollouts.py), saved with the state."""
         if not force and step % self.every_steps:
             return False
         if self._manager.latest_step() == step:
@@ -154,8 +156,10 @@ class Checkpointer:
         loop_json = {"step": int(loop.step), "problems_consumed": int(loop.problems_consumed),
                      "rng_key": np.asarray(loop.rng_key).tolist(), "kl_coef": float(loop.kl_coef),
                      "carry": dynamic_sampling.to_json(loop.carry)}
-        self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                         loop=ocp.args.JsonSave(loop_json)))
+        items = dict(state=ocp.args.StandardSave(state), loop=ocp.args.JsonSave(loop_json))
+        if behind:
+            items["behind"] = ocp.args.StandardSave(list(behind))
+        self._manager.save(step, args=ocp.args.Composite(**items))
         return True
 
     def restore(self, step: int, abstract_state: Any) -> tuple[TrainState, LoopState]:
@@ -172,6 +176,21 @@ class Checkpointer:
             int(loop["step"]), int(loop["problems_consumed"]),
             np.asarray(loop["rng_key"], dtype=np.uint32), float(loop.get("kl_coef", 0.0)),
             dynamic_sampling.from_json(loop.get("carry")))
+
+    def restore_behind(self, step: int, abstract: list) -> Optional[tuple]:
+        """Checkpoint `step`'s asynchronous-rollout snapshots onto `abstract`'s shardings, or
+        None when it has none (saved by a synchronous run)."""
+        path = os.path.join(self.directory, str(step))
+        if not os.path.isdir(os.path.join(path, "behind")):
+            return None
+        try:
+            with _quiet_leftovers():
+                out = self._manager.restore(step, args=ocp.args.Composite(
+                    behind=ocp.args.StandardRestore(list(abstract))))
+        except Exception as e:
+            raise _unreadable("restore checkpoint", path, e, ". Delete that step directory to "
+                              "fall back to the previous checkpoint.") from e
+        return tuple(out["behind"])
 
     # ------------------------------------------------------------------ warm start
     def has_warmstart(self) -> bool:

@@ -21,8 +21,8 @@ from functools import partial
 
 import jax
 
-from rlvr_jax import (build, learned_reward, perf, rewards, run_scaffold, stages,
-                      warmstart)
+from rlvr_jax import (build, learned_reward, perf, rewards, rollouts, run_scaffold,
+                      stages, warmstart)
 from rlvr_jax.config import ConfigError, RunConfig
 from rlvr_jax.types import LoopState, StepTimes
 from rlvr_jax.verify.verifiers import make_verifier
@@ -36,15 +36,22 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
     traces = build.Traces()
     setup = build.run_task_setup(cfg)
     cfg = dataclasses.replace(cfg, model=setup.model_cfg)  # resolved from model.path, if any
-    policy = build.policy(setup, cfg.mesh, cfg.sampling, traces, cfg.algo.samples_per_prompt)
-    a = cfg.algo
+    a, G = cfg.algo, cfg.algo.samples_per_prompt
+    train_devices, sampler_devices = build.split_devices(cfg.rollout.sampler_devices)
+    policy = build.policy(setup, cfg.mesh, cfg.sampling, traces, G, train_devices)
+    sampler = policy if sampler_devices is None else build.policy(
+        setup, cfg.mesh, cfg.sampling, traces, G, sampler_devices)  # its own devices
+    if sampler is not policy and cfg.reward.source != "verifier":
+        raise ConfigError("config key 'rollout.sampler_devices': a reward model scores on the "
+                          "trainer's devices, not yet on a split placement (set it to 0)")
     build.check_batches(policy.mesh, {
-        "algo.prompts_per_step": a.prompts_per_step * a.samples_per_prompt,
-        "verifier.overlap_chunks": (a.dapo.sampled_prompts(a.prompts_per_step)
-                                    * a.samples_per_prompt // cfg.verifier.overlap_chunks),
-        "algo.microbatches": (a.prompts_per_step * a.samples_per_prompt
+        "algo.prompts_per_step": a.prompts_per_step * G,
+        "algo.microbatches": (a.prompts_per_step * G
                               // (a.minibatches_per_epoch * a.microbatches)),
-        "warmup.sequences_per_step": cfg.warmup.sequences_per_step,
+        "warmup.sequences_per_step": cfg.warmup.sequences_per_step})
+    build.check_batches(sampler.mesh, {
+        "verifier.overlap_chunks": (a.dapo.sampled_prompts(a.prompts_per_step)
+                                    * G // cfg.verifier.overlap_chunks),
         "eval.sequences_per_batch": cfg.eval.sequences_per_batch}
         | ({"eval.decode_rows": cfg.eval.decode_rows,  # continuous batching's row sets
             "eval.insert_rows": cfg.eval.insert_rows or max(cfg.eval.decode_rows // 8, 1)}
@@ -63,10 +70,10 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
     env = build.environment(cfg.env)  # None: one turn
     extra = build.extra_sets(setup, v)  # eval.extra_sets, with their verifiers
     try:
-        gens = build.generators(policy, setup, cfg.sampling, env, cfg.env, traces,
+        gens = build.generators(sampler, setup, cfg.sampling, env, cfg.env, traces,
                                 eval_rows=(cfg.eval.decode_rows, cfg.eval.insert_rows))
-        return _run(cfg, setup, policy, sft, updates, gens, env, verifier, learned, traces,
-                    session, extra)
+        return _run(cfg, setup, policy, sampler, sft, updates, gens, env, verifier, learned,
+                    traces, session, extra)
     finally:
         for closing in [verifier] + [x[2] for x in extra]:
             closing.close()  # worker processes, if any
@@ -74,7 +81,8 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
             env.close()
 
 
-def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: build.Warmup,
+def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
+         sampler: build.Policy, sft: build.Warmup,
          updates: build.Updates, gens: build.Generators, env, verifier,
          learned: learned_reward.LearnedReward | None, traces: build.Traces,
          session: run_scaffold.Session, extra_sets=()) -> dict:
@@ -96,15 +104,17 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
     warm = warmstart.warm_params(policy, setup, sft, warmup=w, seed=cfg.seed, ckpt=ckpt,
                                  tracker=tracker, should_stop=stop_requested, tools=tool_demos)
     held_out = partial(warmstart.held_out_accuracy, gens, setup, verifier, cfg.eval,
-                       policy.put, score=eval_score, extra=extra_sets)
+                       sampler.put, score=eval_score, extra=extra_sets)
     eval_key = warmstart.eval_key(cfg.seed)
     fresh = warmstart.rl_state(policy, updates, warm, cfg.seed)
     ref_params = build.reference_params(warm, setup.model_cfg.compute_dtype)  # frozen
-    policy_params = updates.policy_params  # (state params, ref) -> what the sampler runs
+    policy_params = updates.policy_params  # (state params, ref) -> the policy's whole tree
+    place, snapshot, sampler_ref = build.sampler_placement(policy, sampler, ref_params)
+    sampler_params = lambda p: policy_params(place(p), sampler_ref)  # on the sampler's devices
     # The start evaluation runs the policy as every later one does (with LoRA: the base with
     # fresh adapters, the same values as the warm params), so the samplers compile once.
     eval_start = warmstart.start_evaluation(cfg.run_dir, tracker, lambda: held_out(
-        policy_params(fresh.params, ref_params), eval_key))
+        sampler_params(fresh.params), eval_key))
     if setup.model_cfg.lora_rank:
         tracker.write(lora_line(setup.model_cfg, fresh.params["policy"], warm))
     state, loop, wall_before = run_scaffold.resume(
@@ -120,9 +130,9 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
     prompts = partial(stages.prompts, setup.task, setup.tokenizer, seed=cfg.seed,
                       prompts_per_step=sampled_P, samples_per_prompt=G,
                       prompt_len=setup.prompt_len)
-    sample_and_verify = partial(stages.sample_and_verify, gens.train, policy.put,
-                                verifier, setup.task, learned_reward.train_scorer(learned),
-                                chunks=cfg.verifier.overlap_chunks, samples_per_prompt=G)
+    start = partial(stages.start_sampling, gens.train, sampler.put, verifier, setup.task,
+                    learned_reward.train_scorer(learned), chunks=cfg.verifier.overlap_chunks,
+                    samples_per_prompt=G)
     d, r = a.dapo, cfg.reward
     score = partial(stages.score, source=r.source, learned_weight=r.reward_model_weight,
                     eos_id=setup.tokenizer.eos_token_id,
@@ -131,6 +141,9 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
                     overlong_buffer_tokens=d.overlong_buffer_tokens,
                     overlong_penalty_factor=d.overlong_penalty_factor,
                     mask_truncated=d.mask_truncated)
+    begin = partial(stages.begin, prompts=prompts, start=start, key=rl_key,
+                    sampler_params=sampler_params)
+    finish = partial(stages.finish, score=score)
     select = partial(stages.select, dynamic=d.dynamic_sampling, prompts_per_step=P)
     with_advantages = partial(stages.with_advantages, put=policy.put,
                               ppo_prepare=updates.ppo_prepare, estimator=a.adv_estimator,
@@ -144,22 +157,21 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
                           devices=policy.mesh.devices.flatten().tolist())
 
     last = run_scaffold.last_step(loop.step, cfg.num_steps, cfg.stop_after_steps)
+    off = cfg.rollout.off_policy_steps
+    ahead = rollouts.fresh(off, rollouts.restore(ckpt, loop.step, state.params, off, snapshot))
+    take = partial(rollouts.take, begin=begin, finish=finish, snapshot=snapshot,
+                   off_policy_steps=off, last=last)
     update_flops = 0.0
     for step in range(loop.step, last):
         if stop_requested():  # it came during the warm start or an evaluation: stop here
             if step > 0:
-                ckpt.maybe_save(step, state, loop, force=True)
+                ckpt.maybe_save(step, state, loop, force=True, behind=ahead.behind or ())
             last = step
             break
         t0 = time.perf_counter()
-        key = jax.random.fold_in(rl_key, step)
-        problems, prompt_B_L, pmask_B_L = prompts(step)                                # host
-        params = policy_params(state.params, ref_params)  # with LoRA: base + adapters
-        sampled = sample_and_verify(params, problems, prompt_B_L, pmask_B_L, key)     # jit | host
+        ahead, made = take(ahead, step, state.params)  # sample | verify | score (async: ahead)
         t2 = time.perf_counter()
-        fresh = score(sampled.verdicts, sampled.rollout, prompt_B_L, pmask_B_L,
-                      sampled.learned_B, sampled.turn_rewards_B_R)                     # rewards
-        kept = select(loop.carry, fresh)                                               # DAPO
+        kept = select(loop.carry, made.groups)                                         # DAPO
         batch, adv_row = with_advantages(kept.groups, kept.n_real, state.params, ref_params,
                                          loop.kl_coef)                                 # host | jit
         update_args = (state, ref_params, batch, jax.random.fold_in(update_key, step),
@@ -170,16 +182,18 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
         state, metrics = updates.rl_step(*update_args)                                 # jit
         metrics = jax.device_get(metrics)  # the one device-to-host copy of the update
         t3 = time.perf_counter()
+        sampled = made.sampled
         times = StepTimes(sampled.sample_s, sampled.verify_wait_s, t3 - t2, t3 - t0, t3 - t_rl)
         kl_coef = next_kl_coef(loop.kl_coef, adv_row)                                  # host
         row = ({f"train/{k}": float(v) for k, v in metrics.items()}
-               | rewards.summary(sampled.verdicts, fresh.returns_P_G)
+               | rewards.summary(sampled.verdicts, made.groups.returns_P_G)
                | rewards.learned_summary(sampled.verdicts, sampled.learned_B)
-               | rewards.by_source(stages.sources(problems, G), sampled.verdicts,
-                                   fresh.returns_P_G)
+               | rewards.by_source(stages.sources(made.problems, G), sampled.verdicts,
+                                   made.groups.returns_P_G)
                | stages.timing(times, sampled.rollout.mask_B_R)
                | utilisation(update_flops, times, sampled.rollout.mask_B_R)
                | sampled.stats | kept.stats | adv_row | {"train/kl_coef": kl_coef}
+               | {"rollout/staleness": step - made.version, "time/take_s": t2 - t0}
                | {f"compiles/{k}": v for k, v in traces.items()}
                | {f"verify/samples_process_{i}": n for i, n in enumerate(sampled.verified)})
         tracker.log(step + 1, row)                                                     # log
@@ -194,14 +208,15 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
                           f"  {row['time/step_s']:.2f}s")
         loop = LoopState(step + 1, (step + 1) * sampled_P, loop.rng_key, kl_coef, kept.carry)
         stopping = stop_requested()                                                    # SIGTERM
-        if ckpt.maybe_save(step + 1, state, loop, force=step + 1 == last or stopping):  # checkpoint
+        if ckpt.maybe_save(step + 1, state, loop, force=step + 1 == last or stopping,
+                           behind=ahead.behind):                                       # checkpoint
             write_wall(wall_before + time.perf_counter() - t_start)
         if stopping:
             last = step + 1
             break
         if (cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0
                 and step + 1 < cfg.num_steps):  # the last step gets the final evaluation
-            result = held_out(policy_params(state.params, ref_params), eval_key)
+            result = held_out(sampler_params(state.params), eval_key)
             tracker.log(step + 1, {f"eval/{k}": v for k, v in result.items()})
             tracker.write(run_scaffold.eval_line(step + 1, result))
 
@@ -210,7 +225,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, sft: buil
         return run_scaffold.stopped(ckpt, tracker, write_wall,
                                     wall_before + time.perf_counter() - t_start, last,
                                     session.stop_reason())
-    eval_end = held_out(policy_params(state.params, ref_params), eval_key)
+    eval_end = held_out(sampler_params(state.params), eval_key)
     tracker.log(cfg.num_steps, {f"eval/{k}": v for k, v in eval_end.items()})
     ckpt.close()
     wall = wall_before + time.perf_counter() - t_start

@@ -1,6 +1,6 @@
 """The stages of one RL step, each a function the loop calls on one line (rlvr_jax/loop.py):
-prompts -> sample | verify -> score -> select -> advantages; plus the KL controller and the
-step's timing row. Host-side glue around the jitted pieces; each takes the values it uses
+prompts -> sample | verify -> score (begun and finished by rollouts.take, at the step or
+ahead of it) -> select -> advantages; plus the KL controller and the step's timing row. Host-side glue around the jitted pieces; each takes the values it uses
 (the loop binds the run's settings once with functools.partial)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import numpy as np
 
 from rlvr_jax import advantages, batching, distributed, dynamic_sampling, perf, rewards
 from rlvr_jax.generate import mark_failed
+from rlvr_jax.rollouts import Made, Started
 from rlvr_jax.tasks.base import Task, repeat_each, tool_contexts
 from rlvr_jax.types import Groups, Rollout, StepTimes, Verdict
 from rlvr_jax.verify.verifiers import Verifier
@@ -34,7 +35,7 @@ def sources(problems: Sequence, samples_per_prompt: int) -> list:
 
 
 class Sampled(NamedTuple):
-    """One step's rollout with its verdicts (host), from `sample_and_verify`."""
+    """One step's rollout with its verdicts (host), from `finish_sampling`."""
 
     rollout: Rollout  # host arrays [B, R], in P_G order
     turn_rewards_B_R: np.ndarray  # float32 reward positions: per-turn rewards (zeros: none)
@@ -55,21 +56,29 @@ class Selected(NamedTuple):
     stats: dict  # dynamic/* metrics
 
 
-def sample_and_verify(generate: Callable, put: Callable, verifier: Verifier, task: Task,
-                      score: Optional[Callable], params, problems: Sequence,
-                      prompt_B_L, pmask_B_L, key, *, chunks: int,
-                      samples_per_prompt: int) -> Sampled:
-    """Generate the step's batch in `chunks` chunks with the same params (on-policy: one
-    sampler call, or multi-turn episodes; generate.py) and hand each chunk to the verifier as
-    soon as it is made, so chunk k is verified (worker processes) while chunk k+1 is
-    generated. With a reward model, `score` (learned_reward.train_scorer) is dispatched on
-    each chunk's device arrays, so it runs while the host verifies. Over several processes
-    each verifies the rows its own devices sampled (distributed.py) and the verdicts are
-    gathered. An episode whose environment's sandbox failed is SANDBOX_ERROR, whatever it
-    answered (masked out of the loss, never a wrong answer)."""
+class Sampling(NamedTuple):
+    """A batch sampled and handed to the verifier, its verdicts not yet waited for
+    (`start_sampling`; `finish_sampling` waits)."""
+
+    parts: list  # each chunk's Generated
+    futures: list  # each chunk's verifier future
+    scores: list  # each chunk's reward-model scores (device), or empty
+    sample_s: float  # seconds blocked on the sampler
+
+
+def start_sampling(generate: Callable, put: Callable, verifier: Verifier, task: Task,
+                   score: Optional[Callable], params, problems: Sequence, prompt_B_L,
+                   pmask_B_L, key, *, chunks: int, samples_per_prompt: int) -> Sampling:
+    """Generate the step's batch in `chunks` chunks with the same params (one sampler call,
+    or multi-turn episodes; generate.py) and hand each chunk to the verifier as soon as it is
+    made, so chunk k is verified (worker processes) while chunk k+1 is generated. With a
+    reward model, `score` (learned_reward.train_scorer) is dispatched on each chunk's device
+    arrays, so it runs while the host verifies. Returns without waiting for the verdicts:
+    what runs between this and `finish_sampling` (the update, with asynchronous rollouts)
+    overlaps the verification."""
     b = prompt_B_L.shape[0] // chunks
     problems_B = repeat_each(problems, samples_per_prompt)
-    parts, turn_rewards, futures, failures, scores, stats = [], [], [], [], [], []
+    parts, futures, scores = [], [], []
     t_sample = 0.0
     for k in range(chunks):
         t0 = time.perf_counter()
@@ -85,20 +94,31 @@ def sample_and_verify(generate: Callable, put: Callable, verifier: Verifier, tas
         t_sample += time.perf_counter() - t0
         mine = distributed.my_rows(b)
         futures.append(verifier.submit(task.verify_jobs(problems_B[rows][mine], part.texts)))
-        parts.append(part.rollout)
-        turn_rewards.append(part.turn_rewards_B_R)
-        failures.append(part.failed)
-        stats.append(part.stats)
+        parts.append(part)
+    return Sampling(parts, futures, scores, t_sample)
+
+
+def finish_sampling(s: Sampling) -> Sampled:
+    """Wait for a started batch's verdicts. Over several processes each verified the rows
+    its own devices sampled (distributed.py) and the verdicts are gathered here. An episode
+    whose environment's sandbox failed is SANDBOX_ERROR, whatever it answered (masked out of
+    the loss, never a wrong answer)."""
     t0 = time.perf_counter()
-    gathered = [distributed.gather_verdicts(mark_failed(f.result(), failed))
-                for f, failed in zip(futures, failures)]
+    gathered = [distributed.gather_verdicts(mark_failed(f.result(), part.failed))
+                for f, part in zip(s.futures, s.parts)]
     verdicts = [v for chunk, _ in gathered for v in chunk]
     verified = [sum(counts) for counts in zip(*(c for _, c in gathered))]
-    rollout = Rollout(*(np.concatenate(x) for x in zip(*parts)))
+    rollout = Rollout(*(np.concatenate(x) for x in zip(*(p.rollout for p in s.parts))))
     learned_B = np.concatenate([np.asarray(distributed.to_host(r), np.float32)
-                                for r in scores]) if scores else None
-    return Sampled(rollout, np.concatenate(turn_rewards), verdicts, learned_B, t_sample,
-                   time.perf_counter() - t0, verified, _mean_rows(stats))
+                                for r in s.scores]) if s.scores else None
+    return Sampled(rollout, np.concatenate([p.turn_rewards_B_R for p in s.parts]), verdicts,
+                   learned_B, s.sample_s, time.perf_counter() - t0, verified,
+                   _mean_rows([p.stats for p in s.parts]))
+
+
+def sample_and_verify(*args, **kwargs) -> Sampled:
+    """`start_sampling`, then `finish_sampling`: the batch and its verdicts."""
+    return finish_sampling(start_sampling(*args, **kwargs))
 
 
 def _mean_rows(rows: Sequence[dict]) -> dict:
@@ -208,3 +228,23 @@ def utilisation(update_flops: float, t: StepTimes, mask_B_R: np.ndarray, *,
         if mfu is not None:
             row[f"perf/mfu_{name}"] = mfu
     return row
+
+
+def begin(step: int, params, version: int, *, prompts: Callable, start: Callable,
+          sampler_params: Callable, key) -> Started:
+    """Start batch `step` (rollouts.take's `begin`): its prompts, sampled with `params` (the
+    state's, or a snapshot; `sampler_params` makes the tree the sampler runs) under the
+    step's key, and handed to the verifier."""
+    problems, prompt_B_L, pmask_B_L = prompts(step)
+    return Started(problems, prompt_B_L, pmask_B_L,
+                   start(sampler_params(params), problems, prompt_B_L, pmask_B_L,
+                         jax.random.fold_in(key, step)), version)
+
+
+def finish(started: Started, *, score: Callable) -> Made:
+    """Wait for a started batch's verdicts and score it (rollouts.take's `finish`)."""
+    sampled = finish_sampling(started.sampling)
+    groups = score(sampled.verdicts, sampled.rollout, started.prompt_B_L, started.pmask_B_L,
+                   sampled.learned_B, sampled.turn_rewards_B_R)
+    return Made(started.problems, started.prompt_B_L, started.pmask_B_L, sampled, groups,
+                started.version)

@@ -99,9 +99,13 @@ def test_two_processes_equal_one_and_resume(tmp_path):
     advantages are host numpy over the gathered verdicts): 2 processes x 2 devices, stopped
     after 2 steps and rerun, == 1 process x 4 devices uninterrupted (rollouts and rewards
     bitwise, params to reduction order); the bitwise resume of one layout is
-    tests/test_loop.py's. One 2-process run covers what a GRPO and a PPO run each did."""
+    tests/test_loop.py's. One 2-process run covers what a GRPO and a PPO run each did, and
+    asynchronous rollouts (one step off-policy, the producer's snapshots checkpointed and
+    restored by both processes, its collectives in one order on both); the synchronous
+    2-process loop is the multi-turn test's below."""
     one, two = tmp_path / "one", tmp_path / "two"
-    args = PPO + [f"warmup.shared_dir={tmp_path / 'warm'}"]  # one warm start for both
+    args = PPO + [f"warmup.shared_dir={tmp_path / 'warm'}", "rollout.off_policy_steps=1",
+                  "algo.loss.correction=token"]  # one warm start for both
     _finish(_start(one, args, 1))
     outs = _finish(_start(two, args + ["stop_after_steps=2"], 2))
     assert "processes 2" in outs[0] and "stopped after step 2" in outs[0]

@@ -24,7 +24,8 @@ from rlvr_jax.config.load import (as_dict, compose, conf_dir, recorded_model_con
                                   warmstart_key)
 from rlvr_jax.config.run import (LEARNED_REWARD_KL_COEF, CheckpointConfig, DistributedConfig,
                                  DPOConfig, EnvConfig, EvalConfig, LoggerConfig, MeshConfig,
-                                 PreferenceConfig, RewardConfig, RewardModelConfig, RunConfig,
+                                 PreferenceConfig, RewardConfig, RewardModelConfig, RolloutConfig,
+                                 RunConfig,
                                  VerifierConfig, WarmupConfig)
 from rlvr_jax.config.schemas import (AlgoConfig, DAPOConfig, ModelConfig, OptimConfig,
                                      PolicyLossConfig, PPOConfig, SamplingConfig)
@@ -65,6 +66,7 @@ __all__ = [
     "Remat",
     "RewardScheme",
     "RopeScaling",
+    "RolloutConfig",
     "RunConfig",
     "SamplingConfig",
     "SandboxMode",

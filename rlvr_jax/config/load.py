@@ -83,6 +83,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     cfg.env.check()
     if cfg.env.kind != "none":
         _check(cfg.job == "rl", "env.kind", f"job={cfg.job} has no episodes: set env.kind=none")
+    cfg.rollout.check()
     cfg.mesh.check()
     cfg.distributed.check()
     cfg.preferences.check()

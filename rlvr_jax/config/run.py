@@ -212,6 +212,24 @@ class MeshConfig:
 
 
 @dataclass
+class RolloutConfig:
+    """Where each step's batch comes from (rlvr_jax/rollouts.py)."""
+
+    # 0: sampled and verified at its step, with the params the update then trains (on-policy).
+    # d > 0: batch k is sampled with the params from before update k-d and verified while the
+    # updates in between run (d copies of the trained params kept; algo.loss.correction
+    # weighs the staleness). Fixed schedule: bitwise reproducible, resumable.
+    off_policy_steps: int = 0
+    # > 0: the sampler runs on its own devices (the last N of each process's), the update on
+    # the rest, the params copied across after each update. 0: they share every device.
+    sampler_devices: int = 0
+
+    def check(self, key: str = "rollout") -> None:
+        _check(self.off_policy_steps >= 0, f"{key}.off_policy_steps", "must be >= 0")
+        _check(self.sampler_devices >= 0, f"{key}.sampler_devices", "must be >= 0")
+
+
+@dataclass
 class DistributedConfig:
     """Several processes (hosts) in one run (rlvr_jax/distributed.py). Under SLURM, Open MPI or
     a TPU slice nothing needs setting: JAX reads the coordinator and ranks from the launcher.
@@ -309,6 +327,7 @@ class RunConfig:
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     mesh: MeshConfig = field(default_factory=MeshConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     # rl: train the policy (loop.py); reward_model: train a reward model; dpo: train the policy
