@@ -121,7 +121,8 @@ def policy(setup: TaskSetup, mesh_cfg: MeshConfig, sampling: SamplingConfig,
     # Params are created already sharded: no host-side full copy, no resharding afterwards.
     init = jax.jit(base_init, out_shardings=shardings(abstract_params))
     sampler = partial(make_sampler, model, max_new_tokens=setup.max_new_tokens,
-                      eos_id=setup.tokenizer.eos_token_id, pad_id=setup.tokenizer.pad_token_id)
+                      eos_id=setup.tokenizer.eos_token_id, pad_id=setup.tokenizer.pad_token_id,
+                      phases=sampling.decode_phases)
     return Policy(
         model=model, mesh=mesh, put=lambda x: jax.device_put(x, batch_sh), shardings=shardings,
         init_params=init,

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlvr_jax import distributed, sharding
-from rlvr_jax.models.policy import Decoder, KVCache
+from rlvr_jax.models.policy import Decoder, KVCache, for_compute
 from rlvr_jax.sampling import draw_at_columns, put_at_columns, sequence_uniforms
 from rlvr_jax.types import Rollout
 
@@ -102,6 +102,7 @@ def make_continuous_sampler(model: Decoder, *, max_new_tokens: int, prompt_len: 
 
     def decode(params, s: Rows, free_target) -> Rows:
         on_trace("continuous_decode")
+        params = for_compute(params, model.cfg)  # cast once, not at every step
 
         def body(s: Rows) -> Rows:
             live_B = s.live_B

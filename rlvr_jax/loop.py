@@ -5,11 +5,12 @@ resume, the finished-run check) is run_scaffold.py's, shared with the other jobs
     warm start (SFT on imperfect demonstrations, or HF weights) -> evaluate -> RL steps ->
     evaluate -> summary
 
-One RL step, one stage per line (stages in rlvr_jax/stages.py): prompts -> generate (jit: one
-sampler call, or multi-turn episodes with tools in the sandbox, as the builder chose) |
-verify (worker processes, overlapping) -> reward-model scores (jit, when one is set:
-learned_reward.py) -> rewards -> dynamic sampling -> advantages -> update (jit, donated) -> log
--> checkpoint.
+One RL step, one stage per line (stages in rlvr_jax/stages.py): take the step's batch
+(rollouts.py: prompts -> generate (jit: one sampler call, or multi-turn episodes with tools in
+the sandbox, as the builder chose) | verify (worker processes, overlapping) -> reward-model
+scores (jit, when one is set: learned_reward.py) -> rewards; made at the step, or
+`rollout.off_policy_steps` ahead and verified while the update runs) -> dynamic sampling ->
+advantages -> update (jit, donated) -> log -> checkpoint.
 """
 
 from __future__ import annotations
@@ -220,6 +221,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
             tracker.log(step + 1, {f"eval/{k}": v for k, v in result.items()})
             tracker.write(run_scaffold.eval_line(step + 1, result))
 
+    rollouts.drop(ahead)  # batches in flight at a stop: their snapshots are checkpointed
     tracker.end_progress()
     if last < cfg.num_steps or stop_requested():
         return run_scaffold.stopped(ckpt, tracker, write_wall,

@@ -117,3 +117,12 @@ def restore(ckpt, step: int, params, off_policy_steps: int,
                         snapshot(params))
     got = ckpt.restore_behind(step, [like] * off_policy_steps)
     return got if got is not None and len(got) == off_policy_steps else None
+
+
+def drop(ahead: Ahead) -> None:
+    """Cancel the queued verification of batches started but never to be finished (the run
+    stops early: a resume samples them again), so closing the verifier does not wait for
+    them."""
+    for started in ahead.started:
+        for future in getattr(started.sampling, "futures", ()):
+            future.cancel()

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlvr_jax.models.policy import Decoder, KVCache
+from rlvr_jax.models.policy import Decoder, KVCache, for_compute
 from rlvr_jax.sampling import (draw_at_columns, prefill_groups, put_at_columns,
                                sequence_uniforms)
 from rlvr_jax.types import Rollout
@@ -124,6 +124,7 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
 
     def decode(params, s: TurnState) -> TurnState:
         on_trace("turn_decode")
+        params = for_compute(params, model.cfg)  # cast once, not at every step
 
         def body(s: TurnState) -> TurnState:
             live_B = s.live_B

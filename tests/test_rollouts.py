@@ -81,6 +81,27 @@ def test_a_resume_restarts_the_batches_in_flight_from_their_snapshots(d):
     assert [m.version for m in made_resumed] == [m.version for m in made_whole[3:]]
 
 
+def test_a_producer_failure_ends_the_step_and_no_batch_is_reused():
+    """An exception while starting or finishing a batch reaches the loop (its traceback, no
+    hang) and the caller's state is not advanced: nothing stale is trained on."""
+    rec = Recorder()
+
+    def begin(j, params, version):
+        if j == 3:
+            raise RuntimeError("sampler failed on batch 3")
+        return rec.begin(j, params, version)
+
+    kw = dict(begin=begin, finish=rec.finish, snapshot=rec.snapshot, off_policy_steps=1,
+              last=6)
+    ahead = rollouts.fresh(1)
+    for k in range(2):
+        ahead, _ = rollouts.take(ahead, k, f"theta{k}", **kw)
+    before = ahead
+    with pytest.raises(RuntimeError, match="batch 3"):
+        rollouts.take(ahead, 2, "theta2", **kw)
+    assert before.started[0].problems == [2]  # still the one batch in flight
+
+
 def test_the_producers_snapshot_survives_the_updates_donation():
     """The update donates the state; a sampler holding the state's own buffers (what a
     concurrent producer would read without a snapshot) reads deleted arrays."""
@@ -129,6 +150,25 @@ def test_an_async_run_is_bitwise_repeatable_across_a_stop_and_resume(tmp_path):
         assert [r[key] for r in a] == [r[key] for r in b], key
     assert [r["rollout/staleness"] for r in a] == [0, 1, 1, 1]
     assert once["compiles"]["sampler"] == 1 and once["compiles"]["train_step"] == 1
+
+
+@pytest.mark.slow
+def test_a_verification_failure_in_an_async_run_ends_it_with_its_error(tmp_path, monkeypatch):
+    from rlvr_jax import stages
+
+    real, calls = stages.finish_sampling, []
+
+    def failing(sampling):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("the verifier pool died")
+        return real(sampling)
+
+    monkeypatch.setattr(stages, "finish_sampling", failing)
+    with pytest.raises(RuntimeError, match="verifier pool died"):
+        jobs.run(run_config(ASYNC + [f"warmup.shared_dir={tmp_path / 'warm'}"], tmp_path / "r"))
+    steps = _steps(tmp_path / "r")
+    assert [r["step"] for r in steps] == [1, 2]  # batch 3 never trained on
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """Sampler: top-k / top-p masking against numpy; EOS stopping, masks and log-probs; one compile."""
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -255,3 +256,118 @@ def test_each_prompt_prefilled_once_gives_the_same_rollout_bitwise():
     gaps = [float(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)).max())
             for x, y in zip(jax.tree.leaves(one), jax.tree.leaves(once))]
     assert max(gaps) < 1e-5, gaps  # measured: ~1e-6 (logits, keys, values); valid bits equal
+
+
+@pytest.mark.parametrize("phases", [3, 4, 16])
+def test_attention_over_the_filled_slots_gives_the_same_tokens(phases):
+    """Issue 29: the decode loop in phases, each step's attention reading only the cache
+    prefix its phase can have filled: the tokens of the one-loop sampler, log-probs to float32
+    rounding (the softmax sums over fewer masked slots), one compile; 16 phases for 11 steps
+    exercises empty and one-step phases."""
+    from rlvr_jax.sampling import phase_ends
+
+    _, model, params = _tiny()
+    n, b, p = 12, 8, 5
+    prompt = jax.random.randint(jax.random.key(3), (b, p), 2, 20)
+    pmask = jnp.ones((b, p), jnp.int32).at[1, :2].set(0)
+    key = jax.random.key(5)
+    traces = []
+    one = make_sampler(model, max_new_tokens=n, eos_id=-1, pad_id=0, temperature=1.0)
+    phased = make_sampler(model, max_new_tokens=n, eos_id=-1, pad_id=0, temperature=1.0,
+                          phases=phases, on_trace=lambda: traces.append(1))
+    a, c = one(params, prompt, pmask, key), phased(params, prompt, pmask, key)
+    phased(params, prompt, pmask, jax.random.key(6))
+    assert len(traces) == 1
+    np.testing.assert_array_equal(np.asarray(a.tokens_B_R), np.asarray(c.tokens_B_R))
+    np.testing.assert_array_equal(np.asarray(a.mask_B_R), np.asarray(c.mask_B_R))
+    np.testing.assert_allclose(np.asarray(a.logp_B_R), np.asarray(c.logp_B_R), atol=1e-5)
+    ends = phase_ends(n - 1, phases)
+    assert ends[-1] == n - 1 and ends == sorted(set(ends))
+
+
+def test_the_decode_loop_reads_weights_in_the_compute_dtype(monkeypatch):
+    """Issue 29: float32 params with bfloat16 compute (the 0.5B presets) are cast once per
+    sampler call, so the decode loop the program hands XLA carries bfloat16 weights (every
+    step reads half the bytes, converts nothing); bitwise the tokens and log-probs of casting
+    at each use, which is what every use did. Checked on the jaxpr: XLA:CPU has no bfloat16
+    dots and carries them upcast to float32 again (an accelerator's dots take bfloat16)."""
+    from rlvr_jax import sampling
+
+    cfg = ModelConfig(hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2,
+                      intermediate_size=128, compute_dtype="bfloat16", param_dtype="float32",
+                      qkv_bias=True)
+    model = Decoder(cfg, 97)
+    params = init_params(model, jax.random.key(0))
+    prompt = jax.random.randint(jax.random.key(1), (8, 16), 2, 90)
+    mask = jnp.ones((8, 16), jnp.int32)
+    make = lambda: make_sampler(model, max_new_tokens=12, eos_id=-1, pad_id=0, temperature=1.0)
+    sample = make()
+    cast = sample(params, prompt, mask, jax.random.key(2))
+    def eqns(jaxpr):
+        for e in jaxpr.eqns:
+            yield e
+            for sub in jax.extend.core.jaxprs_in_params(e.params):
+                yield from eqns(sub)
+
+    top = jax.make_jaxpr(sample)(params, prompt, mask, jax.random.key(2)).jaxpr
+    loops = [e for e in eqns(top) if e.primitive.name == "while"]
+    weights = [v.aval.dtype for e in loops for v in e.invars if v.aval.shape == (3, 64, 128)]
+    assert loops and weights and all(d == jnp.bfloat16 for d in weights)
+    monkeypatch.setattr(sampling, "for_compute", lambda p, cfg: p)  # cast at each use
+    each_use = make()(params, prompt, mask, jax.random.key(2))
+    for x, y in zip(cast, each_use):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def _computations(hlo: str) -> dict:
+    """Optimised HLO text -> {computation name: its instruction lines}."""
+    comps, name = {}, None
+    for line in hlo.splitlines():
+        head = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+        if head:
+            name = head.group(1)
+            comps[name] = []
+        elif name and line.strip() and line.strip() != "}":
+            comps[name].append(line.strip())
+    return comps
+
+
+@pytest.mark.parametrize("phases", [1, 4])
+def test_a_decode_step_writes_one_slot_and_copies_no_whole_cache(phases):
+    """Issue 29, decode traffic: in the compiled sampler's loops (XLA:CPU, float32), the only
+    instructions the size of the whole stacked cache are the loop's own buffers and the new
+    slot's in-place write (a dynamic-update-slice of the carried cache); nothing converts,
+    transposes or rewrites the whole cache per step. (In bfloat16 XLA:CPU, which has no
+    bfloat16 arithmetic, wraps that write in float32 conversions of the cache; an
+    accelerator's does not: experiments/bench/README.md.)"""
+    cfg = ModelConfig(hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2,
+                      intermediate_size=128)
+    model = Decoder(cfg, 97)
+    params = init_params(model, jax.random.key(0))
+    b, l, r = 8, 16, 24
+    sample = make_sampler(model, max_new_tokens=r, eos_id=1, pad_id=0, temperature=1.0,
+                          phases=phases)
+    hlo = sample.lower(params, jnp.zeros((b, l), jnp.int32), jnp.ones((b, l), jnp.int32),
+                       jax.random.key(0)).compile().as_text()
+    comps = _computations(hlo)
+    whole = f"f32[3,{b},{l + r},2,16]"
+    bodies = set(re.findall(r"body=%?([\w.\-]+)", hlo))
+    assert bodies
+    writes = 0
+    for body in bodies:
+        for line in comps[body]:
+            if not re.match(rf"^%?[\w.\-]+ = {re.escape(whole)}", line):
+                continue
+            op = re.match(r"^\S+ = \S+ ([\w\-]+)\(", line)
+            kind = op.group(1) if op else line.split(" = ")[1].split("(")[0].split()[-1]
+            if kind in ("get-tuple-element", "parameter", "bitcast", "tuple"):
+                continue
+            assert kind == "fusion", line
+            called = comps[re.search(r"calls=%?([\w.\-]+)", line).group(1)]
+            root = [x for x in called if x.startswith("ROOT")][0]
+            assert "dynamic-update-slice(" in root, root  # the one slot, in place
+            operand = re.search(r"dynamic-update-slice\(%?([\w.\-]+)", root).group(1)
+            assert any(x.startswith(f"%{operand} = ") and "parameter(" in x
+                       for x in called), root
+            writes += 1
+    assert writes == 2 * phases  # keys and values, one write per loop

@@ -1,11 +1,11 @@
 """Synchronous vs asynchronous rollouts over seeds:
-python experiments/async/compare.py RUNS_DIR [OUT_DIR]
+python experiments/async/compare.py RUNS_DIR [OUT.png]
 
-Reads RUNS_DIR/{sync,async}_s<seed>/{summary.json,metrics.jsonl} (experiments/async/run.sh),
+Reads RUNS_DIR/<arm>_s<seed>/{summary.json,metrics.jsonl} (experiments/async/run.sh),
 prints a markdown table (mean and min..max over seeds) of step time and its parts, the share
 of the step spent waiting for verdicts, and held-out accuracy; plots held-out sampled accuracy
 against RL step and against RL wall-clock (the steps' own seconds, evaluations excluded:
-both arms run the same evaluations) into OUT_DIR/curves.png."""
+every arm runs the same evaluations) into OUT.png (default RUNS_DIR/curves.png)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ARMS = ("sync", "async")
+ARMS = ("sync", "async_token", "async_dualclip", "async_token_lr")
 
 
 def load(runs_dir: str) -> dict:
@@ -61,7 +61,7 @@ def table(runs: dict) -> str:
             ("verdict wait s", lambda r: r["verify_s"]),
             ("verdict wait / step", lambda r: r["wait_share"]),
             ("update s", lambda r: r["update_s"]),
-            ("RL wall s (60 steps)", lambda r: r["rl_s"]),
+            ("RL wall s", lambda r: r["rl_s"]),
             ("sampled acc. start", lambda r: r["summary"]["eval/sampled_accuracy_start"]),
             ("sampled acc. end", lambda r: r["summary"]["eval/sampled_accuracy_end"]),
             ("greedy acc. end", lambda r: r["summary"]["eval/greedy_accuracy_end"])]
@@ -73,12 +73,12 @@ def table(runs: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(runs: dict, out: str) -> None:
+def plot(runs: dict, out: str, title: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    for arm, color in zip(ARMS, ("tab:blue", "tab:orange")):
+    for arm, color in zip(ARMS, ("tab:blue", "tab:orange", "tab:green", "tab:red")):
         for i, r in enumerate(runs.get(arm, [])):
             steps, clock, acc = zip(*r["evals"])
-            label = f"{arm} (off_policy_steps={int(arm == 'async')})" if i == 0 else None
+            label = arm if i == 0 else None
             axes[0].plot(steps, acc, color=color, alpha=0.8, label=label)
             axes[1].plot(clock, acc, color=color, alpha=0.8, label=label)
     axes[0].set_xlabel("RL step")
@@ -87,17 +87,17 @@ def plot(runs: dict, out: str) -> None:
         ax.set_ylabel("held-out sampled pass rate")
         ax.grid(alpha=0.3)
     axes[0].legend()
-    fig.suptitle("code_grpo: synchronous vs one step off-policy, 3 seeds")
+    fig.suptitle(f"{title}: synchronous vs one step off-policy, 3 seeds")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
 
 
 def main() -> None:
-    runs_dir = sys.argv[1]
-    out_dir = sys.argv[2] if len(sys.argv) > 2 else runs_dir
+    runs_dir = sys.argv[1].rstrip("/")
+    out = sys.argv[2] if len(sys.argv) > 2 else os.path.join(runs_dir, "curves.png")
     runs = load(runs_dir)
     print(table(runs))
-    plot(runs, os.path.join(out_dir, "curves.png"))
+    plot(runs, out, os.path.basename(runs_dir))
 
 
 if __name__ == "__main__":

@@ -9,9 +9,10 @@ and once per prompt (`group_size=G`, what the RL loop runs since issue 29).
 Columns: the prefill's FLOPs (all rows), the whole rollout's at the full response length
 (prefill + R - 1 decode forwards), and the prefill's share of the rollout. A second table:
 evaluation's useful row-steps on long-tailed lengths, static batches against continuous
-batching (rlvr_jax/continuous.py's own schedule, simulated on the lengths). The remaining
-wastes of issue 29 (decode memory traffic, reading unfilled cache slots, the update's repeated
-prompts) are not measured here yet.
+batching (rlvr_jax/continuous.py's own schedule, simulated on the lengths). Between them,
+the bytes the decode steps read (weights and attended cache slots, from shapes) against the
+minimum, for the presets that compute in bfloat16. Not measured here: the update's repeated
+prompt positions; the compiled decode step's own traffic (gpu.py, on a GPU).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from rlvr_jax import perf
 from rlvr_jax.continuous import simulate_steps
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models.policy import Decoder, init_params
-from rlvr_jax.sampling import make_sampler
+from rlvr_jax.sampling import make_sampler, phase_ends
 
 QWEN_0P5B = dict(vocab_size=151936, hidden_size=896, num_layers=24, num_heads=14,
                  num_kv_heads=2, intermediate_size=4864, qkv_bias=True, tie_embeddings=True,
@@ -83,6 +84,53 @@ def eval_useful_fraction(n: int, rows: int, insert_rows: int, cap: int = 512,
     return made / static, made / (rows * simulate_steps(lengths, rows, insert_rows))
 
 
+def decode_reads(case: Case, phases: int, weight_bytes: int) -> tuple[float, float]:
+    """(bytes, minimum bytes) a rollout's R - 1 decode steps read at the full response length:
+    each step the weights (`weight_bytes` per read) and the keys and values of the cache slots
+    its attention reads, all rows. `phases` as `make_sampler`'s: step i reads the first
+    L + e_f - 1 slots of its phase f (1 phase: all L + R). The minimum: the slots filled so
+    far, L + i. Counted from shapes (bfloat16 cache)."""
+    cfg = ModelConfig(**case.model)
+    rows = case.prompts * case.group
+    slot = 2 * cfg.num_layers * rows * cfg.num_kv_heads * cfg.resolved_head_dim * 2
+    steps, l, r = case.response_len - 1, case.prompt_len, case.response_len
+    read = minimum = 0.0
+    start = 0
+    for end in phase_ends(steps, phases):
+        slots = l + r if phases == 1 else l + end - 1
+        n = end - start
+        read += n * (weight_bytes + slots * slot)
+        minimum += sum(weight_bytes + (l + i) * slot for i in range(start, end))
+        start = end
+    return read, minimum
+
+
+def weights_bytes(case: Case, dtype_bytes: int) -> int:
+    model = Decoder(ModelConfig(**case.model), case.vocab)
+    params = jax.eval_shape(lambda k: init_params(model, k), jax.random.key(0))
+    return sum(x.size for x in jax.tree.leaves(params)) * dtype_bytes
+
+
+def reads_table(names) -> None:
+    """Decode reads per rollout: float32 params read (and cast) at every step with all slots
+    attended (the baseline: the sampler before this round), against bfloat16 weights (cast
+    once per call, `models.policy.for_compute`) with 1, 4 and 8 phases of filled-slot
+    attention, each as a ratio to the minimum (compute-dtype weights + filled slots)."""
+    print("\n| preset | decode reads GB: f32 weights, all slots (before) | bf16 weights, all "
+          "slots | 4 phases | 8 phases | minimum (filled slots) |")
+    print("|---|---|---|---|---|---|")
+    for name in names:
+        c = CASES[name]
+        if ModelConfig(**c.model).compute_dtype != "bfloat16":
+            continue  # the tiny presets compute in float32: nothing to cast
+        w32, w16 = weights_bytes(c, 4), weights_bytes(c, 2)
+        base, _ = decode_reads(c, 1, w32)
+        cells = [decode_reads(c, f, w16) for f in (1, 4, 8)]
+        low = cells[0][1]
+        print(f"| {name} | {base / 1e9:.0f} ({base / low:.2f}x) | " + " | ".join(
+            f"{x / 1e9:.0f} ({x / low:.2f}x)" for x, _ in cells) + f" | {low / 1e9:.0f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", default=",".join(CASES))
@@ -97,6 +145,7 @@ def main() -> None:
               f"{pre_b / 1e12:.4g} -> {pre_a / 1e12:.4g} ({pre_b / pre_a:.2f}x) | "
               f"{all_b / 1e12:.4g} -> {all_a / 1e12:.4g} ({all_b / all_a:.3f}x) | "
               f"{pre_b / all_b:.1%} -> {pre_a / all_a:.1%} |")
+    reads_table(args.cases.split(","))
     eval_table()
 
 

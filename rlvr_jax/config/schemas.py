@@ -97,6 +97,9 @@ class SamplingConfig:
     top_k: int = 0  # 0 disables top-k
     top_p: float = 1.0  # 1.0 disables nucleus filtering
     max_new_tokens: int = 5  # response budget, EOS included
+    # > 1: the one-turn decode loop in this many phases, each attending over the cache slots
+    # it can have filled so far, not all prompt + response slots (sampling.make_sampler).
+    decode_phases: int = 1
 
     def check(self, key: str = "sampling") -> None:
         _check(self.temperature > 0.0, f"{key}.temperature",
@@ -106,6 +109,7 @@ class SamplingConfig:
         _check(self.top_k >= 0, f"{key}.top_k", "must be >= 0 (0 disables)")
         _check(0.0 < self.top_p <= 1.0, f"{key}.top_p", "must be in (0, 1]")
         _check(self.max_new_tokens >= 1, f"{key}.max_new_tokens", "must be >= 1")
+        _check(self.decode_phases >= 1, f"{key}.decode_phases", "must be >= 1")
 
 
 @dataclass

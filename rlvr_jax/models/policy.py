@@ -358,27 +358,39 @@ class Decoder(nn.Module):
         cache = KVCache(jnp.pad(k, pad), jnp.pad(v, pad), jnp.pad(valid_B_L, pad[1:3]))
         return self.head(self.norm(x[:, -1])), cache
 
-    def _over_cache(self, x, rope, cache: KVCache, mask, method: str):
-        """Every block's `method` (decode / extend) over new tokens `x` and its cached layer:
-        -> (x, (the new tokens' keys [N, ...], values [N, ...]))."""
+    def _over_cache(self, x, rope, cache: KVCache, mask, method: str,
+                    attend_slots: int | None = None):
+        """Every block's `method` (decode / extend) over new tokens `x` and its cached layer
+        (its first `attend_slots` slots only, when given): -> (x, (the new tokens' keys
+        [N, ...], values [N, ...]))."""
         block = Block(self.cfg, parent=None)
+        s = attend_slots or cache.valid_B_S.shape[1]
 
         def body(x, layer):
+            # The prefix is cut here, after the scan's slice of the layer: XLA merges the two
+            # into one slice of the filled slots (cut before the scan, the whole stack's
+            # prefix was copied first).
             params, k_B_S_K_H, v_B_S_K_H = layer
-            return block.apply({"params": params}, x, rope, k_B_S_K_H, v_B_S_K_H, mask,
-                               method=method)
+            return block.apply({"params": params}, x, rope, k_B_S_K_H[:, :s], v_B_S_K_H[:, :s],
+                               mask, method=method)
 
         return jax.lax.scan(body, x, (self.stack.value, cache.k_N_B_S_K_H, cache.v_N_B_S_K_H))
 
-    def decode_step(self, token_B, valid_B, rope_B, cache: KVCache, index):
+    def decode_step(self, token_B, valid_B, rope_B, cache: KVCache, index,
+                    attend_slots: int | None = None):
         """One token per row into slot `index` (a traced int): -> (logits_B_V, cache).
         `valid_B` False marks a pad token (a finished row), which no later query attends to.
-        `rope_B`: the (cos, sin) tables [B, D/2] at each row's position (`rope_for`)."""
-        slots = cache.valid_B_S.shape[1]
-        mask_B_1_S = ((jnp.arange(slots) < index)[None, :] & cache.valid_B_S)[:, None, :]
+        `rope_B`: the (cos, sin) tables [B, D/2] at each row's position (`rope_for`).
+        `attend_slots` (static): the query reads only the cache's first slots (the caller
+        keeps index <= attend_slots): attention's reads grow with the filled slots, not the
+        cache's size (the sampler's phases, sampling.py)."""
+        slots = attend_slots or cache.valid_B_S.shape[1]
+        mask_B_1_S = ((jnp.arange(slots) < index)[None, :]
+                      & cache.valid_B_S[:, :slots])[:, None, :]
         rope_B_1 = tuple(r[:, None, :] for r in rope_B)
         x, (k_N_B_1_K_H, v_N_B_1_K_H) = self._over_cache(
-            self.embed_tokens(token_B[:, None]), rope_B_1, cache, mask_B_1_S, "decode")
+            self.embed_tokens(token_B[:, None]), rope_B_1, cache, mask_B_1_S, "decode",
+            attend_slots)
         write = lambda c, new: jax.lax.dynamic_update_slice(c, new.astype(c.dtype),
                                                             (0, 0, index, 0, 0))
         cache = KVCache(write(cache.k_N_B_S_K_H, k_N_B_1_K_H),
@@ -386,7 +398,6 @@ class Decoder(nn.Module):
                         jax.lax.dynamic_update_slice(cache.valid_B_S, valid_B[:, None],
                                                      (0, index)))
         return self.head(self.norm(x[:, 0])), cache
-
 
     def extend(self, tokens_B_O, valid_B_O, cache: KVCache, index_B, position_B):
         """O tokens per row into slots index_B + [0, O), each row at its own slot (a
@@ -416,6 +427,17 @@ class Decoder(nn.Module):
                         write(cache.v_N_B_S_K_H, v_N_B_O_K_H, index_B),
                         valid(cache.valid_B_S, valid_B_O, index_B))
         return self.norm(x), cache
+
+
+def for_compute(params, cfg: ModelConfig):
+    """The params' floating leaves cast to the compute dtype: every use casts them to it
+    anyway (`project`, RMSNorm, the embedding), so the model computes the same values, and a
+    decode loop that reads the weights every step reads the compute dtype's bytes (half of
+    float32 params' in bfloat16) and converts nothing. The samplers call it once per call,
+    before their loops."""
+    dt = jnp.dtype(cfg.compute_dtype)
+    return jax.tree.map(lambda x: x.astype(dt) if jnp.issubdtype(x.dtype, jnp.floating)
+                        else x, params)
 
 
 def init_params(model: Decoder, key: jax.Array) -> dict:
