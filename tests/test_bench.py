@@ -35,3 +35,10 @@ def test_efficiency_tables():
     text = _run("experiments/bench/efficiency.py", "--cases", "math_grpo")
     assert "| math_grpo | 64 x 8 |" in text and "(8.00x)" in text
     assert "| 1319 | 128 |" in text
+    assert "| math_grpo | 5,632 | 2,944 | 47.7% |" in text  # the update's repeated prompts
+
+
+def test_decode_phases_bench_at_toy_sizes():
+    text = _run("experiments/bench/decode_phases.py", "--model", "toy", "--repeats", "1",
+                "--batch", "4", "--prompt", "4", "--new-tokens", "8", "--phases", "1,4")
+    assert "| 4 |" in text and text.count("True") == 2

@@ -24,8 +24,10 @@ from rlvr_jax.config import ModelConfig
 from rlvr_jax.models.policy import Decoder, init_params
 from rlvr_jax.sampling import make_sampler
 
-SMALL = dict(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4,
-             intermediate_size=1536, tie_embeddings=True)
+SIZES = {"small": dict(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4,
+                       intermediate_size=1536, tie_embeddings=True),
+         "toy": dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                     intermediate_size=64, tie_embeddings=True)}  # tests/test_bench.py
 
 
 def main() -> None:
@@ -35,8 +37,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--prompt", type=int, default=64)
     ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--model", default="small", choices=sorted(SIZES))
     args = ap.parse_args()
-    model = Decoder(ModelConfig(**SMALL), 512)
+    model = Decoder(ModelConfig(**SIZES[args.model]), 512)
     params = init_params(model, jax.random.key(0))
     b, l = args.batch, args.prompt
     prompt = jax.random.randint(jax.random.key(1), (b, l), 2, 512)
@@ -55,7 +58,7 @@ def main() -> None:
             jax.block_until_ready(samplers[f](params, prompt, mask, jax.random.key(2)))
             times[f].append(time.perf_counter() - t0)
     base = statistics.median(times[settings[0]])
-    print(f"small model, {b} rows, {l} + {args.new_tokens} tokens, {jax.default_backend()}, "
+    print(f"{args.model} model, {b} rows, {l} + {args.new_tokens} tokens, {jax.default_backend()}, "
           f"{args.repeats} alternating repeats")
     print("| phases | first call s | rollout s (median) | vs one loop | same tokens |")
     print("|---|---|---|---|---|")

@@ -11,8 +11,9 @@ Columns: the prefill's FLOPs (all rows), the whole rollout's at the full respons
 evaluation's useful row-steps on long-tailed lengths, static batches against continuous
 batching (rlvr_jax/continuous.py's own schedule, simulated on the lengths). Between them,
 the bytes the decode steps read (weights and attended cache slots, from shapes) against the
-minimum, for the presets that compute in bfloat16. Not measured here: the update's repeated
-prompt positions; the compiled decode step's own traffic (gpu.py, on a GPU).
+minimum, for the presets that compute in bfloat16; the update's positions, each prompt G
+times against once. Not measured here: the compiled decode step's own traffic (gpu.py, on a
+GPU).
 """
 
 from __future__ import annotations
@@ -131,6 +132,20 @@ def reads_table(names) -> None:
             f"{x / 1e9:.0f} ({x / low:.2f}x)" for x, _ in cells) + f" | {low / 1e9:.0f} |")
 
 
+def update_positions_table(names) -> None:
+    """The update's forward and backward run over every row's L + R positions: each prompt's
+    L positions G times. Counted from shapes: the positions computed per step now, with each
+    prompt once (P x L + B x R), and the waste's share (issue 29 item 5, not built yet)."""
+    print("\n| preset | update positions per step: now | each prompt once | repeated share |")
+    print("|---|---|---|---|")
+    for name in names:
+        c = CASES[name]
+        b = c.prompts * c.group
+        now = b * (c.prompt_len + c.response_len)
+        once = c.prompts * c.prompt_len + b * c.response_len
+        print(f"| {name} | {now:,} | {once:,} | {1 - once / now:.1%} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", default=",".join(CASES))
@@ -146,6 +161,7 @@ def main() -> None:
               f"{all_b / 1e12:.4g} -> {all_a / 1e12:.4g} ({all_b / all_a:.3f}x) | "
               f"{pre_b / all_b:.1%} -> {pre_a / all_a:.1%} |")
     reads_table(args.cases.split(","))
+    update_positions_table(args.cases.split(","))
     eval_table()
 
 
