@@ -1,5 +1,6 @@
 """The benchmark scripts run (experiments/bench/): gpu.py at toy sizes on CPU writes its JSON
-with every field a GPU session reads; efficiency.py prints its tables. Numbers are not
+with every field a GPU session reads; efficiency.py prints its tables; update.py and
+decode_phases.py run at toy sizes. Numbers are not
 asserted: they are measurements, not tests."""
 
 import json
@@ -36,6 +37,13 @@ def test_efficiency_tables():
     assert "| math_grpo | 64 x 8 |" in text and "(8.00x)" in text
     assert "| 1319 | 128 |" in text
     assert "| math_grpo | 5,632 | 2,944 | 47.7% |" in text  # the update's repeated prompts
+
+
+def test_update_bench_at_toy_sizes():
+    pytest.importorskip("torch")
+    text = _run("experiments/bench/update.py", "--model", "toy", "--repeats", "1", "--batch",
+                "8")
+    assert "| torch, TRL's GRPO loss |" in text and "| ours, layers unrolled |" in text
 
 
 def test_decode_phases_bench_at_toy_sizes():
