@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 import jax
@@ -160,8 +161,14 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
     last = run_scaffold.last_step(loop.step, cfg.num_steps, cfg.stop_after_steps)
     off = cfg.rollout.off_policy_steps
     ahead = rollouts.fresh(off, rollouts.restore(ckpt, loop.step, state.params, off, snapshot))
+    # A producer thread where the sampler has its own devices (one process, one turn): batch
+    # k+d is sampled there while update k runs on the trainer's (rollouts.py).
+    producer = (ThreadPoolExecutor(1, thread_name_prefix="producer")
+                if off and sampler is not policy and jax.process_count() == 1 and env is None
+                else None)
     take = partial(rollouts.take, begin=begin, finish=finish, snapshot=snapshot,
-                   off_policy_steps=off, last=last)
+                   off_policy_steps=off, last=last,
+                   run=producer.submit if producer else rollouts.inline)
     update_flops = 0.0
     for step in range(loop.step, last):
         if stop_requested():  # it came during the warm start or an evaluation: stop here
@@ -217,11 +224,14 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
             break
         if (cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0
                 and step + 1 < cfg.num_steps):  # the last step gets the final evaluation
+            rollouts.settle(ahead)  # a producer thread's sampling first
             result = held_out(sampler_params(state.params), eval_key)
             tracker.log(step + 1, {f"eval/{k}": v for k, v in result.items()})
             tracker.write(run_scaffold.eval_line(step + 1, result))
 
     rollouts.drop(ahead)  # batches in flight at a stop: their snapshots are checkpointed
+    if producer is not None:
+        producer.shutdown(wait=True)
     tracker.end_progress()
     if last < cfg.num_steps or stop_requested():
         return run_scaffold.stopped(ckpt, tracker, write_wall,

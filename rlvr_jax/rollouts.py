@@ -16,12 +16,16 @@ At step k, `take`:
      handed to the worker processes, not waited for (stages.start_sampling);
   3. finishes batch k (started d steps ago): waits for its verdicts, which ran while the
      updates in between did, and scores it (stages.finish_sampling, stages.score).
-Everything runs on the calling thread in this order, so several processes issue their
-collectives in one order (a producer thread would let each process interleave the sampler's
-and the update's programs differently, and deadlock). What overlaps is what the issue of
-speed is on a code task: the sandbox's verification of batch k+d (worker processes) against
+By default everything runs on the calling thread in this order, so several processes issue
+their collectives in one order (a producer thread would let each process interleave the
+sampler's and the update's programs differently, and deadlock). What overlaps then is what
+costs time on a code task: the sandbox's verification of batch k+d (worker processes) against
 update k (devices). Multi-turn episodes run their tool calls inside step 2, so with an
-environment only the final verification overlaps.
+environment only the final verification overlaps. Where the sampler has devices of its own
+(`rollout.sampler_devices`) in a one-process, one-turn run, step 2 runs on a producer thread
+(`run=executor.submit`): batch k+d is sampled on the sampler's devices while update k runs on
+the trainer's; the loop lets it finish (`settle`) before it evaluates with the same samplers.
+The tokens and the schedule are the same either way (tested).
 
 With d = 0, `take` is `start` then `finish` of batch k from the state's own params: the
 synchronous loop, bitwise (no copy is made).
@@ -68,27 +72,44 @@ class Ahead(NamedTuple):
     """The producer's state between steps (after step k, with d = off_policy_steps)."""
 
     behind: Optional[tuple]  # params snapshots theta_{k+1-d} .. theta_k; None: not made yet
-    started: tuple  # Started batches k+1 .. k+d (empty after a resume: they are redone)
+    started: tuple  # futures of the Started batches k+1 .. k+d (empty after a resume)
+
+
+class Now:
+    """`begin`'s result when it runs on the loop's thread: already there."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+def inline(fn, *args) -> Now:
+    """Run `fn` now, on the calling thread (`take`'s default `run`)."""
+    return Now(fn(*args))
 
 
 def take(ahead: Ahead, step: int, params, *, begin: Callable[[int, Any, int], Started],
          finish: Callable[[Started], Made], snapshot: Callable[[Any], Any],
-         off_policy_steps: int, last: int) -> tuple[Ahead, Made]:
+         off_policy_steps: int, last: int, run: Callable = inline) -> tuple[Ahead, Made]:
     """-> (ahead, batch `step`). `begin(j, params, version)` starts batch j from `params`
     (the state's, or a snapshot); `finish` waits for it and scores it; `snapshot(params)` is
-    a copy the producer owns; `last`: this invocation's end (no batch is started past it)."""
+    a copy the producer owns; `last`: this invocation's end (no batch is started past it).
+    `run(begin, *args)` -> its future: `inline` (the loop's thread) or a one-thread executor's
+    `submit` (`producer`), which starts batch k+d while `take` returns and update k runs."""
     d = off_policy_steps
     if d == 0:
         return ahead, finish(begin(step, params, step))
     behind, started = ahead
     if not started:  # the run's first step, or a resume: batches step .. step+d-1 are redone
         behind = behind if behind is not None else (snapshot(params),) * d
-        started = tuple(begin(j, behind[j - step], max(0, j - d))
+        started = tuple(run(begin, j, behind[j - step], max(0, j - d))
                         for j in range(step, min(step + d, last)))
     now = snapshot(params)  # theta_step, before the update donates it
     if step + d < last:
-        started = started + (begin(step + d, now, step),)
-    return Ahead(behind[1:] + (now,), started[1:]), finish(started[0])
+        started = started + (run(begin, step + d, now, step),)
+    return Ahead(behind[1:] + (now,), started[1:]), finish(started[0].result())
 
 
 def fresh(off_policy_steps: int, restored: Optional[Sequence] = None) -> Ahead:
@@ -119,10 +140,22 @@ def restore(ckpt, step: int, params, off_policy_steps: int,
     return got if got is not None and len(got) == off_policy_steps else None
 
 
+def settle(ahead: Ahead) -> None:
+    """Wait until the batches in flight are sampled and handed to the verifier (a producer
+    thread's work), before the loop's thread samples with the same generators itself (an
+    evaluation)."""
+    for future in ahead.started:
+        future.result()
+
+
 def drop(ahead: Ahead) -> None:
-    """Cancel the queued verification of batches started but never to be finished (the run
-    stops early: a resume samples them again), so closing the verifier does not wait for
-    them."""
-    for started in ahead.started:
-        for future in getattr(started.sampling, "futures", ()):
-            future.cancel()
+    """Let go of batches started but never to be finished (the run stops early: a resume
+    samples them again): wait for a producer thread's sampling to end, then cancel their
+    queued verification, so that closing the verifier does not wait for it."""
+    for future in ahead.started:
+        try:
+            started = future.result()
+        except Exception:  # noqa: BLE001 (a batch nobody will train on: its error is moot)
+            continue
+        for verdicts in getattr(started.sampling, "futures", ()):
+            verdicts.cancel()

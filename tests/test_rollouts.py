@@ -99,7 +99,7 @@ def test_a_producer_failure_ends_the_step_and_no_batch_is_reused():
     before = ahead
     with pytest.raises(RuntimeError, match="batch 3"):
         rollouts.take(ahead, 2, "theta2", **kw)
-    assert before.started[0].problems == [2]  # still the one batch in flight
+    assert before.started[0].result().problems == [2]  # still the one batch in flight
 
 
 def test_the_producers_snapshot_survives_the_updates_donation():
@@ -172,12 +172,25 @@ def test_a_verification_failure_in_an_async_run_ends_it_with_its_error(tmp_path,
 
 
 @pytest.mark.slow
-def test_the_sampler_on_its_own_devices_trains_as_on_shared_ones(tmp_path):
+def test_the_sampler_on_its_own_devices_trains_as_on_shared_ones(tmp_path, monkeypatch):
     """4 + 4 of the 8 devices against all 8 shared: the same tokens (rewards), the same
-    params to float32 rounding (the update's data-parallel sums run over 4 devices, not 8)."""
+    params to float32 rounding (the update's data-parallel sums run over 4 devices, not 8).
+    Split, the batches ahead are sampled on the producer thread (while the update runs)."""
+    import threading
+
+    from rlvr_jax import stages
+
     overrides = ASYNC + [f"warmup.shared_dir={tmp_path / 'warm'}"]
     shared = jobs.run(run_config(overrides, tmp_path / "shared"))
+    real, threads = stages.begin, []
+
+    def begin(*args, **kw):
+        threads.append(threading.current_thread().name)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(stages, "begin", begin)
     split = jobs.run(run_config(overrides + ["rollout.sampler_devices=4"], tmp_path / "split"))
+    assert sum(t.startswith("producer") for t in threads) == 4  # batches 0 (start) .. 3
     a, b = _steps(tmp_path / "shared"), _steps(tmp_path / "split")
     assert [r["reward/mean"] for r in a] == [r["reward/mean"] for r in b]
     np.testing.assert_allclose([r["train/loss"] for r in a], [r["train/loss"] for r in b],
