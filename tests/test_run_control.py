@@ -97,16 +97,20 @@ def test_a_command_that_fails_on_its_config_leaves_no_directory(tmp_path):
     assert left == []
 
 
-def test_sigterm_checkpoints_and_the_rerun_matches_an_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("extra", [[], ["rollout.off_policy_steps=1",
+                                         "algo.loss.correction=token"]],
+                         ids=["sync", "async"])
+def test_sigterm_checkpoints_and_the_rerun_matches_an_uninterrupted_run(tmp_path, extra):
     """SIGTERM after step 2 of 6: exit 0 with one line, a checkpoint, no orbax temp files;
-    the rerun ends bitwise where a run without the signal ends."""
+    the rerun ends bitwise where a run without the signal ends. Asynchronous: the batch in
+    flight at the signal is abandoned and sampled again from its checkpointed snapshot."""
     steps = 6
     whole = tmp_path / "whole"
-    assert _train(_cmd(tmp_path, steps) + [f"hydra.run.dir={whole}"]).returncode == 0
+    assert _train(_cmd(tmp_path, steps) + extra + [f"hydra.run.dir={whole}"]).returncode == 0
     cut = tmp_path / "cut"
     proc = subprocess.Popen([sys.executable, "-m", "rlvr_jax.train", *_cmd(tmp_path, steps),
-                             f"hydra.run.dir={cut}"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                             *extra, f"hydra.run.dir={cut}"], cwd=ROOT, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:  # wait for step 2's row
         if (cut / "metrics.jsonl").exists() and 2 in _steps(cut)[0]:
@@ -119,7 +123,9 @@ def test_sigterm_checkpoints_and_the_rerun_matches_an_uninterrupted_run(tmp_path
     stopped_at = max(int(d) for d in os.listdir(cut / "checkpoints") if d.isdigit())
     assert 2 <= stopped_at < steps
     assert not list(cut.rglob("*.orbax-checkpoint-tmp*"))
-    rerun = _train(_cmd(tmp_path, steps) + [f"hydra.run.dir={cut}"])
+    if extra:
+        assert (cut / "checkpoints" / str(stopped_at) / "behind").is_dir()
+    rerun = _train(_cmd(tmp_path, steps) + extra + [f"hydra.run.dir={cut}"])
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
                  _final_params(cut, steps), _final_params(whole, steps))
