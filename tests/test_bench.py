@@ -28,6 +28,7 @@ def test_gpu_script_at_toy_sizes(tmp_path):
     _run("experiments/bench/gpu.py", "--toy", "--out", str(out))
     r = json.loads(out.read_text())
     assert r["sampler"]["tokens_per_s"] > 0 and r["update"]["seconds"] > 0
+    assert r["sampler_4_phases"]["same_tokens"]
     assert r["memory"]["predicted_gb"] > 0 and "measured_peak_gb" in r["memory"]
     assert r["decode_step"]["bytes_accessed_gb"] > 0 and r["decode_step"]["minimum_gb"] > 0
 

@@ -2,7 +2,8 @@
 gsm8k_grpo preset's shapes with random weights (Qwen2.5-0.5B, 32 prompts x 8 samples, 256
 prompt + 512 response tokens, bfloat16 compute), on one device:
 
-  * the sampler: generated tokens/s and the rollout's MFU (each prompt prefilled once);
+  * the sampler: generated tokens/s and the rollout's MFU (each prompt prefilled once), and
+    with the preset's 4 decode phases (attention over the filled slots; the same tokens);
   * the RL update (GRPO, KL on, 8 microbatches): step time and MFU;
   * memory: the compiled update's own prediction (arguments + outputs + temporaries, what
     experiments/bench/memory.py reports from a CPU compile) against the device's measured
@@ -82,6 +83,14 @@ def measure(size: str) -> dict:
     flops = perf.rollout_flops(per_row, [(b, r - 1)], group_size=g)
     out["sampler"] = {"seconds": seconds, "tokens_per_s": tokens / seconds,
                       "tflops": flops / 1e12, "mfu": perf.mfu(flops, seconds, [device])}
+    # The preset's decode phases (attention over the filled slots only): same tokens, fewer reads.
+    phased = make_sampler(model, max_new_tokens=r, eos_id=-1, pad_id=0, temperature=1.0,
+                          group_size=g, phases=4)
+    rollout4, seconds4 = timed(phased, ref, prompt, pmask, jax.random.key(1))
+    out["sampler_4_phases"] = {
+        "seconds": seconds4, "tokens_per_s": tokens / seconds4,
+        "same_tokens": bool(np.array_equal(np.asarray(rollout4.tokens_B_R),
+                                           np.asarray(rollout.tokens_B_R)))}
 
     # ---------------------------------------------------------------- update
     tx = optax.adamw(1e-6)
