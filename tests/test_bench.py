@@ -44,7 +44,7 @@ def test_update_bench_at_toy_sizes():
     pytest.importorskip("torch")
     text = _run("experiments/bench/update.py", "--model", "toy", "--repeats", "1", "--batch",
                 "8")
-    assert "| torch, TRL's GRPO loss |" in text and "| ours, layers unrolled |" in text
+    assert "| torch, TRL's GRPO loss |" in text and "remat dots (model=small now)" in text
 
 
 def test_decode_phases_bench_at_toy_sizes():
