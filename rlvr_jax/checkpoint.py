@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -181,8 +182,8 @@ class Checkpointer:
         """Checkpoint `step`'s asynchronous-rollout snapshots onto `abstract`'s shardings, or
         None when it has none (saved by a synchronous run)."""
         path = os.path.join(self.directory, str(step))
-        if not os.path.isdir(os.path.join(path, "behind")):
-            return None
+        if _saved_list_length(os.path.join(path, "behind")) != len(abstract):
+            return None  # none saved, or another count (a resume that changed it)
         try:
             with _quiet_leftovers():
                 out = self._manager.restore(step, args=ocp.args.Composite(
@@ -251,6 +252,17 @@ def read_policy_params(run_dir: str, step: Optional[int] = None) -> tuple[Any, i
     if "policy" not in params:
         raise CheckpointError(f"{run_dir}: its checkpoints hold no policy (a reward-model run?)")
     return params["policy"], step
+
+
+def _saved_list_length(path: str) -> int:
+    """How many entries the list saved at `path` (a StandardSave item) holds, from its tree
+    metadata; 0 when there is none."""
+    try:
+        with open(os.path.join(path, "_METADATA")) as f:
+            tree = json.load(f)["tree_metadata"]
+    except (OSError, ValueError, KeyError):
+        return 0
+    return len({v["key_metadata"][0]["key"] for v in tree.values()})
 
 
 WARMSTART_POINTER = "warmstart_dir.txt"

@@ -136,8 +136,7 @@ def restore(ckpt, step: int, params, off_policy_steps: int,
         return None
     like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
                         snapshot(params))
-    got = ckpt.restore_behind(step, [like] * off_policy_steps)
-    return got if got is not None and len(got) == off_policy_steps else None
+    return ckpt.restore_behind(step, [like] * off_policy_steps)
 
 
 def settle(ahead: Ahead) -> None:

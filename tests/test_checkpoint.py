@@ -17,6 +17,29 @@ def _state():
     return TrainState(jnp.int32(7), params, {"mu": jnp.zeros((8, 2))})
 
 
+def test_async_snapshots_are_saved_with_the_state_and_restored_by_count(tmp_path):
+    """Asynchronous rollouts' params snapshots (rollouts.py) go in the checkpoint as their own
+    item; restored onto the given shardings when their count is the run's, else None (a
+    synchronous checkpoint, or a resume that changed rollout.off_policy_steps)."""
+    mesh = make_mesh(data=1, fsdp=8)
+    state = jax.device_put(_state(), state_shardings(_state(), mesh))
+    snaps = tuple(jax.tree.map(lambda x: x + i, {"policy": state.params}) for i in (1, 2))
+    ckpt = Checkpointer(str(tmp_path), every_steps=1, max_to_keep=3)
+    loop = LoopState(1, 0, np.zeros(2, np.uint32))
+    ckpt.maybe_save(1, state, loop)
+    ckpt.maybe_save(2, state, loop._replace(step=2), behind=snaps)
+    ckpt.close()
+    again = Checkpointer(str(tmp_path), every_steps=1, max_to_keep=3)
+    like = [abstract_like(snaps[0])] * 2
+    assert again.restore_behind(1, like) is None  # saved by a synchronous step
+    assert again.restore_behind(2, like[:1]) is None  # another count
+    got = again.restore_behind(2, like)
+    for a, b in zip(got, snaps):
+        np.testing.assert_array_equal(np.asarray(a["policy"]["w"]), np.asarray(b["policy"]["w"]))
+        assert a["policy"]["w"].sharding == b["policy"]["w"].sharding
+    again.close()
+
+
 def test_save_restore_roundtrip_onto_fsdp_mesh(tmp_path):
     mesh = make_mesh(data=1, fsdp=8)
     state = jax.device_put(_state(), state_shardings(_state(), mesh))
