@@ -31,6 +31,7 @@ from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder, init_params
 from rlvr_jax.sampling import make_sampler
 from rlvr_jax.continuous import make_continuous_sampler
+from rlvr_jax.rollouts import copy_policy
 from rlvr_jax.turn_sampler import make_turn_sampler
 from rlvr_jax.tasks import registry as task_registry
 from rlvr_jax.tasks.base import Task
@@ -157,10 +158,8 @@ def sampler_placement(trainer: Policy, sampler: Policy, ref_params):
     donates the state's buffers), `ref` the reference params there (LoRA's frozen base). On
     shared devices the snapshot is a copy on them; on the sampler's own devices, the transfer
     is the copy."""
-    from rlvr_jax import rollouts
-
     if sampler is trainer:
-        return (lambda p: {"policy": p["policy"]}), rollouts.copy_policy, ref_params
+        return (lambda p: {"policy": p["policy"]}), copy_policy, ref_params
 
     def place(params):
         tree = {"policy": params["policy"]}

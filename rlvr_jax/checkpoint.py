@@ -147,7 +147,7 @@ class Checkpointer:
         return self._manager.latest_step()
 
     def maybe_save(self, step: int, state: TrainState, loop: LoopState, force: bool = False,
-                   behind: tuple = ()) -> bool:
+                   behind: Optional[tuple] = ()) -> bool:
         """Save after `step` completed steps when due (every N) or forced; returns whether saved.
         `behind`: asynchronous rollouts' params snapshots (rollouts.py), saved with the state."""
         if not force and step % self.every_steps:

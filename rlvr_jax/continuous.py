@@ -16,8 +16,9 @@ the key, its index, the column), so its tokens are the static sampler's for the 
 as far as the logits agree: the rows here attend through `extend` (the reference attention),
 the static sampler through `decode_step`'s, which differ in the last float bits on CPU.
 
-Used by evaluation (`eval.decode_rows`); the asynchronous producer (issue 30) is its other
-intended caller.
+Used by evaluation (`eval.decode_rows`). The RL step's batches, asynchronous ones included
+(rollouts.py), still come from the static sampler: a step trains on all of its sequences at
+once, so refilling rows would only pay if sequences streamed across steps.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 import jax
@@ -161,11 +160,8 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
     last = run_scaffold.last_step(loop.step, cfg.num_steps, cfg.stop_after_steps)
     off = cfg.rollout.off_policy_steps
     ahead = rollouts.fresh(off, rollouts.restore(ckpt, loop.step, state.params, off, snapshot))
-    # A producer thread where the sampler has its own devices (one process, one turn): batch
-    # k+d is sampled there while update k runs on the trainer's (rollouts.py).
-    producer = (ThreadPoolExecutor(1, thread_name_prefix="producer")
-                if off and sampler is not policy and jax.process_count() == 1 and env is None
-                else None)
+    # Batch k+d sampled on the sampler's own devices while update k runs, where that is safe.
+    producer = rollouts.producer(off, sampler is not policy, jax.process_count(), env is None)
     take = partial(rollouts.take, begin=begin, finish=finish, snapshot=snapshot,
                    off_policy_steps=off, last=last,
                    run=producer.submit if producer else rollouts.inline)
@@ -173,7 +169,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
     for step in range(loop.step, last):
         if stop_requested():  # it came during the warm start or an evaluation: stop here
             if step > 0:
-                ckpt.maybe_save(step, state, loop, force=True, behind=ahead.behind or ())
+                ckpt.maybe_save(step, state, loop, force=True, behind=ahead.behind)
             last = step
             break
         t0 = time.perf_counter()

@@ -23,7 +23,7 @@ costs time on a code task: the sandbox's verification of batch k+d (worker proce
 update k (devices). Multi-turn episodes run their tool calls inside step 2, so with an
 environment only the final verification overlaps. Where the sampler has devices of its own
 (`rollout.sampler_devices`) in a one-process, one-turn run, step 2 runs on a producer thread
-(`run=executor.submit`): batch k+d is sampled on the sampler's devices while update k runs on
+(`producer`; its `submit` is `take`'s `run`): batch k+d is sampled on the sampler's devices while update k runs on
 the trainer's; the loop lets it finish (`settle`) before it evaluates with the same samplers.
 The tokens and the schedule are the same either way (tested).
 
@@ -40,6 +40,7 @@ params (with LoRA, of its adapters).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
@@ -110,6 +111,17 @@ def take(ahead: Ahead, step: int, params, *, begin: Callable[[int, Any, int], St
     if step + d < last:
         started = started + (run(begin, step + d, now, step),)
     return Ahead(behind[1:] + (now,), started[1:]), finish(started[0].result())
+
+
+def producer(off_policy_steps: int, own_devices: bool, processes: int,
+             one_turn: bool) -> Optional[ThreadPoolExecutor]:
+    """The producer thread `take` starts batches on (its `submit` is `run`), or None for the
+    loop's own thread: only with batches ahead, the sampler on devices of its own, one
+    process (several would interleave their collectives differently) and one turn (episodes
+    share the environment's tool pool with evaluation). The caller shuts it down."""
+    if off_policy_steps and own_devices and processes == 1 and one_turn:
+        return ThreadPoolExecutor(1, thread_name_prefix="producer")
+    return None
 
 
 def fresh(off_policy_steps: int, restored: Optional[Sequence] = None) -> Ahead:

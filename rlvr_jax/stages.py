@@ -1,6 +1,7 @@
 """The stages of one RL step, each a function the loop calls on one line (rlvr_jax/loop.py):
 prompts -> sample | verify -> score (begun and finished by rollouts.take, at the step or
-ahead of it) -> select -> advantages; plus the KL controller and the step's timing row. Host-side glue around the jitted pieces; each takes the values it uses
+ahead of it) -> select -> advantages; plus the KL controller and the step's timing row.
+Host-side glue around the jitted pieces; each takes the values it uses
 (the loop binds the run's settings once with functools.partial)."""
 
 from __future__ import annotations
