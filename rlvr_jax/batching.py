@@ -70,7 +70,13 @@ def truncated(tokens_B_R: np.ndarray, mask_B_R: np.ndarray, eos_id: int) -> np.n
 def groups_from_rollout(prompt_B_L, prompt_mask_B_L, tokens_B_R, logp_B_R, mask_B_R,
                         loss_mask_B_R, rewards_B, group_size: int,
                         turn_rewards_B_R=None) -> Groups:
-    """Host arrays in P_G order -> Groups [B / G, G, ...] (no per-turn rewards: zeros)."""
+    """Host arrays in P_G order -> Groups [B / G, G, ...] (no per-turn rewards: zeros). A
+    group is G samples of one prompt: the sampler and the update compute it once per group."""
+    same = lambda x: (lambda x_P_G_L: (x_P_G_L == x_P_G_L[:, :1]).all())(
+        np.asarray(x).reshape(-1, group_size, np.shape(x)[1]))
+    if not (same(prompt_B_L) and same(prompt_mask_B_L)):
+        raise ValueError("rows of one group have different prompts: a group is G samples of "
+                         "one prompt, in P_G order")
     if turn_rewards_B_R is None:
         turn_rewards_B_R = np.zeros(np.shape(mask_B_R), np.float32)
     g = lambda x: np.asarray(x).reshape(-1, group_size, *np.shape(x)[1:])

@@ -276,8 +276,9 @@ def updates(policy: Policy, setup: TaskSetup, algo: AlgoConfig, temperature: flo
     state's shardings as out_shardings (one compile)."""
     model, repl = policy.model, sharding.replicated(policy.mesh)
     a, o = algo, algo.optim
+    group = a.samples_per_prompt if a.share_prompts else 1
     schedule = train_step.UpdateSchedule(a.epochs_per_rollout, a.minibatches_per_epoch,
-                                         a.microbatches)
+                                         a.microbatches, group)
     per_step = schedule.epochs * schedule.minibatches
     layout = a.ppo.critic if a.name == "ppo" else None
     rl_tx, rl_lr = optim.make_rl_optimizer(
@@ -330,7 +331,7 @@ def updates(policy: Policy, setup: TaskSetup, algo: AlgoConfig, temperature: flo
         ppo_prepare = train_step.make_ppo_prepare(
             model, prompt_len=setup.prompt_len, temperature=temperature, critic_layout=layout,
             gamma=p.gae_gamma, lam=p.gae_lambda, whiten_advantages=p.whiten_advantages,
-            kl_in_reward=p.kl_in_reward, kl_estimator=l.kl_estimator,
+            kl_in_reward=p.kl_in_reward, kl_estimator=l.kl_estimator, group_size=group,
             on_trace=counter(traces, "ppo_prepare"))
     return Updates(rl_tx, rl_step, init_rl_params, policy_params, ppo_prepare)
 

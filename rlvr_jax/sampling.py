@@ -23,7 +23,8 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rlvr_jax.models.policy import Decoder, KVCache, for_compute, rope_for
+from rlvr_jax.models.policy import Decoder, KVCache, for_compute
+from rlvr_jax.models.rope import rope_for
 from rlvr_jax.types import Rollout
 
 

@@ -47,25 +47,33 @@ class CriticOptions(NamedTuple):
 
 class UpdateSchedule(NamedTuple):
     """Optimizer updates per rollout: `epochs` x `minibatches` (a fresh random split each
-    epoch), each minibatch's gradient accumulated over `microbatches` equal slices."""
+    epoch), each minibatch's gradient accumulated over `microbatches` equal slices.
+
+    `group_size` G > 1: the rows come in groups of G samples of one prompt (P_G order), which
+    the splits keep whole (minibatches are random sets of groups, microbatch k takes groups k,
+    k + M, ...), and each group's prompt is computed once in every forward
+    (Decoder.response_hidden). 1: rows are split one by one and each computes its prompt."""
 
     epochs: int = 1
     minibatches: int = 1
     microbatches: int = 1
+    group_size: int = 1
 
 
 def response_logp(model: Decoder, params, tokens_B_T, input_mask_B_T, prompt_len: int,
-                  temperature: float, with_hidden: bool = False):
+                  temperature: float, with_hidden: bool = False, group_size: int = 1):
     """(logp_B_R, entropy_B_R) of the response tokens under softmax(logits / temperature); with
-    `with_hidden`, also the trunk's hidden states [B, T, D] (for a value head). The head runs on
-    the R positions that predict the response only (slots L-1 .. T-2), never the prompt's, in
-    chunks of `model.cfg.logits_chunk_tokens` tokens (losses.chunked_logp_and_entropy)."""
+    `with_hidden`, also the trunk's hidden states at those positions [B, R, D] (for a value
+    head). The head runs on the R positions that predict the response only (slots L-1 ..
+    T-2), never the prompt's, in chunks of `model.cfg.logits_chunk_tokens` tokens
+    (losses.chunked_logp_and_entropy). `group_size` G > 1: rows in groups of G sharing a prompt,
+    computed once (Decoder.response_hidden)."""
     apply = lambda method, *a: model.apply({"params": params}, *a, method=method)
-    hidden_B_T_D = apply("forward", tokens_B_T, input_mask_B_T)
+    hidden_B_R_D = apply("response_hidden", tokens_B_T, input_mask_B_T, prompt_len, group_size)
     logp_B_R, entropy_B_R = losses.chunked_logp_and_entropy(
-        hidden_B_T_D[:, prompt_len - 1: -1], lambda h: apply("head", h),
-        tokens_B_T[:, prompt_len:], temperature, model.cfg.logits_chunk_tokens)
-    return (logp_B_R, entropy_B_R, hidden_B_T_D) if with_hidden else (logp_B_R, entropy_B_R)
+        hidden_B_R_D, lambda h: apply("head", h), tokens_B_T[:, prompt_len:], temperature,
+        model.cfg.logits_chunk_tokens)
+    return (logp_B_R, entropy_B_R, hidden_B_R_D) if with_hidden else (logp_B_R, entropy_B_R)
 
 
 FIRST_UPDATE = ("sampler_gap_mean", "sampler_gap_max")  # measured before any update moved
@@ -98,19 +106,19 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
     for `*_max`)."""
     if critic is not None and critic.layout not in ("separate", "head"):
         raise ValueError(f"unknown critic layout {critic.layout!r} (known: separate, head)")
-    epochs, minibatches, microbatches = schedule
+    epochs, minibatches, microbatches, g = schedule
 
     def loss_fn(params, ref_params, mb: TrainBatch, total: losses.Counts, actor_on):
         policy = (lora.merge(jax.lax.stop_gradient(ref_params), params["policy"]) if adapters
                   else params["policy"])
         logp_B_R, entropy_B_R, hidden = response_logp(
             model, policy, mb.tokens_B_T, mb.input_mask_B_T, prompt_len, temperature,
-            with_hidden=True)
+            with_hidden=True, group_size=g)
         ref_logp_B_R = None
         if loss.kl_coef > 0.0:
             ref_logp_B_R, _ = response_logp(model, jax.lax.stop_gradient(ref_params),
                                             mb.tokens_B_T, mb.input_mask_B_T, prompt_len,
-                                            temperature)
+                                            temperature, group_size=g)
         options = loss._asdict()
         correction, cap = options.pop("correction"), options.pop("is_cap")
         decoupled, w_metrics = {}, {}
@@ -131,7 +139,7 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
         if critic is not None:
             values_B_R = value_model.response_values(
                 model, params["value"], mb.tokens_B_T, mb.input_mask_B_T, prompt_len,
-                hidden_B_T_D=hidden if critic.layout == "head" else None)
+                hidden_B_R_D=hidden if critic.layout == "head" else None, group_size=g)
             v_loss, v_metrics = losses.value_loss(values_B_R, mb.old_values_B_R, mb.returns_B_R,
                                                   mb.response_mask_B_R, critic.value_clip, total)
             total_loss = total_loss + critic.vf_coef * v_loss
@@ -151,11 +159,11 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
         if microbatches == 1:
             (_, metrics), grads = grad_fn(state.params, ref_params, mb, total, actor_on)
         else:
-            # Microbatch k takes rows k, k + M, k + 2M, ...: each device holds a contiguous block
-            # of rows, so every microbatch is spread over all of them. Consecutive blocks put
-            # a whole microbatch on one device, and the scan then held it on every device.
-            micro = jax.tree.map(lambda x: x.reshape(-1, microbatches, *x.shape[1:])
-                                 .swapaxes(0, 1), mb)
+            # Microbatch k takes rows (groups) k, k + M, k + 2M, ...: each device holds a
+            # contiguous block of rows, so every microbatch is spread over all of them.
+            # Consecutive blocks put a whole microbatch on one device, and the scan then held
+            # it on every device.
+            micro = jax.tree.map(lambda x: strided(x, microbatches), mb)
             micro = jax.lax.with_sharding_constraint(
                 micro, sharding.microbatch_sharding(metrics_sharding.mesh))
 
@@ -170,31 +178,36 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
         state, opt_metrics = optim.apply_grads(state, grads, tx, lr_schedule, gate)
         return state, dict(metrics, **opt_metrics)
 
+    def strided(x, n):
+        """[B, ...] -> [n, B / n, ...]: slice k holds rows k, k + n, ... (groups of G rows
+        k, k + n, ... when G > 1)."""
+        return (x.reshape(-1, n, g, *x.shape[1:]).swapaxes(0, 1)
+                .reshape(n, -1, *x.shape[1:]))
+
+    def unstrided(x_n_b):
+        return (x_n_b.reshape(x_n_b.shape[0], -1, g, *x_n_b.shape[2:]).swapaxes(0, 1)
+                .reshape(-1, *x_n_b.shape[2:]))
+
     def proximal_logp(params, ref_params, batch: TrainBatch):
         """The policy's log-probs at these params over the whole batch, no gradient, in
         slices of one microbatch's rows (the update's own activation budget), strided as the
         microbatches are (slice k: rows k, k + n, ...), so each is spread over every device."""
         policy = (lora.merge(ref_params, params["policy"]) if adapters else params["policy"])
         n = minibatches * microbatches
-        rows = lambda x: x.reshape(-1, n, *x.shape[1:]).swapaxes(0, 1)
         logp_n_b_R = jax.lax.map(lambda tm: response_logp(model, policy, tm[0], tm[1],
-                                                          prompt_len, temperature)[0],
-                                 (rows(batch.tokens_B_T), rows(batch.input_mask_B_T)))
-        return jax.lax.stop_gradient(logp_n_b_R.swapaxes(0, 1).reshape(
-            batch.old_logp_B_R.shape))
+                                                          prompt_len, temperature,
+                                                          group_size=g)[0],
+                                 (strided(batch.tokens_B_T, n),
+                                  strided(batch.input_mask_B_T, n)))
+        return jax.lax.stop_gradient(unstrided(logp_n_b_R))
 
     def step(state: TrainState, ref_params, batch: TrainBatch, key, actor_on):
         on_trace()
         b = batch.tokens_B_T.shape[0]
-        assert b % (minibatches * microbatches) == 0, (b, minibatches, microbatches)
+        assert b % (g * minibatches * microbatches) == 0, (b, g, minibatches, microbatches)
         if epochs * minibatches == 1:
             return minibatch_update(state, ref_params, batch, actor_on)
-        # Row indices of each update: a fresh permutation per epoch, cut into minibatches.
-        if minibatches == 1:
-            idx_U_b = jnp.tile(jnp.arange(b), (epochs, 1))
-        else:
-            perms = [jax.random.permutation(jax.random.fold_in(key, e), b) for e in range(epochs)]
-            idx_U_b = jnp.concatenate(perms).reshape(epochs * minibatches, b // minibatches)
+        idx_U_b = update_rows(key, b, epochs, minibatches, g)
 
         def one_update(state, idx_b):
             mb = batch if minibatches == 1 else jax.tree.map(lambda x: x[idx_b], batch)
@@ -209,31 +222,50 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
     return jax.jit(step, donate_argnums=(0,), out_shardings=(state_sharding, metrics_sharding))
 
 
+def update_rows(key, rows: int, epochs: int, minibatches: int, group_size: int = 1):
+    """int32 [epochs x minibatches, rows / minibatches]: the rows of each update. Each epoch a
+    fresh permutation (of the rows, or of whole groups of `group_size` rows) from
+    fold_in(key, epoch), cut into minibatches; with one minibatch, every row in order."""
+    if minibatches == 1:
+        return jnp.tile(jnp.arange(rows), (epochs, 1))
+    n = rows // group_size
+    perms = [jax.random.permutation(jax.random.fold_in(key, e), n) for e in range(epochs)]
+    idx = jnp.concatenate(perms)
+    if group_size > 1:
+        idx = (idx[:, None] * group_size + jnp.arange(group_size)[None, :]).reshape(-1)
+    return idx.reshape(epochs * minibatches, rows // minibatches)
+
+
 def make_ppo_prepare(model: Decoder, *, prompt_len: int, temperature: float, critic_layout: str,
                      gamma: float, lam: float, whiten_advantages: bool, kl_in_reward: bool,
-                     kl_estimator: str = "k1", on_trace: Callable[[], None] = lambda: None):
+                     kl_estimator: str = "k1", group_size: int = 1,
+                     on_trace: Callable[[], None] = lambda: None):
     """Jitted `prepare(params, ref_params, batch, outcome_B, turn_rewards_B_R, kl_coef) ->
     (batch, metrics)`: the critic's values at sampling time, per-token rewards (outcome on the
     last token, an environment's per-turn rewards at their own tokens, minus
     `kl_coef` x the per-token KL estimate to the reference when `kl_in_reward`), GAE(gamma,
     lam) advantages (whitened over the batch's valid tokens if asked) and return targets.
-    `kl_coef` is traced, so an adaptive controller never recompiles."""
+    `kl_coef` is traced, so an adaptive controller never recompiles. `group_size`: as
+    UpdateSchedule's (each group's prompt computed once)."""
 
     def prepare(params, ref_params, batch: TrainBatch, outcome_B, turn_rewards_B_R, kl_coef):
         on_trace()
         hidden = None
         if critic_layout == "head":
             _, _, hidden = response_logp(model, params["policy"], batch.tokens_B_T,
-                                         batch.input_mask_B_T, prompt_len, temperature, True)
+                                         batch.input_mask_B_T, prompt_len, temperature, True,
+                                         group_size)
         values_B_R = value_model.response_values(model, params["value"], batch.tokens_B_T,
-                                                 batch.input_mask_B_T, prompt_len, hidden)
+                                                 batch.input_mask_B_T, prompt_len, hidden,
+                                                 group_size)
         m = batch.response_mask_B_R
         values_B_R = values_B_R * m
         kl_B_R = None
         metrics = {}
         if kl_in_reward:
             ref_logp_B_R, _ = response_logp(model, ref_params, batch.tokens_B_T,
-                                            batch.input_mask_B_T, prompt_len, temperature)
+                                            batch.input_mask_B_T, prompt_len, temperature,
+                                            group_size=group_size)
             kl_B_R = losses.kl_estimate(batch.old_logp_B_R, ref_logp_B_R, kl_estimator) * m
             metrics["kl_ref_per_seq"] = jnp.sum(kl_B_R) / losses.counts(m).num_seqs
         rewards_B_R = advantages.token_rewards(outcome_B, m, kl_B_R, kl_coef, turn_rewards_B_R)

@@ -34,12 +34,12 @@ def run_config(overrides=(), run_dir="."):
     return config_lib.to_run_config(cfg)
 
 
-def rl_step_options(critic=None, epochs=1, minibatches=1, microbatches=1, **loss):
+def rl_step_options(critic=None, epochs=1, minibatches=1, microbatches=1, group_size=1, **loss):
     """make_rl_step's option records from flat keywords (loss knobs, critic layout, schedule)."""
     from rlvr_jax.train_step import CriticOptions, LossOptions, UpdateSchedule
 
     return dict(loss=LossOptions(**loss), critic=CriticOptions(critic) if critic else None,
-                schedule=UpdateSchedule(epochs, minibatches, microbatches))
+                schedule=UpdateSchedule(epochs, minibatches, microbatches, group_size))
 
 
 def sandbox_unavailable() -> str:

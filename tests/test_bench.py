@@ -29,6 +29,9 @@ def test_gpu_script_at_toy_sizes(tmp_path):
     r = json.loads(out.read_text())
     assert r["sampler"]["tokens_per_s"] > 0 and r["update"]["seconds"] > 0
     assert r["sampler_4_phases"]["same_tokens"]
+    once = r["update_prompt_once"]
+    assert once["tflops"] < r["update"]["tflops"] and once["seconds"] > 0
+    assert abs(once["loss"] - r["update"]["loss"]) <= 1e-3 * max(1.0, abs(r["update"]["loss"]))
     assert r["memory"]["predicted_gb"] > 0 and "measured_peak_gb" in r["memory"]
     assert r["decode_step"]["bytes_accessed_gb"] > 0 and r["decode_step"]["minimum_gb"] > 0
 
@@ -37,7 +40,8 @@ def test_efficiency_tables():
     text = _run("experiments/bench/efficiency.py", "--cases", "math_grpo")
     assert "| math_grpo | 64 x 8 |" in text and "(8.00x)" in text
     assert "| 1319 | 128 |" in text
-    assert "| math_grpo | 5,632 | 2,944 | 47.7% |" in text  # the update's repeated prompts
+    # the update's repeated prompts: positions from shapes, FLOPs counted on the jaxpr
+    assert "| math_grpo | 5,632 -> 3,392 (39.8% fewer) |" in text
 
 
 def test_update_bench_at_toy_sizes():
@@ -45,6 +49,7 @@ def test_update_bench_at_toy_sizes():
     text = _run("experiments/bench/update.py", "--model", "toy", "--repeats", "1", "--batch",
                 "8")
     assert "| torch, TRL's GRPO loss |" in text and "remat dots (model=small now)" in text
+    assert "each group's prompt once" in text
 
 
 def test_decode_phases_bench_at_toy_sizes():

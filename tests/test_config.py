@@ -121,6 +121,9 @@ def test_bad_value_names_the_key(override, key):
     (["job=dpo", "dpo.beta=0"], "dpo.beta"),
     (["preferences.label_noise=0.5"], "preferences.label_noise"),  # labels carry no signal
     (["algo.loss.kl_coef=-0.5"], "algo.loss.kl_coef"),
+    # each group's prompt once: needs groups, and microbatches of whole groups
+    (["algo=ppo", "algo.samples_per_prompt=1", "algo.share_prompts=true"], "algo.share_prompts"),
+    (["algo.share_prompts=true", "algo.microbatches=128"], "algo.share_prompts"),
 ])
 def test_bad_ppo_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):

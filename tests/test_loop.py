@@ -27,7 +27,9 @@ def _restore(path):
 PPO_DAPO = ["algo=ppo", "algo.ppo.kl_in_reward=true", "algo.loss.kl_coef=0.05", "algo.ppo.kl_target=0.5",
             "algo.ppo.critic_warmup_steps=1", "algo.dapo.dynamic_sampling=true",
             "algo.dapo.sampled_prompts_per_step=8", "algo.dapo.overlong_buffer_tokens=1",
-            "algo.dapo.mask_truncated=true"]
+            "algo.dapo.mask_truncated=true",
+            # each group's prompt computed once (critic, reference and policy forwards)
+            "algo.share_prompts=true"]
 
 
 # Multi-turn tool use: 3-digit products with the calculator in the sandbox (issue 27), with
@@ -36,7 +38,8 @@ CALC_AGENT = ["task.operators=[*]", "task.operand_digits=3", "task.zero_pad_oper
               "env.kind=tools", "env.demo_tool_fraction=1.0",
               "sampling.max_new_tokens=64", "warmup.steps=40", "env.workers=1", "algo=ppo",
               # per-turn rewards at the calls' tokens, through GAE
-              "+env.turn_rewards.tool_error=-0.1", "+env.turn_rewards.malformed=-0.1"]
+              "+env.turn_rewards.tool_error=-0.1", "+env.turn_rewards.malformed=-0.1",
+              "algo.share_prompts=true"]
 
 
 # reasoning-gym's datasets (issue 28): the stream regenerated from (seed, batch), scored in

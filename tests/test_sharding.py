@@ -1,7 +1,8 @@
 """Placement by rules (sharding.py), and equality across meshes: the jitted RL step (GRPO
 options, PPO with either critic layout, several minibatch updates) and the sampler give the
 same results on 1 device, 8-way data, 2x4 data x FSDP, 2x2x2 data x FSDP x model and 8-way
-tensor-parallel meshes."""
+tensor-parallel meshes; the update that computes each group's prompt once equals the per-row
+one on 1, 8 and 2x4 devices."""
 
 import jax
 import numpy as np
@@ -16,11 +17,14 @@ from rlvr_jax.types import TrainBatch
 from tests.helpers import rl_step_options, scale_weights
 
 
-def _batch(b=16, p=4, n=3, vocab=20):
+def _batch(b=16, p=4, n=3, vocab=20, g=4):
+    """Groups of g rows with one prompt each (the loop's P_G order)."""
     rng = np.random.default_rng(0)
     tokens = rng.integers(2, vocab, size=(b, p + n)).astype(np.int32)
+    tokens[:, :p] = np.repeat(tokens[::g, :p], g, 0)
     input_mask = np.ones((b, p + n), np.int32)
     input_mask[:4, :2] = 0
+    input_mask[8:12, :1] = 0
     resp_mask = np.ones((b, n), np.float32)
     resp_mask[::3, -1] = 0
     return TrainBatch(tokens, input_mask, resp_mask,
@@ -79,6 +83,22 @@ def test_step_is_the_same_on_1_and_8_devices(kl_coef, options):
         jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b),
                                                              rtol=1e-4, atol=1e-6),
                      many.params, one.params)
+
+
+def test_each_groups_prompt_once_is_the_same_update_on_every_layout():
+    """group_size=4 (each group's prompt computed once; microbatches of whole groups) on 1
+    device, 8-way data and 2x4 data x FSDP against the per-row forward on one device: PPO with
+    a value head on the trunk, a KL term, 2 microbatches."""
+    options = dict(critic="head", microbatches=2, entropy_coef=0.01)
+    rows, m_rows = _one_step(sharding.make_mesh(devices=jax.devices()[:1]), 0.1, **options)
+    meshes = [sharding.make_mesh(devices=jax.devices()[:1])] + list(MESHES()[:2])
+    for mesh in meshes:
+        once, m_once = _one_step(mesh, 0.1, group_size=4, **options)
+        for k in ("loss", "pg_loss", "value_loss", "kl_ref", "grad_norm"):
+            np.testing.assert_allclose(float(m_once[k]), float(m_rows[k]), rtol=1e-5, err_msg=k)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b),
+                                                             rtol=1e-4, atol=1e-6),
+                     once.params, rows.params)
 
 
 def MESHES():

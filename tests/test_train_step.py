@@ -61,7 +61,8 @@ def test_ppo_prepare_matches_a_float64_pipeline(critic):
 
     hidden = None
     if critic == "head":
-        hidden = model.apply({"params": policy}, tokens, input_mask, method="forward")
+        hidden = model.apply({"params": policy}, tokens, input_mask,
+                             method="forward")[:, p - 1: -1]
     v = np.asarray(value_model.response_values(model, critic_params, tokens, input_mask, p,
                                                hidden), np.float64) * resp
     ref_logp, _ = train_step.response_logp(model, ref, tokens, input_mask, p, 1.0)
@@ -314,3 +315,65 @@ def test_the_off_policy_correction_in_the_update():
     multi, m3 = _step(tx, correction="token", is_cap=2.0, epochs=2, minibatches=2)(
         _state(tx)[0], ref, exact, key, 1.0)
     np.testing.assert_allclose(float(m3["is_weight_max"]), 1.0, rtol=1e-5)
+
+
+G = 4  # the grouped batch: P * G = B rows, B / G = 4 groups
+
+
+def _grouped_batch(seed=0):
+    """`_batch` with each group of G rows given its first row's prompt (the loop's P_G
+    order), two groups left-padded differently."""
+    b = _batch(seed)
+    mask = b.input_mask_B_T.copy()
+    mask[8:12, :2] = 0
+    tokens, mask = b.tokens_B_T.copy(), mask
+    tokens[:, :P] = np.repeat(tokens[::G, :P], G, 0)
+    mask[:, :P] = np.repeat(mask[::G, :P], G, 0)
+    return b._replace(tokens_B_T=tokens, input_mask_B_T=mask)
+
+
+@pytest.mark.parametrize("options", [
+    dict(kl_coef=0.1, entropy_coef=0.01, critic="head", microbatches=2),
+    dict(critic="separate", correction="token", is_cap=2.0, loss_agg="seq-mean-token-mean"),
+])
+def test_each_groups_prompt_once_gives_the_same_update(options):
+    """group_size=G (each group's prompt computed once in the policy, reference and critic
+    forwards) against the per-row forward: the same update and metrics to float32 rounding,
+    with microbatches cut on group boundaries."""
+    tx = optax.sgd(0.1)
+    batch = _grouped_batch()
+    critic = options.get("critic")
+    rows, m_rows = _step(tx, **options)(*_state(tx, critic), batch, jax.random.key(0), 1.0)
+    once, m_once = _step(tx, group_size=G, **options)(*_state(tx, critic), batch,
+                                                      jax.random.key(0), 1.0)
+    _close(once.params, rows.params, rtol=1e-4, atol=1e-6)
+    for k in m_rows:
+        np.testing.assert_allclose(float(m_once[k]), float(m_rows[k]), rtol=1e-4, atol=1e-6,
+                                   err_msg=k)
+
+
+def test_minibatches_of_whole_groups_equal_sequential_updates():
+    """group_size=G, epochs=2 x minibatches=2 (x 2 microbatches, with the decoupled
+    correction): each update's rows are whole groups (train_step.update_rows), and the step
+    equals four single per-row updates on those rows in order."""
+    tx = optax.sgd(0.1)
+    batch, key = _grouped_batch(), jax.random.key(5)
+    idx = np.asarray(train_step.update_rows(key, B, 2, 2, G))
+    assert idx.shape == (4, B // 2)
+    groups = idx.reshape(4, -1, G)
+    assert (groups == groups[..., :1] + np.arange(G)).all() and (groups[..., 0] % G == 0).all()
+    for e in range(2):
+        assert sorted(idx[2 * e: 2 * e + 2].ravel().tolist()) == list(range(B))
+    opts = dict(correction="token", is_cap=2.0)
+    state, ref = _state(tx)
+    fused, m = _step(tx, epochs=2, minibatches=2, microbatches=2, group_size=G, **opts)(
+        state, ref, batch, key, 1.0)
+    state, _ = _state(tx)
+    trainer, _ = train_step.response_logp(MODEL, state.params["policy"], batch.tokens_B_T,
+                                          batch.input_mask_B_T, P, 1.0)
+    prox = batch._replace(prox_logp_B_R=np.asarray(trainer))  # the step's starting params'
+    single = _step(tx, **opts)
+    for rows in idx:
+        state, _ = single(state, ref, jax.tree.map(lambda x: x[rows], prox), key, 1.0)
+    _close(fused.params, state.params, rtol=1e-4, atol=1e-6)
+    assert int(fused.step) == 4

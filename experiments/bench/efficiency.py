@@ -11,8 +11,8 @@ Columns: the prefill's FLOPs (all rows), the whole rollout's at the full respons
 evaluation's useful row-steps on long-tailed lengths, static batches against continuous
 batching (rlvr_jax/continuous.py's own schedule, simulated on the lengths). Between them,
 the bytes the decode steps read (weights and attended cache slots, from shapes) against the
-minimum, for the presets that compute in bfloat16; the update's positions, each prompt G
-times against once. Not measured here: the compiled decode step's own traffic (gpu.py, on a
+minimum, for the presets that compute in bfloat16; the update's positions and FLOPs, each
+prompt G times against once (`algo.share_prompts`). Not measured here: the compiled decode step's own traffic (gpu.py, on a
 GPU).
 """
 
@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlvr_jax import perf
+from rlvr_jax import perf, train_step
 from rlvr_jax.continuous import simulate_steps
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models.policy import Decoder, init_params
@@ -132,18 +132,61 @@ def reads_table(names) -> None:
             f"{x / 1e9:.0f} ({x / low:.2f}x)" for x, _ in cells) + f" | {low / 1e9:.0f} |")
 
 
-def update_positions_table(names) -> None:
-    """The update's forward and backward run over every row's L + R positions: each prompt's
-    L positions G times. Counted from shapes: the positions computed per step now, with each
-    prompt once (P x L + B x R), and the waste's share (issue 29 item 5, not built yet)."""
-    print("\n| preset | update positions per step: now | each prompt once | repeated share |")
+def update_flops(case: Case, group_size: int) -> float:
+    """Matmul FLOPs of one gradient of the step's response log-probs (the update's forward
+    and backward, attention included) over its B rows: each row's prompt computed (G = 1, the
+    baseline) or each group's once (`algo.share_prompts`, G); traced with abstract inputs."""
+    model = Decoder(ModelConfig(**case.model), case.vocab)
+    params = jax.eval_shape(lambda k: init_params(model, k), jax.random.key(0))
+    b, t = case.prompts * case.group, case.prompt_len + case.response_len
+
+    def grad(params, tokens_B_T, mask_B_T):
+        logp = lambda p: train_step.response_logp(model, p, tokens_B_T, mask_B_T,
+                                                  case.prompt_len, 1.0,
+                                                  group_size=group_size)[0]
+        return jax.grad(lambda p: jnp.sum(logp(p)))(params)
+
+    sds = jax.ShapeDtypeStruct
+    return perf.traced_flops(jax.jit(grad), params, sds((b, t), jnp.int32),
+                             sds((b, t), jnp.int32))
+
+
+def update_table(names) -> None:
+    """The update's forward and backward ran over every row's L + R positions, each prompt's
+    L positions G times: positions (shapes) and counted FLOPs per step, per row against each
+    group's prompt once (issue 29 item 5, `algo.share_prompts`), and the share removed.
+    Against the minimum of prompts once: only the last prompt slot, which goes with each row
+    (it gives the first response token's hidden state), is still computed G times."""
+    print("\n| preset | update positions per step: per row -> prompt once | "
+          "update TFLOP (fwd + bwd): per row -> prompt once | removed |")
     print("|---|---|---|---|")
     for name in names:
         c = CASES[name]
         b = c.prompts * c.group
         now = b * (c.prompt_len + c.response_len)
-        once = c.prompts * c.prompt_len + b * c.response_len
-        print(f"| {name} | {now:,} | {once:,} | {1 - once / now:.1%} |")
+        once = c.prompts * (c.prompt_len - 1) + b * (c.response_len + 1)
+        f_rows, f_once = update_flops(c, 1), update_flops(c, c.group)
+        print(f"| {name} | {now:,} -> {once:,} ({1 - once / now:.1%} fewer) | "
+              f"{f_rows / 1e12:.4g} -> {f_once / 1e12:.4g} | {1 - f_once / f_rows:.1%} |")
+
+
+def padding_line(case: Case = None, median: float = 200, p95: float = 500,
+                 samples: int = 100_000) -> None:
+    """What packing (no padding) would remove on top: the response slots past each
+    response's end, at the issue's stated long-tailed lengths (lognormal, median 200, p95
+    500, cut at R), as a share of the update's positions after sharing."""
+    c = case or CASES["gsm8k_grpo"]
+    rng = np.random.default_rng(0)
+    sigma = np.log(p95 / median) / 1.645
+    lengths = np.minimum(np.ceil(rng.lognormal(np.log(median), sigma, samples)),
+                         c.response_len)
+    b = c.prompts * c.group
+    pad_per_row = c.response_len - lengths.mean()
+    once = c.prompts * (c.prompt_len - 1) + b * (c.response_len + 1)
+    print(f"\ngsm8k_grpo shapes, response lengths lognormal (median {median:.0f}, p95 {p95:.0f}, "
+          f"cut at {c.response_len}): mean {lengths.mean():.0f} tokens, response padding "
+          f"{b * pad_per_row / once:.1%} of the update's positions after sharing "
+          "(packing's further saving, not built; prompt padding not counted)")
 
 
 def main() -> None:
@@ -161,7 +204,8 @@ def main() -> None:
               f"{all_b / 1e12:.4g} -> {all_a / 1e12:.4g} ({all_b / all_a:.3f}x) | "
               f"{pre_b / all_b:.1%} -> {pre_a / all_a:.1%} |")
     reads_table(args.cases.split(","))
-    update_positions_table(args.cases.split(","))
+    update_table(args.cases.split(","))
+    padding_line()
     eval_table()
 
 

@@ -4,7 +4,8 @@ prompt + 512 response tokens, bfloat16 compute), on one device:
 
   * the sampler: generated tokens/s and the rollout's MFU (each prompt prefilled once), and
     with the preset's 4 decode phases (attention over the filled slots; the same tokens);
-  * the RL update (GRPO, KL on, 8 microbatches): step time and MFU;
+  * the RL update (GRPO, KL on, 8 microbatches): step time and MFU, per row and with each
+    group's prompt computed once (`algo.share_prompts`);
   * memory: the compiled update's own prediction (arguments + outputs + temporaries, what
     experiments/bench/memory.py reports from a CPU compile) against the device's measured
     peak (`memory_stats`, where the backend has it);
@@ -32,7 +33,8 @@ import optax
 
 from rlvr_jax import optim, perf, sharding, train_step
 from rlvr_jax.config import ModelConfig
-from rlvr_jax.models.policy import Decoder, KVCache, init_params, rope_for
+from rlvr_jax.models.policy import Decoder, KVCache, init_params
+from rlvr_jax.models.rope import rope_for
 from rlvr_jax.sampling import make_sampler
 from rlvr_jax.types import TrainBatch
 
@@ -94,39 +96,46 @@ def measure(size: str) -> dict:
 
     # ---------------------------------------------------------------- update
     tx = optax.adamw(1e-6)
-    state = optim.init_train_state({"policy": params}, tx)
-    state_sh = sharding.state_shardings(jax.eval_shape(lambda: state), mesh)
-    step = train_step.make_rl_step(
-        model, tx, optax.constant_schedule(1e-6), prompt_len=l, temperature=1.0,
-        loss=train_step.LossOptions(kl_coef=0.001),
-        schedule=train_step.UpdateSchedule(microbatches=s["microbatches"]),
-        state_sharding=state_sh, metrics_sharding=sharding.replicated(mesh))
     resp = rollout.mask_B_R
     batch = TrainBatch(jnp.concatenate([prompt, rollout.tokens_B_R], 1),
                        jnp.concatenate([pmask, resp.astype(jnp.int32)], 1), resp,
                        rollout.logp_B_R, jnp.asarray(rng.normal(size=(b, 1)), jnp.float32) * resp)
-    args = (state, ref, batch, jax.random.key(2), 1.0)
-    update_flops = perf.traced_flops(step, *args)
-    mem = step.lower(*args).compile().memory_analysis()
-    predicted = (mem.argument_size_in_bytes + mem.output_size_in_bytes
-                 - mem.alias_size_in_bytes + mem.temp_size_in_bytes)
 
-    def update(state):
-        return step(state, *args[1:])
+    def time_update(group_size: int):
+        """(best of 2 timed calls after a first, FLOPs, compiled-memory prediction, loss)."""
+        state = optim.init_train_state({"policy": params}, tx)
+        step = train_step.make_rl_step(
+            model, tx, optax.constant_schedule(1e-6), prompt_len=l, temperature=1.0,
+            loss=train_step.LossOptions(kl_coef=0.001),
+            schedule=train_step.UpdateSchedule(microbatches=s["microbatches"],
+                                               group_size=group_size),
+            state_sharding=sharding.state_shardings(jax.eval_shape(lambda: state), mesh),
+            metrics_sharding=sharding.replicated(mesh))
+        args = (state, ref, batch, jax.random.key(2), 1.0)
+        flops = perf.traced_flops(step, *args)
+        mem = step.lower(*args).compile().memory_analysis()
+        predicted = (mem.argument_size_in_bytes + mem.output_size_in_bytes
+                     - mem.alias_size_in_bytes + mem.temp_size_in_bytes)
+        t_best = float("inf")
+        for i in range(3):  # the state is donated: each call takes the last one's
+            t0 = time.perf_counter()
+            state, metrics = jax.block_until_ready(step(state, *args[1:]))
+            if i:
+                t_best = min(t_best, time.perf_counter() - t0)
+        return t_best, flops, predicted, float(metrics["loss"])
 
-    t_best = float("inf")
-    for i in range(3):  # the state is donated: each call takes the last one's
-        t0 = time.perf_counter()
-        state, metrics = jax.block_until_ready(update(state))
-        if i:
-            t_best = min(t_best, time.perf_counter() - t0)
+    t_best, update_flops, predicted, loss = time_update(1)
     stats = device.memory_stats() or {}
     out["update"] = {"seconds": t_best, "tflops": update_flops / 1e12,
-                     "mfu": perf.mfu(update_flops, t_best, [device]),
-                     "loss": float(metrics["loss"])}
+                     "mfu": perf.mfu(update_flops, t_best, [device]), "loss": loss}
     out["memory"] = {"predicted_gb": predicted / 1e9,
                      "measured_peak_gb": (stats["peak_bytes_in_use"] / 1e9
                                           if "peak_bytes_in_use" in stats else None)}
+    # Each group's prompt computed once (algo.share_prompts): the same loss, fewer FLOPs.
+    t_once, flops_once, predicted_once, loss_once = time_update(g)
+    out["update_prompt_once"] = {"seconds": t_once, "tflops": flops_once / 1e12,
+                                 "mfu": perf.mfu(flops_once, t_once, [device]),
+                                 "predicted_gb": predicted_once / 1e9, "loss": loss_once}
 
     # ---------------------------------------------------------------- one decode step
     slots = l + r

@@ -12,7 +12,9 @@ devices): XLA's `memory_analysis()` gives what one device holds (arguments, outp
 temporaries). FLOPs are counted on the jaxpr (rlvr_jax/perf.py; XLA's cost_analysis counts the
 scanned layers once); the sampler's at the full response length. `--baseline` also compiles
 each update as the preset would be without rematerialisation and with whole-vocabulary logits
-(the path before issue 17, layers scanned), in the same run. CPU compiles plan memory like a
+(the path before issue 17, layers scanned, every row's prompt computed), and `--per-row` each
+update with every row's prompt computed (before issue 29's `algo.share_prompts`), in the same
+run. CPU compiles plan memory like a
 GPU compile only roughly (fusion and layout choices differ; attention is XLA's unfused one, no
 cuDNN flash kernel), so these are estimates of the same program, not GPU measurements.
 """
@@ -63,6 +65,7 @@ class Case(NamedTuple):
     mesh: tuple[int, int, int]  # data, fsdp, model
     preset: str
     lora_rank: int = 0
+    group: int = 8  # samples per prompt; the presets compute each group's prompt once
 
 
 CASES = {  # the presets' settings (conf/experiment/*.yaml)
@@ -95,8 +98,9 @@ def _memory(compiled) -> dict:
             "temp": mem.temp_size_in_bytes, "alias": mem.alias_size_in_bytes}
 
 
-def analyse_update(case: Case, cfg: ModelConfig) -> dict:
-    """Per-device memory and total FLOPs of one update over the step's whole batch."""
+def analyse_update(case: Case, cfg: ModelConfig, group_size: int) -> dict:
+    """Per-device memory and total FLOPs of one update over the step's whole batch
+    (`group_size`: UpdateSchedule's; G computes each group's prompt once)."""
     model, mesh = Decoder(cfg, cfg.vocab_size), _mesh(case)
     tx = optax.adamw(1e-6)
     base, adapters = jax.eval_shape(lambda: lora.split(init_params(model, jax.random.key(0))))
@@ -114,7 +118,8 @@ def analyse_update(case: Case, cfg: ModelConfig) -> dict:
     step = train_step.make_rl_step(
         model, tx, optax.constant_schedule(1e-6), prompt_len=case.prompt, temperature=1.0,
         loss=train_step.LossOptions(kl_coef=0.001),
-        schedule=train_step.UpdateSchedule(microbatches=case.microbatches),
+        schedule=train_step.UpdateSchedule(microbatches=case.microbatches,
+                                           group_size=group_size),
         state_sharding=state_sh, metrics_sharding=sharding.replicated(mesh),
         adapters=cfg.lora_rank > 0)
     # The reference policy as the loop holds it: in the compute dtype (warmstart.py).
@@ -159,6 +164,8 @@ def main() -> None:
                     help="also compile each update without remat and with whole logits")
     ap.add_argument("--chunk", type=int, default=128, help="model.logits_chunk_tokens")
     ap.add_argument("--remat", default="full", choices=["full", "dots"])
+    ap.add_argument("--per-row", action="store_true",
+                    help="also compile each update with every row's prompt computed (G = 1)")
     args = ap.parse_args()
     print("Per device, GB (1e9 bytes): arguments + outputs + temporaries, outputs that alias "
           "donated arguments counted once. bfloat16 compute, float32 params + AdamW, KL on.")
@@ -168,16 +175,21 @@ def main() -> None:
     for name in args.cases.split(","):
         case = CASES[name]
         new = model_cfg(case.model, args.remat, args.chunk, case.lora_rank)
-        runs = [("update", f"update remat={args.remat} chunks={args.chunk}", new)]
+        g = case.group
+        runs = [("update", f"update remat={args.remat} chunks={args.chunk}, prompt once", new, g)]
+        if args.per_row:
+            runs.insert(0, ("update", f"update remat={args.remat} chunks={args.chunk}, per row",
+                            new, 1))
         if args.baseline and case.lora_rank:
             runs.insert(0, ("update", "update, full fine-tuning",
-                            model_cfg(case.model, args.remat, args.chunk)))
+                            model_cfg(case.model, args.remat, args.chunk), g))
         elif args.baseline:
-            runs.insert(0, ("update", "update, no remat, whole logits",
-                            model_cfg(case.model, "none", 0)))
-        runs.append(("sampler", f"sampler {case.sequences // case.sample_chunks} rows", new))
-        for kind, label, cfg in runs:
-            r = (analyse_update if kind == "update" else analyse_sampler)(case, cfg)
+            runs.insert(0, ("update", "update, no remat, whole logits, per row",
+                            model_cfg(case.model, "none", 0), 1))
+        runs.append(("sampler", f"sampler {case.sequences // case.sample_chunks} rows", new, g))
+        for kind, label, cfg, group in runs:
+            r = (analyse_update(case, cfg, group) if kind == "update"
+                 else analyse_sampler(case, cfg))
             total = r["args"] + r["out"] - r["alias"] + r["temp"]
             print(f"| {name} | {case.preset} | {','.join(map(str, case.mesh))} | "
                   f"{label} ({case.sequences // (case.microbatches if kind == 'update' else 1)}"

@@ -3,8 +3,8 @@ by side on this CPU; and our step's variants, to find where the gap is (issue 29
 
     python experiments/bench/update.py [--repeats 5] [--batch 64] [--model small]
 
-One update on B rows of L = 16 prompt + R = 32 response tokens (random tokens, every response
-token in the loss, random advantages, sampler log-probs equal to the current policy's): ours
+One update on B rows of L = 16 prompt + R = 32 response tokens (random tokens, prompts in groups
+of G = 8 rows as an RL step's are, every response token in the loss, random advantages, sampler log-probs equal to the current policy's): ours
 is `train_step.make_rl_step` (clipped ratio, token-mean, AdamW through optax) on one CPU
 device; torch's is what TRL's GRPOTrainer computes for a batch (transformers' model on our
 exported weights, logits at the response positions / temperature, log-softmax gather,
@@ -12,7 +12,8 @@ exp(logp - old) clipped at 0.2 / 0.28, token mean, backward, torch AdamW step), 
 here so that no trainer object, dataset or generation is involved. Ours runs in variants: scanned
 layers with no remat (the small model's setting before issue 29) or with `model.remat=dots`
 (its setting now), the layers unrolled, full remat, the head in chunks
-(`model.logits_chunk_tokens`): each row's time against the first row's. Runs alternate after one warm-up each.
+(`model.logits_chunk_tokens`), each group's prompt computed once (`algo.share_prompts`, with
+remat dots): each row's time against the first row's. Runs alternate after one warm-up each.
 """
 
 from __future__ import annotations
@@ -40,17 +41,18 @@ SIZES = {"small": dict(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=
                        intermediate_size=1536),
          "toy": dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                      intermediate_size=64)}  # tests/test_bench.py
-VOCAB, L, R, LR = 512, 16, 32, 1e-5
+VOCAB, L, R, G, LR = 512, 16, 32, 8, 1e-5
 
 
 def batch(b: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     tokens = rng.integers(3, VOCAB, size=(b, L + R)).astype(np.int32)
+    tokens[:, :L] = np.repeat(tokens[::G, :L], G, axis=0)  # P_G order: G rows per prompt
     adv = np.repeat(rng.normal(size=(b, 1)), R, axis=1).astype(np.float32)
     return tokens, adv
 
 
-def ours(cfg: ModelConfig, params, tokens, adv, unroll: bool = False):
+def ours(cfg: ModelConfig, params, tokens, adv, unroll: bool = False, group_size: int = 1):
     """A callable running one of our updates (compiled on the first call)."""
     model = policy_lib.Decoder(cfg, VOCAB)
     mesh = sharding.make_mesh(devices=jax.devices()[:1])
@@ -69,6 +71,7 @@ def ours(cfg: ModelConfig, params, tokens, adv, unroll: bool = False):
         step = train_step.make_rl_step(
             model, tx, optax.constant_schedule(LR), prompt_len=L, temperature=1.0,
             loss=train_step.LossOptions(eps_low=0.2, eps_high=0.28),
+            schedule=train_step.UpdateSchedule(group_size=group_size),
             state_sharding=sharding.state_shardings(jax.eval_shape(lambda: state), mesh),
             metrics_sharding=sharding.replicated(mesh))
         compiled = step.lower(state, {}, data, jax.random.key(0), 1.0).compile()
@@ -130,6 +133,8 @@ def main() -> None:
         "ours, scanned, remat full": ours(with_(remat="full"), copy(), tokens, adv),
         "ours, scanned, head in chunks of 16": ours(with_(logits_chunk_tokens=16), copy(),
                                                     tokens, adv),
+        "ours, remat dots, each group's prompt once (algo.share_prompts)": ours(
+            with_(remat="dots"), copy(), tokens, adv, group_size=G),
         "torch, TRL's GRPO loss": torch_grpo(hf_model, tokens, adv),
     }
     for run in runs.values():

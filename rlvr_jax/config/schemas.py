@@ -231,6 +231,10 @@ class AlgoConfig:
     epochs_per_rollout: int = 1
     minibatches_per_epoch: int = 1
     microbatches: int = 1
+    # The update computes each group's prompt once (its keys and values shared by the G
+    # responses; Decoder.response_hidden): the prompt's FLOPs fall by G, results equal to
+    # float32 rounding. Minibatches and microbatches are then cut on group boundaries.
+    share_prompts: bool = False
     optim: OptimConfig = field(default_factory=OptimConfig)
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
@@ -250,6 +254,14 @@ class AlgoConfig:
                f"{key}.minibatches_per_epoch",
                f"prompts_per_step x samples_per_prompt = {rows} must be divisible by "
                "minibatches_per_epoch x microbatches")
+        if self.share_prompts:
+            _check(self.samples_per_prompt >= 2, f"{key}.share_prompts",
+                   "needs algo.samples_per_prompt >= 2 (a group to share its prompt with)")
+            _check(self.prompts_per_step % (self.minibatches_per_epoch * self.microbatches)
+                   == 0, f"{key}.share_prompts",
+                   f"minibatches and microbatches keep groups whole: algo.prompts_per_step="
+                   f"{self.prompts_per_step} must be divisible by minibatches_per_epoch x "
+                   f"microbatches = {self.minibatches_per_epoch * self.microbatches}")
         self.optim.check(f"{key}.optim")
         self.loss.check(f"{key}.loss")
         self.ppo.check(f"{key}.ppo")

@@ -1,19 +1,21 @@
 """Decoder-only policy LM of the Llama / Qwen2 family in flax.linen.
 
 RMSNorm (Zhang & Sennrich 2019), rotary position embeddings in the "rotate half" layout that
-HF Llama/Qwen2 use (Su et al. 2021, arXiv:2104.09864), grouped-query attention (Ainslie et al.
-2023, arXiv:2305.13245), SwiGLU MLP (Shazeer 2020), optional q/k/v bias (Qwen2) and tied
-embeddings. Parameter names follow the HF module names, except that q/k/v and gate/up are
-stored fused, as vLLM does: `qkv_proj` (kernel [D, (Nh + 2 Nkv) Hd]) and `gate_up_proj`
+HF Llama/Qwen2 use (Su et al. 2021, arXiv:2104.09864; models/rope.py), grouped-query attention
+(Ainslie et al. 2023, arXiv:2305.13245), SwiGLU MLP (Shazeer 2020), optional q/k/v bias (Qwen2)
+and tied embeddings. Parameter names follow the HF module names, except that q/k/v and gate/up
+are stored fused, as vLLM does: `qkv_proj` (kernel [D, (Nh + 2 Nkv) Hd]) and `gate_up_proj`
 ([D, 2 F]), each one matmul. HF import joins the kernels and export splits them (hf.py).
 
-Three entry points share one `Block`, whose N copies are stacked parameters run by
-`lax.scan` (`Decoder`). Training and prefill attend through `fused_attend`, decode steps through
+The entry points share one `Block`, whose N copies are stacked parameters run by `lax.scan`
+(`Decoder`). Training and prefill attend through `fused_attend`, decode steps through
 `decode_attend` (cache + the new token); `attend` is the reference maths of both
 (models/attention.py).
 
     apply = lambda method, *a: Decoder(cfg, vocab).apply({"params": p}, *a, method=method)
     hidden_B_T_D = apply("forward", tokens_B_T, mask_B_T)            # training: all positions
+    hidden_B_R_D = apply("response_hidden", tokens_B_T, mask_B_T, L, G)  # the trainer's: the
+        # positions that predict the response; G > 1 computes each group's prompt once
     logits_B_T_V = apply("head", hidden_B_T_D)                       # float32; caller decides where
     last_logits_B_V, cache = apply("prefill", prompt_B_L, mask_B_L, slots)   # sampler, once
     logits_B_V, cache = apply("decode_step", token_B, valid_B, rope_B, cache, index)  # per token
@@ -23,8 +25,9 @@ Three entry points share one `Block`, whose N copies are stacked parameters run 
 Shape letters (the legend in types.py): N layers, B sequences, T tokens, S cache slots,
 D hidden, Q query heads, K kv heads, J = Q / K query heads per kv head, H head dim, V
 vocabulary. The cache is an explicit pytree ([N, B, S, K, H] keys and values), never a flax
-mutable collection: the sampler owns it and threads it through `lax.while_loop`. The head is applied by
-the caller, so a loss that needs only the response's log-probs never computes the prompt's.
+mutable collection: the sampler owns it and threads it through `lax.while_loop`. The head is
+applied by the caller, so a loss that needs only the response's log-probs never computes the
+prompt's.
 """
 
 from __future__ import annotations
@@ -38,82 +41,13 @@ import numpy as np
 
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models.attention import attend, decode_attend, fused_attend  # noqa: F401
+from rlvr_jax.models.rope import apply_rope, positions_from_mask, rope_for
 
 
 class KVCache(NamedTuple):
     k_N_B_S_K_H: jax.Array  # every layer's keys, compute dtype
     v_N_B_S_K_H: jax.Array  # values
     valid_B_S: jax.Array  # bool: slot holds a real (non-pad) token
-
-
-def positions_from_mask(input_mask_B_T: jax.Array) -> jax.Array:
-    """Position ids that start at 0 on the first real token (left padding gets position 0)."""
-    return jnp.maximum(jnp.cumsum(input_mask_B_T.astype(jnp.int32), axis=-1) - 1, 0)
-
-
-def rope_inv_freq(head_dim: int, theta: float, scaling: str = "none", factor: float = 1.0,
-                  low_freq_factor: float = 1.0, high_freq_factor: float = 4.0,
-                  original_max_positions: int = 8192) -> np.ndarray:
-    """Rotary frequencies theta^(-2i/D), i < D/2 (float64 numpy), with the scalings HF
-    configs name in `rope_scaling` / `rope_parameters`:
-
-      none / default  unscaled
-      linear          position interpolation (Chen et al. 2023, arXiv:2306.15595): / factor
-      llama3          Llama 3.1's band-wise scaling: wavelengths above
-                      original_max_positions / low_freq_factor are divided by `factor`, those
-                      below original_max_positions / high_freq_factor kept, the band between
-                      interpolated smoothly
-    """
-    inv = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
-    if scaling in ("none", "default"):
-        return inv
-    if scaling == "linear":
-        return inv / factor
-    if scaling == "llama3":
-        wavelen = 2 * np.pi / inv
-        low_wavelen = original_max_positions / low_freq_factor
-        high_wavelen = original_max_positions / high_freq_factor
-        scaled = np.where(wavelen > low_wavelen, inv / factor, inv)
-        smooth = ((original_max_positions / wavelen - low_freq_factor)
-                  / (high_freq_factor - low_freq_factor))
-        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
-        return np.where(medium, smoothed, scaled)
-    raise ValueError(f"unsupported rope scaling {scaling!r} (supported: none, linear, llama3)")
-
-
-def rope_tables(positions_B_T: jax.Array, inv_freq: np.ndarray) -> tuple[jax.Array, jax.Array]:
-    """(cos, sin) of the angles pos * inv_freq[i], each [B, T, D/2] float32, shared by every
-    layer of a forward."""
-    inv_freq = jnp.asarray(np.asarray(inv_freq, np.float32))
-    angles_B_T_D2 = positions_B_T.astype(jnp.float32)[..., None] * inv_freq[None, None, :]
-    return jnp.cos(angles_B_T_D2), jnp.sin(angles_B_T_D2)
-
-
-def rope_for(cfg: ModelConfig, positions_B_T: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The model's rotary (cos, sin) tables at these positions; see `rope_tables`."""
-    inv_freq = rope_inv_freq(cfg.resolved_head_dim, cfg.rope_theta, cfg.rope_scaling,
-                             cfg.rope_scaling_factor, cfg.rope_low_freq_factor,
-                             cfg.rope_high_freq_factor, cfg.rope_original_max_positions)
-    return rope_tables(positions_B_T, inv_freq)
-
-
-def apply_rope(x_B_T_H_D: jax.Array, cos_B_T_D2: jax.Array, sin_B_T_D2: jax.Array) -> jax.Array:
-    """Rotate pairs (i, i + D/2) by the tabulated angles, in float32."""
-    d = x_B_T_H_D.shape[-1]
-    cos, sin = cos_B_T_D2[:, :, None, :], sin_B_T_D2[:, :, None, :]
-    x = x_B_T_H_D.astype(jnp.float32)
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
-    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-    return out.astype(x_B_T_H_D.dtype)
-
-
-def rope(x_B_T_H_D: jax.Array, positions_B_T: jax.Array, inv_freq: np.ndarray | float) -> jax.Array:
-    """Rotary embedding of x at the given positions. A float `inv_freq` is read as theta
-    (unscaled frequencies)."""
-    if np.isscalar(inv_freq):
-        inv_freq = rope_inv_freq(x_B_T_H_D.shape[-1], float(inv_freq))
-    return apply_rope(x_B_T_H_D, *rope_tables(positions_B_T, inv_freq))
 
 
 class RMSNorm(nn.Module):
@@ -265,14 +199,17 @@ class Block(nn.Module):
         return self._finish(x_B_1_D, out), (k, v)
 
 
-    def extend(self, x_B_O_D, rope_B_O, k_B_S_K_H, v_B_S_K_H, mask_B_O_SO):
+    def extend(self, x_B_O_D, rope_B_O, k_B_S_K_H, v_B_S_K_H, mask_B_O_SO, fused=False):
         """`decode` for O new tokens at once: they attend over the cached slots and causally
         over each other (`mask_B_O_SO` covers the S slots, then the O new tokens);
-        -> (x_B_O_D, (k_B_O_K_H, v_B_O_K_H)) for the caller to cache."""
+        -> (x_B_O_D, (k_B_O_K_H, v_B_O_K_H)) for the caller to cache. `fused`: through
+        `fused_attend` (training: no scores kept for the backward pass where a fused kernel
+        applies), else the reference `attend` (the samplers' few tokens)."""
         q, k, v = self.self_attn.qkv(self.input_layernorm(x_B_O_D), rope_B_O)
         keys = jnp.concatenate([k_B_S_K_H, k.astype(k_B_S_K_H.dtype)], axis=1)
         values = jnp.concatenate([v_B_S_K_H, v.astype(v_B_S_K_H.dtype)], axis=1)
-        return self._finish(x_B_O_D, attend(q, keys, values, mask_B_O_SO)), (k, v)
+        out = (fused_attend if fused else attend)(q, keys, values, mask_B_O_SO)
+        return self._finish(x_B_O_D, out), (k, v)
 
 
 def causal_mask(valid_B_T: jax.Array) -> jax.Array:
@@ -333,6 +270,62 @@ class Decoder(nn.Module):
         rope_B_T = rope_for(self.cfg, positions_from_mask(valid_B_T))
         x, _ = self._blocks(self.embed_tokens(tokens_B_T), rope_B_T, causal_mask(valid_B_T),
                             self.cfg.remat, keep_kv=False)
+        return self.norm(x)
+
+    def response_hidden(self, tokens_B_T, mask_B_T, prompt_len: int, group_size: int = 1):
+        """Hidden states [B, R, D] at slots L-1 .. T-2: those that predict the response tokens
+        at L .. T-1 (the trainer's log-probs and values). `group_size` G > 1: the rows come in
+        groups of G with one prompt (P_G order; the caller guarantees the prompts are equal)
+        and each group's first L-1 prompt slots are computed once (`forward_shared_prompt`);
+        the last prompt slot goes with the rows, whose first hidden state it gives."""
+        if group_size == 1 or prompt_len == 1:
+            return self.forward(tokens_B_T, mask_B_T)[:, prompt_len - 1: -1]
+        cut = prompt_len - 1
+        # Each group's first row, through a [P, G, T] view rather than a strided slice: a batch
+        # sharded over more devices than it has groups then splits as (groups, rows of a
+        # group), and the prompt is computed by the devices holding its rows.
+        first = lambda x: x.reshape(-1, group_size, x.shape[-1])[:, 0, :cut]
+        return self.forward_shared_prompt(first(tokens_B_T), first(mask_B_T),
+                                          tokens_B_T[:, cut: -1], mask_B_T[:, cut: -1])
+
+    def forward_shared_prompt(self, prompt_P_L, prompt_mask_P_L, tokens_B_R, mask_B_R):
+        """`forward` over B = P x G rows that continue P prompts, G rows each (P_G order), each
+        prompt computed once: -> the final-normed hidden states [B, R, D] of the rows' own
+        tokens. In every layer the prompt's keys and values are computed for one row and
+        broadcast to its G rows, whose tokens attend to them and causally to each other
+        (`Block.extend`, fused). The same maths as `forward(prompt ++ tokens)[:, L:]`, with
+        sums in another order; the prompt's gradient is the sum over its G rows (the
+        broadcast's transpose). The update's FLOPs on the prompt fall by G (the prompt is a
+        third of the GSM8K preset's positions: experiments/bench/efficiency.py)."""
+        (p, l), (b, r) = prompt_mask_P_L.shape, mask_B_R.shape
+        g = b // p
+        valid_P_L, valid_B_R = prompt_mask_P_L.astype(bool), mask_B_R.astype(bool)
+        per_row = lambda x: jnp.broadcast_to(x[:, None], (p, g, *x.shape[1:])).reshape(
+            b, *x.shape[1:])
+        # Positions continue the prompt's count of real tokens (forward's positions_from_mask
+        # over the concatenation, computed in two parts).
+        before_B = per_row(jnp.sum(valid_P_L.astype(jnp.int32), axis=-1))
+        pos_B_R = jnp.maximum(before_B[:, None] + jnp.cumsum(valid_B_R.astype(jnp.int32), -1)
+                              - 1, 0)
+        rope_P_L = rope_for(self.cfg, positions_from_mask(valid_P_L))
+        rope_B_R = rope_for(self.cfg, pos_B_R)
+        mask_P_L_L = causal_mask(valid_P_L)
+        mask_B_R_LR = jnp.concatenate([jnp.broadcast_to(per_row(valid_P_L)[:, None], (b, r, l)),
+                                       causal_mask(valid_B_R)], axis=-1)
+        block = Block(self.cfg, parent=None)
+
+        def body(x, params):
+            x_P_L_D, x_B_R_D = x
+            x_P_L_D, (k_P_L_K_H, v_P_L_K_H) = block.apply({"params": params}, x_P_L_D,
+                                                          rope_P_L, mask_P_L_L)
+            x_B_R_D, _ = block.apply({"params": params}, x_B_R_D, rope_B_R, per_row(k_P_L_K_H),
+                                     per_row(v_P_L_K_H), mask_B_R_LR, True, method="extend")
+            return (x_P_L_D, x_B_R_D), None
+
+        if self.cfg.remat != "none":
+            body = jax.checkpoint(body, policy=REMAT_POLICIES[self.cfg.remat], prevent_cse=False)
+        (_, x), _ = jax.lax.scan(body, (self.embed_tokens(prompt_P_L),
+                                        self.embed_tokens(tokens_B_R)), self.stack.value)
         return self.norm(x)
 
     def head(self, hidden_B_T_D):

@@ -48,11 +48,11 @@ def init_critic(cfg: ModelConfig, layout: str, policy_params: dict, key: jax.Arr
 
 
 def response_values(model: Decoder, critic: dict, tokens_B_T, input_mask_B_T, prompt_len: int,
-                    hidden_B_T_D=None):
-    """values_B_R of the response tokens. `hidden_B_T_D`: the policy trunk's hidden states
-    (layout "head"); for a separate critic its own trunk is run here."""
-    if hidden_B_T_D is None:
-        hidden_B_T_D = model.apply({"params": critic["trunk"]}, tokens_B_T, input_mask_B_T,
-                                   method="forward")
-    values_B_T = ValueHead(model.cfg).apply({"params": critic["head"]}, hidden_B_T_D)
-    return values_B_T[:, prompt_len - 1: -1]
+                    hidden_B_R_D=None, group_size: int = 1):
+    """values_B_R of the response tokens. `hidden_B_R_D`: the policy trunk's hidden states at
+    the response-predicting slots (layout "head"); for a separate critic its own trunk is run
+    here (`group_size`: Decoder.response_hidden's)."""
+    if hidden_B_R_D is None:
+        hidden_B_R_D = model.apply({"params": critic["trunk"]}, tokens_B_T, input_mask_B_T,
+                                   prompt_len, group_size, method="response_hidden")
+    return ValueHead(model.cfg).apply({"params": critic["head"]}, hidden_B_R_D)

@@ -12,7 +12,8 @@ torch = pytest.importorskip("torch")  # a test extra: pip install -e '.[test]'
 transformers = pytest.importorskip("transformers")
 
 from rlvr_jax.models import hf  # noqa: E402
-from rlvr_jax.models.policy import Decoder, positions_from_mask  # noqa: E402
+from rlvr_jax.models.policy import Decoder  # noqa: E402
+from rlvr_jax.models.rope import positions_from_mask  # noqa: E402
 from rlvr_jax.sampling import make_sampler  # noqa: E402
 
 pytestmark = pytest.mark.slow  # see pyproject.toml: not in the daily `-m "not slow"` run

@@ -8,7 +8,8 @@ import pytest
 
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models import policy
-from rlvr_jax.models.policy import Decoder, init_params, positions_from_mask, rope, rope_for
+from rlvr_jax.models.policy import Decoder, init_params
+from rlvr_jax.models.rope import positions_from_mask, rope, rope_for
 from tests.helpers import scale_weights
 
 VOCAB = 37
@@ -144,3 +145,61 @@ def test_param_tree_uses_hf_names():
     assert set(params["layers"]["mlp"]) == {"gate_up_proj", "down_proj"}
     assert params["layers"]["input_layernorm"]["weight"].shape == (2, 32)
     assert "bias" not in attn["o_proj"]
+
+
+def _grouped_rows(p=3, g=4, l=6, r=5, seed=0, vocab=VOCAB):
+    """P prompts (left padding of 0, 3 and 1 slots), G rows each with its own right-padded
+    response (one empty) and a pad mid-response (a multi-turn row's attended-to gap)."""
+    rng = np.random.default_rng(seed)
+    prompt = np.repeat(rng.integers(3, vocab, (p, l)), g, 0)
+    pmask = np.ones((p, l), np.int32)
+    pmask[1, :3], pmask[2, :1] = 0, 0
+    lengths = rng.integers(1, r + 1, p * g)
+    lengths[5] = 0
+    rmask = (np.arange(r)[None] < lengths[:, None]).astype(np.int32)
+    rmask[2, 1] = 0
+    tokens = np.concatenate([prompt, rng.integers(3, vocab, (p * g, r))], 1).astype(np.int32)
+    return tokens, np.concatenate([np.repeat(pmask, g, 0), rmask], 1)
+
+
+@pytest.mark.parametrize("variant", [
+    dict(),
+    dict(num_kv_heads=1, qkv_bias=True, tie_embeddings=False, remat="dots"),
+    dict(num_kv_heads=4, head_dim=16, remat="full"),
+])
+def test_each_groups_prompt_computed_once_gives_the_full_forward(variant):
+    """response_hidden with G = 4 (the prompt's first L-1 slots computed once per group,
+    broadcast to its rows) against the full forward over prompt ++ response: hidden states
+    and the gradient of a loss on them agree to float32 rounding. A wrong position, mask
+    or broadcast would differ by O(1) (the weights are scaled up)."""
+    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
+                      **variant)
+    model = Decoder(cfg, VOCAB)
+    params = scale_weights(init_params(model, jax.random.key(0)), 3.0)
+    tokens, mask = _grouped_rows()
+    l, valid = 6, mask[:, 5:-1].astype(bool)
+    w = jax.random.normal(jax.random.key(2), (tokens.shape[0], 5, 32))
+    hidden = lambda prm, g: model.apply({"params": prm}, tokens, mask, l, g,
+                                        method="response_hidden")
+    loss = lambda prm, g: jnp.sum(jnp.tanh(hidden(prm, g)) * w * valid[..., None])
+    both = jax.jit(lambda prm, g: (hidden(prm, g), jax.grad(loss)(prm, g)), static_argnums=1)
+    (full, g_full), (shared, g_shared) = both(params, 1), both(params, 4)
+    assert shared.shape == full.shape == (12, 5, 32)
+    np.testing.assert_allclose(np.asarray(shared)[valid], np.asarray(full)[valid],
+                               rtol=1e-5, atol=1e-5)
+    assert float(jnp.std(full[valid])) > 0.5
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(
+        np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5 * float(np.abs(a).max())),
+        g_full, g_shared)
+
+
+def test_a_one_slot_prompt_has_nothing_to_share():
+    """L = 1: the last prompt slot goes with the rows, so nothing is left to compute once;
+    the full forward is used (same values)."""
+    cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64)
+    model = Decoder(cfg, VOCAB)
+    params = init_params(model, jax.random.key(0))
+    tokens, mask = _grouped_rows(l=1)
+    mask[:, 0] = 1
+    f = lambda g: model.apply({"params": params}, tokens, mask, 1, g, method="response_hidden")
+    np.testing.assert_array_equal(np.asarray(f(4)), np.asarray(f(1)))
