@@ -377,3 +377,25 @@ def test_minibatches_of_whole_groups_equal_sequential_updates():
         state, _ = single(state, ref, jax.tree.map(lambda x: x[rows], prox), key, 1.0)
     _close(fused.params, state.params, rtol=1e-4, atol=1e-6)
     assert int(fused.step) == 4
+
+
+@pytest.mark.parametrize("critic", ["separate", "head"])
+def test_ppo_prepare_with_each_groups_prompt_once(critic):
+    """PPO's prepare (critic values, the reference's KL in the reward, GAE, whitening) with
+    group_size=G equals the per-row one to float32 rounding."""
+    batch = _grouped_batch()
+    state, ref = _state(optax.sgd(0.1), critic)
+    outcome = np.random.default_rng(2).normal(size=B).astype(np.float32)
+    turn = np.zeros((B, N), np.float32)
+    out = {}
+    for g in (1, G):
+        prepare = train_step.make_ppo_prepare(
+            MODEL, prompt_len=P, temperature=1.0, critic_layout=critic, gamma=0.9, lam=0.8,
+            whiten_advantages=True, kl_in_reward=True, group_size=g)
+        out[g] = prepare(state.params, ref, batch, outcome, turn, np.float32(0.2))
+    (b1, m1), (bg, mg) = out[1], out[G]
+    for name in ("advantages_B_R", "returns_B_R", "old_values_B_R"):
+        np.testing.assert_allclose(np.asarray(getattr(bg, name)), np.asarray(getattr(b1, name)),
+                                   rtol=1e-4, atol=1e-5, err_msg=name)
+    np.testing.assert_allclose(float(mg["kl_ref_per_seq"]), float(m1["kl_ref_per_seq"]),
+                               rtol=1e-4, atol=1e-6)
