@@ -186,9 +186,13 @@ HACKS = {
 def test_reward_hack_does_not_pass(pool, name):
     expected = [1] if name == "inherited_pythonoptimize" else [2, 8]
     inputs = [[1]] if name == "inherited_pythonoptimize" else [[1], [4]]
+    allowed = {Status.WRONG, Status.RUNTIME_ERROR}
+    if name == "read_test_file":
+        # Walking the sandbox's whole filesystem (the interpreter's files included) twice can
+        # outlast the deadline on a slow machine: a timeout is the candidate's verdict too.
+        allowed.add(Status.TIMEOUT)
     _check(pool, {"completion": HACKS[name], "entry_point": "f", "inputs": inputs,
-                  "expected": expected},
-           {Status.WRONG, Status.RUNTIME_ERROR})
+                  "expected": expected}, allowed)
 
 
 def test_sandbox_error_is_not_a_wrong_answer(pool):
