@@ -101,11 +101,13 @@ def test_two_processes_equal_one_and_resume(tmp_path):
     bitwise, params to reduction order); the bitwise resume of one layout is
     tests/test_loop.py's. One 2-process run covers what a GRPO and a PPO run each did, and
     asynchronous rollouts (one step off-policy, the producer's snapshots checkpointed and
-    restored by both processes, its collectives in one order on both); the synchronous
-    2-process loop is the multi-turn test's below."""
+    restored by both processes, its collectives in one order on both), and the update that
+    computes each group's prompt once; the synchronous 2-process loop is the multi-turn
+    test's below."""
     one, two = tmp_path / "one", tmp_path / "two"
     args = PPO + [f"warmup.shared_dir={tmp_path / 'warm'}", "rollout.off_policy_steps=1",
-                  "algo.loss.correction=token"]  # one warm start for both
+                  "algo.loss.correction=token",
+                  "algo.share_prompts=true"]  # one warm start for both; each prompt once
     _finish(_start(one, args, 1))
     outs = _finish(_start(two, args + ["stop_after_steps=2"], 2))
     assert "processes 2" in outs[0] and "stopped after step 2" in outs[0]
