@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlvr_jax import perf, train_step
+from rlvr_jax import packing, perf, train_step
 from rlvr_jax.continuous import simulate_steps
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models.policy import Decoder, init_params
@@ -187,6 +187,13 @@ def padding_line(case: Case = None, median: float = 200, p95: float = 500,
           f"cut at {c.response_len}): mean {lengths.mean():.0f} tokens, response padding "
           f"{b * pad_per_row / once:.1%} of the update's positions after sharing "
           "(packing's further saving, not built; prompt padding not counted)")
+    # The packer itself (rlvr_jax/packing.py) on one step's B sequences, full prompts.
+    t = c.prompt_len + c.response_len
+    mask = (np.arange(t)[None, :] < c.prompt_len + lengths[:b, None]).astype(np.int32)
+    packed = packing.pack(np.zeros_like(mask), mask, capacity=t, rows=b)
+    print(f"packing.pack of one step's {b} sequences (full prompts + those lengths) into rows "
+          f"of {t} slots: {packed.rows_used} rows instead of {b} "
+          f"({1 - packed.rows_used / b:.1%} fewer positions)")
 
 
 def main() -> None:

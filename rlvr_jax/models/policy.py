@@ -212,11 +212,15 @@ class Block(nn.Module):
         return self._finish(x_B_O_D, out), (k, v)
 
 
-def causal_mask(valid_B_T: jax.Array) -> jax.Array:
-    """mask_B_T_T: query t sees keys s <= t that are real tokens."""
+def causal_mask(valid_B_T: jax.Array, segment_B_T: jax.Array | None = None) -> jax.Array:
+    """mask_B_T_T: query t sees keys s <= t that are real tokens (of its own segment, when
+    rows are packed: `segment_B_T`)."""
     t = valid_B_T.shape[1]
     causal_T_T = jnp.arange(t)[None, :] <= jnp.arange(t)[:, None]
-    return causal_T_T[None] & valid_B_T[:, None, :]
+    mask_B_T_T = causal_T_T[None] & valid_B_T[:, None, :]
+    if segment_B_T is None:
+        return mask_B_T_T
+    return mask_B_T_T & (segment_B_T[:, :, None] == segment_B_T[:, None, :])
 
 
 def _block_init(cfg: ModelConfig, key: jax.Array) -> dict:
@@ -262,14 +266,17 @@ class Decoder(nn.Module):
             body = jax.checkpoint(body, policy=REMAT_POLICIES[remat], prevent_cse=False)
         return jax.lax.scan(body, x_B_T_D, self.stack.value)
 
-    def forward(self, tokens_B_T, mask_B_T):
+    def forward(self, tokens_B_T, mask_B_T, segment_B_T=None):
         """Final-normed hidden states [B, T, D] of left-padded sequences (positions restart at
         each row's first real token; pad keys are masked). The blocks are rematerialised as
-        `model.remat` says (this is the forward that training differentiates)."""
+        `model.remat` says (this is the forward that training differentiates). `segment_B_T`:
+        packed rows, several sequences per row (int ids, one run each): a token attends
+        within its own segment and positions restart at each (the packing of levanter and
+        verl's remove-padding); each sequence's hidden states are its own row's."""
         valid_B_T = mask_B_T.astype(bool)
-        rope_B_T = rope_for(self.cfg, positions_from_mask(valid_B_T))
-        x, _ = self._blocks(self.embed_tokens(tokens_B_T), rope_B_T, causal_mask(valid_B_T),
-                            self.cfg.remat, keep_kv=False)
+        rope_B_T = rope_for(self.cfg, positions_from_mask(valid_B_T, segment_B_T))
+        x, _ = self._blocks(self.embed_tokens(tokens_B_T), rope_B_T,
+                            causal_mask(valid_B_T, segment_B_T), self.cfg.remat, keep_kv=False)
         return self.norm(x)
 
     def response_hidden(self, tokens_B_T, mask_B_T, prompt_len: int, group_size: int = 1):
