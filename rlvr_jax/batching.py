@@ -72,9 +72,11 @@ def groups_from_rollout(prompt_B_L, prompt_mask_B_L, tokens_B_R, logp_B_R, mask_
                         turn_rewards_B_R=None) -> Groups:
     """Host arrays in P_G order -> Groups [B / G, G, ...] (no per-turn rewards: zeros). A
     group is G samples of one prompt: the sampler and the update compute it once per group."""
-    same = lambda x: (lambda x_P_G_L: (x_P_G_L == x_P_G_L[:, :1]).all())(
-        np.asarray(x).reshape(-1, group_size, np.shape(x)[1]))
-    if not (same(prompt_B_L) and same(prompt_mask_B_L)):
+    def one_per_group(x_B_L) -> bool:
+        x_P_G_L = np.asarray(x_B_L).reshape(-1, group_size, np.shape(x_B_L)[1])
+        return bool((x_P_G_L == x_P_G_L[:, :1]).all())
+
+    if not (one_per_group(prompt_B_L) and one_per_group(prompt_mask_B_L)):
         raise ValueError("rows of one group have different prompts: a group is G samples of "
                          "one prompt, in P_G order")
     if turn_rewards_B_R is None:

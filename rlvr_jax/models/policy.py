@@ -168,6 +168,14 @@ REMAT_POLICIES = {"full": jax.checkpoint_policies.nothing_saveable,
                   "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
 
 
+def rematerialised(body, remat: str):
+    """A layer-scan body under `model.remat`'s checkpoint policy (unchanged for "none").
+    prevent_cse is for unrolled code; a scan body needs none."""
+    if remat == "none":
+        return body
+    return jax.checkpoint(body, policy=REMAT_POLICIES[remat], prevent_cse=False)
+
+
 class Block(nn.Module):
     """Pre-norm transformer block. `__call__` attends within its own T tokens (training,
     prefill); `decode` writes its one token's keys/values into a cache and attends to it."""
@@ -262,9 +270,7 @@ class Decoder(nn.Module):
             x, kv = block.apply({"params": params}, x, rope_B_T, mask_B_T_T)
             return x, (kv if keep_kv else None)
 
-        if remat != "none":  # prevent_cse is for unrolled code; a scan body needs none
-            body = jax.checkpoint(body, policy=REMAT_POLICIES[remat], prevent_cse=False)
-        return jax.lax.scan(body, x_B_T_D, self.stack.value)
+        return jax.lax.scan(rematerialised(body, remat), x_B_T_D, self.stack.value)
 
     def forward(self, tokens_B_T, mask_B_T, segment_B_T=None):
         """Final-normed hidden states [B, T, D] of left-padded sequences (positions restart at
@@ -329,10 +335,9 @@ class Decoder(nn.Module):
                                      per_row(v_P_L_K_H), mask_B_R_LR, True, method="extend")
             return (x_P_L_D, x_B_R_D), None
 
-        if self.cfg.remat != "none":
-            body = jax.checkpoint(body, policy=REMAT_POLICIES[self.cfg.remat], prevent_cse=False)
-        (_, x), _ = jax.lax.scan(body, (self.embed_tokens(prompt_P_L),
-                                        self.embed_tokens(tokens_B_R)), self.stack.value)
+        (_, x), _ = jax.lax.scan(rematerialised(body, self.cfg.remat),
+                                 (self.embed_tokens(prompt_P_L), self.embed_tokens(tokens_B_R)),
+                                 self.stack.value)
         return self.norm(x)
 
     def head(self, hidden_B_T_D):
