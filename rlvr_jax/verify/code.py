@@ -49,8 +49,10 @@ def wire(job: dict, limits: dict | None = None) -> dict:
     out = {"program": program, "limits": dict(LIMITS, **(limits or {}))}
     if "stdin" in job:
         return out | {"stdin": [str(text) for text in job["stdin"]]}
-    return out | {"calls": [{"fn": job["entry_point"], "args": list(args)}
-                            for args in job["inputs"]]}
+    out["calls"] = [{"fn": job["entry_point"], "args": list(args)} for args in job["inputs"]]
+    if "host_check" in job:  # the dataset's test: a second phase, after the candidate is gone
+        out["check"] = host_check.wire(job["host_check"])
+    return out
 
 
 def same_stdout(got: str, want: str) -> bool:
@@ -90,7 +92,8 @@ def short(value, limit: int) -> str:
 def neutral_reply(job: dict) -> dict:
     """A reply that says nothing about any candidate (the firewall's control)."""
     cases = job.get("inputs", job.get("stdin", []))
-    return {"status": "ok", "outputs": [{"value": None} for _ in cases]}
+    return {"status": "ok", "outputs": [{"value": None} for _ in cases],
+            "check": {"passed": False, "detail": "neutral"}}
 
 
 def verdict(job: dict, reply: dict) -> Verdict:
@@ -103,7 +106,10 @@ def verdict(job: dict, reply: dict) -> Verdict:
         if len(outputs) != len(job["inputs"]):
             return Verdict(Status.SANDBOX_ERROR, f"{len(outputs)} outputs for "
                                                  f"{len(job['inputs'])} calls")
-        ok, detail = host_check.replay(job, outputs)
+        checked = host_check.verdict(reply)
+        if checked is None:
+            return Verdict(Status.SANDBOX_ERROR, "no result from the dataset's test")
+        ok, detail = checked
         return Verdict(Status.PASS if ok else Status.WRONG, detail, fraction=float(ok))
     if "expected_stdout" in job:
         expected = [str(text) for text in job["expected_stdout"]]

@@ -27,11 +27,14 @@ before training, on the host, by scoring the datasets' own answers (tasks/reason
 
 from __future__ import annotations
 
+import inspect
 import math
 
 from rlvr_jax.types import Status, Verdict
-from rlvr_jax.verify import code
+from rlvr_jax.verify import code, isolated_eval
 from rlvr_jax.verify.sandbox import TrainerPython
+
+_ISOLATION = inspect.getsource(isolated_eval)
 
 # The worker holds reasoning-gym (and numpy, sympy) in its address space before each child
 # forks: a larger address-space cap than a candidate program's, the same wall clock.
@@ -39,19 +42,33 @@ LIMITS = dict(code.LIMITS, memory_mb=3072, cpu_s=4, wall_s=6.0)
 PYTHON = TrainerPython(preload=("reasoning_gym",))
 SIZE = 2 ** 31 - 1  # a dataset's virtual size: any index is an item (generated on demand)
 
-PROGRAM = '''
+# The scorer's process never evaluates the answer itself: `guarded()` (isolated_eval.py,
+# whose source leads the program) runs every `eval` / `exec` a scorer makes on it in a
+# grandchild that returns data only, so the score is computed by code the answer never ran in.
+PROGRAM = _ISOLATION + '''
 import math
 import reasoning_gym
 from reasoning_gym.utils import extract_answer
 
 def score(dataset, config, seed, index, size, completion, entry=None):
     data = reasoning_gym.create_dataset(dataset, seed=seed, size=size, **config)
+    item = data[index] if entry is None else entry  # generated unguarded: the dataset's code
     answer = extract_answer(completion)
     if answer is None:
         return {"found": False, "score": 0.0}
-    s = float(data.score_answer(answer, data[index] if entry is None else entry))
+    try:
+        with guarded():
+            s = float(data.score_answer(answer, item))
+    except EvaluationLimit:
+        pass
+    if limit_hit():  # the answer's evaluation hit a limit: that, whatever the scorer made of it
+        return {"found": True, "score": 0.0, "limit": limit_hit()}
     return {"found": True, "score": s if math.isfinite(s) else 0.0}
 '''
+
+
+_LIMITS = {"timeout": Status.TIMEOUT, "memory_limit": Status.MEMORY_LIMIT,
+           "output_limit": Status.OUTPUT_LIMIT}
 
 
 def wire(job: dict) -> dict:
@@ -67,10 +84,13 @@ def verdict(job: dict, reply: dict) -> Verdict:
     if reply.get("status") != "ok":  # a limit, or the sandbox itself (code's mapping)
         return code.verdict({"completion": "", "inputs": [], "expected": []}, reply)
     out = reply["outputs"][0]
-    if "error" in out:
-        return Verdict(Status.WRONG, f"the scorer raised on this answer: {out['error']}"[:300],
-                       fraction=0.0)
+    if "error" in out:  # its name only: the message may quote what the answer evaluated to
+        name = str(out["error"]).split(":", 1)[0][:60]
+        return Verdict(Status.WRONG, f"the scorer raised {name} on this answer", fraction=0.0)
     value = out["value"]
+    if value.get("limit") in _LIMITS:
+        return Verdict(_LIMITS[value["limit"]], "the answer's evaluation hit its limit",
+                       fraction=0.0)
     found, s = bool(value["found"]), float(value["score"])
     if not found:
         return Verdict(Status.UNPARSEABLE, "no <answer>...</answer>", fraction=0.0)

@@ -6,11 +6,16 @@ The test's `check` runs on the host twice, with `random` seeded the same way:
   1. record (when the job is made, `record`): `check` runs with the canonical solution behind a
      proxy that records every call's arguments (and the shape of each result, to restore tuples
      after JSON);
-  2. replay (at scoring, `replay`): the sandbox has run the candidate on the recorded
+  2. replay (at scoring, `REPLAY`): the sandbox has run the candidate on the recorded
      arguments; `check` runs again with a proxy that returns those outputs in order, so its own
      assertions (equality, tolerances, properties such as "poly(x) is near 0") decide. A
      candidate whose outputs change the test's control flow runs out of recorded outputs and
      fails.
+The replay runs on candidate values, which can make a test loop or allocate without bound
+(`assert sum(range(f(3))) == 3` with f returning 10**13; `'ab' * f(2)`): so it never runs on
+the host. The sandbox worker runs it as the job's second phase, in a child forked after every
+process of the candidate is dead, under `LIMITS` and the job's deadline; only [passed, detail]
+comes back (sandbox_worker.run_check). A limit it hits is the candidate's verdict.
 """
 
 from __future__ import annotations
@@ -19,10 +24,6 @@ import copy
 import json
 import random
 from typing import Any
-
-
-class _OutOfOutputs(Exception):
-    pass
 
 
 def _tag(x: Any) -> Any:
@@ -34,16 +35,6 @@ def _tag(x: Any) -> Any:
     if isinstance(x, dict):
         return {str(k): _tag(v) for k, v in x.items()}
     return None  # a leaf: kept as the candidate returned it
-
-
-def _like(value: Any, template: Any) -> Any:
-    """Restore tuples (lost in JSON) where the reference returned a tuple."""
-    if isinstance(template, dict) and "__tuple__" in template and isinstance(value, list):
-        t = template["__tuple__"]
-        return tuple(_like(v, t[i]) if i < len(t) else v for i, v in enumerate(value))
-    if isinstance(template, list) and isinstance(value, list):
-        return [_like(v, template[i]) if i < len(template) else v for i, v in enumerate(value)]
-    return value
 
 
 def _namespace(problem: dict) -> dict:
@@ -72,10 +63,32 @@ def record(problem: dict) -> tuple[list, list]:
     return calls, templates
 
 
-def replay(job: dict, outputs: list) -> tuple[bool, str]:
-    """Run the problem's `check` against the sandbox outputs; (passed, detail)."""
-    problem = job["host_check"]
-    ns = _namespace(problem)
+# The replay, run by the sandbox worker as the job's second phase (sandbox_worker.run_check):
+# in a child forked after every candidate process is dead, under its own limits. Standalone
+# (stdlib only: the sandbox's interpreter); `replay(problem, outputs)` -> [passed, detail].
+REPLAY = '''
+import json
+import random
+
+
+class _OutOfOutputs(Exception):
+    pass
+
+
+def _like(value, template):
+    """Restore tuples (lost in JSON) where the reference returned a tuple."""
+    if isinstance(template, dict) and "__tuple__" in template and isinstance(value, list):
+        t = template["__tuple__"]
+        return tuple(_like(v, t[i]) if i < len(t) else v for i, v in enumerate(value))
+    if isinstance(template, list) and isinstance(value, list):
+        return [_like(v, template[i]) if i < len(template) else v for i, v in enumerate(value)]
+    return value
+
+
+def replay(problem, outputs):
+    ns = {"__name__": "__humaneval__"}
+    exec(problem["prompt"] + problem["canonical_solution"], ns)
+    exec(problem["test"], ns)
     it = iter(zip(outputs, problem["templates"]))
     used = [0]
 
@@ -93,9 +106,35 @@ def replay(job: dict, outputs: list) -> tuple[bool, str]:
     try:
         ns["check"](proxy)
     except _OutOfOutputs:
-        return False, f"the test made more calls than recorded ({used[0]})"
+        return [False, "the test made more calls than recorded (%d)" % used[0]]
     except AssertionError:
-        return False, f"assertion failed after {used[0]} calls"
+        return [False, "assertion failed after %d calls" % used[0]]
     except Exception as e:
-        return False, f"{type(e).__name__} after {used[0]} calls: {str(e)[:80]}"
-    return True, f"check passed ({used[0]} calls)"
+        try:
+            text = str(e)[:80]
+        except Exception:
+            text = "?"
+        return [False, "%s after %d calls: %s" % (type(e).__name__, used[0], text)]
+    return [True, "check passed (%d calls)" % used[0]]
+'''
+
+# The replay's own limits: a test is small, the values it gets are the candidate's.
+LIMITS = {"memory_mb": 512, "cpu_s": 3, "processes": 4, "file_mb": 1, "open_files": 32,
+          "wall_s": 3.0, "output_bytes": 1 << 16, "result_bytes": 1 << 16}
+
+
+def wire(problem: dict) -> dict:
+    """The job's second phase for the sandbox worker: the replay called on the outputs."""
+    keys = ("prompt", "canonical_solution", "test", "templates")
+    return {"program": REPLAY, "fn": "replay", "limits": LIMITS,
+            "args": [{k: problem[k] for k in keys}]}
+
+
+def verdict(reply: dict):
+    """(passed, detail) from the worker's second phase; None when it is missing or malformed
+    (the worker's own failure)."""
+    check = reply.get("check")
+    if not (isinstance(check, dict) and isinstance(check.get("passed"), bool)
+            and isinstance(check.get("detail"), str)):
+        return None
+    return check["passed"], check["detail"]

@@ -227,7 +227,7 @@ class VerifierPool:
         return fresh
 
     def _run(self, jobs, pending: collections.deque, results: list) -> None:
-        busy: dict = {}  # worker -> (job index, attempt, sent at, job id)
+        busy: dict = {}  # worker -> _Running
         try:
             self._schedule(jobs, pending, results, busy)
         except BaseException:
@@ -240,6 +240,14 @@ class VerifierPool:
     def _schedule(self, jobs, pending: collections.deque, results: list, busy: dict) -> None:
         start = time.monotonic()
         batch_deadline = start + self.batch_timeout_s if self.batch_timeout_s else float("inf")
+        n_workers = len(self._workers)
+
+        def clock(run: "_Running") -> None:
+            """Start a job's clock, with its allowance: its own deadline, or its fair share of
+            what is left of the batch's time when that is shorter (`share`)."""
+            run.sent = time.monotonic()
+            run.allow = share(self.timeout_s, batch_deadline - run.sent, n_workers,
+                              len(pending) + len(busy))
         # Free to take a job: ready workers, and cleaning ones (the job waits in the worker's
         # pipe and its clock starts at the worker's next ready line, so the cleanup overlaps
         # the host's work without running on the job's clock).
@@ -256,8 +264,8 @@ class VerifierPool:
         def requeue(w: _Worker) -> None:
             """A job queued behind `w`'s cleanup never started: it goes back, uncharged."""
             if w in busy:
-                i, attempt, _, _ = busy.pop(w)
-                pending.appendleft((i, attempt))
+                run = busy.pop(w)
+                pending.appendleft((run.i, run.attempt))
 
         def on_line(w: _Worker, line: Optional[bytes]) -> None:
             """One line from `w` (None: its stdout closed)."""
@@ -270,8 +278,7 @@ class VerifierPool:
                 waiting.remove(w)
                 if msg == READY:
                     if w in busy:  # a job waited for this cleanup: its clock starts now
-                        i, attempt, _, job_id = busy[w]
-                        busy[w] = (i, attempt, time.monotonic(), job_id)
+                        clock(busy[w])
                         w.state = "busy"
                     else:
                         if w.state == "starting":
@@ -288,7 +295,8 @@ class VerifierPool:
                 requeue(w)
                 restart(w)
                 return
-            i, attempt, sent, job_id = busy.pop(w)
+            run = busy.pop(w)
+            i, attempt, sent, job_id = run.i, run.attempt, run.sent, run.job_id
             if isinstance(msg, dict) and "status" in msg and msg.get("id") != job_id:
                 # Another job's reply: this worker is out of step. A fresh one retries
                 # the job; the retry is not counted against it (not its failure).
@@ -297,10 +305,10 @@ class VerifierPool:
                 return
             oom = w.new_oom_kills()
             if isinstance(msg, dict) and "status" in msg and (
-                    time.monotonic() > sent + self.timeout_s):
+                    time.monotonic() > sent + run.allow):
                 # Reading and parsing the reply count inside the job's deadline.
-                results[i] = Verdict(Status.TIMEOUT, "reply read past the job deadline",
-                                     time.monotonic() - sent)
+                results[i] = Verdict(Status.TIMEOUT, "reply read past the job deadline"
+                                     + run.why_short(self.timeout_s), time.monotonic() - sent)
                 restart(w)
                 return
             if isinstance(msg, dict) and "status" in msg:
@@ -363,16 +371,15 @@ class VerifierPool:
                     pending.appendleft((i, attempt))
                     restart(w)
                     continue
-                if w.state == "cleaning":  # queued: the clock starts at its ready line
-                    busy[w] = (i, attempt, None, self._next_id)
-                else:
+                busy[w] = _Running(i, attempt, self._next_id)
+                if w.state != "cleaning":  # else queued: the clock starts at its ready line
                     w.state = "busy"
-                    busy[w] = (i, attempt, time.monotonic(), self._next_id)
+                    clock(busy[w])
             if not (pending or busy):
                 break
             now = time.monotonic()
-            next_deadline = min([t + self.timeout_s for _, _, t, _ in busy.values()
-                                 if t is not None]
+            next_deadline = min([run.sent + run.allow for run in busy.values()
+                                 if run.sent is not None]
                                 + [w.since + self._wait_limit(w) for w in waiting]
                                 + [batch_deadline])
             by_fd = {w.fd: w for w in [*busy, *waiting]}
@@ -401,7 +408,8 @@ class VerifierPool:
                     results[i] = Verdict(Status.SANDBOX_ERROR,
                                          f"workers failed to start {start_failures} times "
                                          f"(last: {last_failure})")
-            for w, (i, attempt, sent, _) in list(busy.items()):
+            for w, run in list(busy.items()):
+                i, sent = run.i, run.sent
                 if sent is None:  # queued behind a cleanup: not started, not timed
                     if now >= batch_deadline:
                         busy.pop(w)
@@ -409,11 +417,11 @@ class VerifierPool:
                         results[i] = Verdict(Status.SANDBOX_ERROR,
                                              "not started before the batch deadline")
                     continue
-                if now >= sent + self.timeout_s:
+                if now >= sent + run.allow:
                     busy.pop(w)
                     restart(w)
-                    results[i] = Verdict(Status.TIMEOUT, "killed at the job deadline",
-                                         now - sent)
+                    results[i] = Verdict(Status.TIMEOUT, "killed at the job deadline"
+                                         + run.why_short(self.timeout_s), now - sent)
                 elif now >= batch_deadline:
                     # Cut short by the whole call's deadline before its own: the candidate
                     # had less than its time, so this is no verdict on it (masked).
@@ -429,6 +437,38 @@ class VerifierPool:
 
     def _wait_limit(self, w: _Worker) -> float:
         return self.start_timeout_s if w.state == "starting" else self.cleanup_timeout_s
+
+
+@dataclasses.dataclass
+class _Running:
+    """A job sent to a worker: its clock starts when the worker is ready (`sent`), with its
+    allowance (`allow`, seconds)."""
+
+    i: int  # its index in the batch
+    attempt: int
+    job_id: int
+    sent: Optional[float] = None
+    allow: float = 0.0
+
+    def why_short(self, timeout_s: float) -> str:
+        return ("" if self.allow >= timeout_s else
+                f" ({self.allow:.2f} s: its share of the batch's time, not {timeout_s:g} s)")
+
+
+def share(timeout_s: float, left_s: float, workers: int, unfinished: int) -> float:
+    """A job's allowance when its clock starts: its own deadline `timeout_s`, or, when
+    shorter, its fair share of the batch's time left: `left_s` x workers / the jobs not yet
+    finished (this one, those running, those waiting), never past the batch's deadline.
+
+    Why: a batch deadline that simply cut whatever was running or waiting masked honest
+    batch-mates (their `sandbox_error` is out of the loss) because of other samples' loops,
+    and masked the loops themselves, so a policy drifting into loops escaped its penalty. With
+    shares, each job's own deadline comes before the batch's: a job that uses more than its
+    share is its own TIMEOUT, and the jobs after it still get theirs (if every job took its
+    whole share, W workers would finish the batch just at its deadline). A job that never
+    starts before the batch's deadline (workers slow to start: capacity) is still masked."""
+    left_s = max(left_s, 0.0)
+    return min(timeout_s, left_s * min(1.0, workers / max(unfinished, 1)))
 
 
 def _cache_key(job: dict) -> Optional[str]:

@@ -50,6 +50,7 @@ directories the unprivileged uid can reach, and only then does bwrap start as th
 
 from __future__ import annotations
 
+import atexit
 import os
 import platform
 import shutil
@@ -82,25 +83,40 @@ def worker_fd() -> int:
     return fd
 
 
-# System V IPC, denied by a seccomp filter: a shared memory segment (or a message queue, a
-# semaphore set) outlives the processes that made it, so its memory sits in no process: the
-# OOM killer then takes the worker instead of the candidate, and without a cgroup nothing
-# bounds it (RLIMIT_AS counts only what a process maps). No candidate needs it (Python's
-# multiprocessing uses POSIX semaphores in /dev/shm). Numbers per architecture, with the
-# audit arch that seccomp_data reports; a call from another ABI (i386's int 0x80 on x86_64,
-# x32) is killed, since its numbers differ.
-_SYSV_IPC = {
-    "x86_64": (0xC000003E, (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220)),
-    "aarch64": (0xC00000B7, tuple(range(186, 198))),
+# Calls a seccomp filter denies (EPERM), per architecture, with the audit arch that
+# seccomp_data reports; a call from another ABI (i386's int 0x80 on x86_64, x32) is killed,
+# since its numbers differ. Three families, each a way for one job to leave something behind
+# that the wipe of /tmp and /dev/shm does not reach:
+#  * System V IPC: a shared memory segment (a message queue, a semaphore set) outlives the
+#    processes that made it, so its memory sits in no process: the OOM killer then takes the
+#    worker instead of the candidate, and without a cgroup nothing bounds it (RLIMIT_AS counts
+#    only what a process maps). Python's multiprocessing uses POSIX semaphores in /dev/shm.
+#  * extended attributes, set and removed (setxattr, lsetxattr, fsetxattr, removexattr, ...,
+#    and the *xattrat calls of Linux 6.13): a default ACL (`system.posix_acl_default`) or a
+#    `user.*` attribute on /tmp's root survives the wipe, which empties the directory: with a
+#    read-only default ACL every file later jobs create there is read-only (our own harness's
+#    included), and the attribute is a channel from one job to the next. Reading stays allowed.
+#  * the kernel's keyrings (add_key, request_key, keyctl): a key in the user keyring survives
+#    the job, the tool call, the episode and the sandbox itself (the keyring belongs to the
+#    host uid every sandbox runs as), and the key quota is shared by all of them.
+# No candidate needs any of them (shutil's copies ignore EPERM on xattrs).
+_DENIED = {
+    "x86_64": (0xC000003E, (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220,  # System V IPC
+                            188, 189, 190, 197, 198, 199, 463, 466,  # set/remove xattrs
+                            248, 249, 250)),  # add_key, request_key, keyctl
+    "aarch64": (0xC00000B7, (*range(186, 198),  # System V IPC
+                             5, 6, 7, 14, 15, 16, 463, 466,  # set/remove xattrs
+                             217, 218, 219)),  # add_key, request_key, keyctl
 }
 _X32_BIT = 0x40000000
 
 
 def seccomp_filter() -> Optional[bytes]:
     """A classic BPF program for bwrap's `--seccomp FD` (struct sock_filter[]): EPERM for the
-    System V IPC calls, kill for a foreign ABI, allow the rest; None on an architecture not
-    listed (then the worker still removes IPC objects after each job)."""
-    arch = _SYSV_IPC.get(platform.machine())
+    calls in `_DENIED`, kill for a foreign ABI, allow the rest; None on an architecture not
+    listed (then the worker still removes IPC objects and the roots' attributes after each
+    job)."""
+    arch = _DENIED.get(platform.machine())
     if arch is None:
         return None
     audit_arch, calls = arch
@@ -130,10 +146,25 @@ def seccomp_fd() -> Optional[int]:
     return fd
 
 
+SITE_ROOT = "/opt/rlvr/site"  # where the trainer's site directories appear in the sandbox
+_HIDDEN = ("/tmp", "/dev", "/proc")  # the sandbox's own mounts: nothing of the host's shows
+
+
 @dataclass(frozen=True)
 class TrainerPython:
     """The trainer's interpreter inside the sandbox, read-only, with modules the worker
-    imports before its first job (`preload`)."""
+    imports before its first job (`preload`).
+
+    Only what the interpreter needs is bound, never its whole prefix: the interpreter binary,
+    its shared libpython, its standard library (lib-dynload included), at their own paths; and
+    the trainer's site directories, in the trainer's own `sys.path` order, at
+    /opt/rlvr/site/<k>, which the worker adds itself (`--path`, with `site.addsitedir`, so
+    .pth files work) after starting the interpreter with `-I -S`: no other install's
+    site-packages can shadow the trainer's (a venv under /tmp, hidden by the sandbox's own
+    /tmp, once made the worker import another reasoning-gym). A preloaded package living
+    outside those directories (an editable install) is bound too. An interpreter or standard
+    library under /tmp, /dev or /proc cannot be shown at its own path: refused, with the
+    reason (`binds`)."""
 
     preload: tuple[str, ...] = ()
 
@@ -142,15 +173,56 @@ class TrainerPython:
         return os.path.realpath(sys.executable)
 
     @staticmethod
-    def roots() -> list[str]:
-        """The directories to bind: the interpreter's prefixes and every site-packages
-        directory on its path (a venv's, a user site) not already under one of them."""
-        paths = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix)}
-        paths |= {os.path.realpath(p) for p in sys.path
-                  if p and os.path.basename(p) in ("site-packages", "dist-packages")
-                  and os.path.isdir(p)}
-        return sorted(p for p in paths
-                      if not any(p != q and p.startswith(q + os.sep) for q in paths))
+    def site_dirs() -> list[str]:
+        """The trainer's site directories, in its `sys.path` order, without repeats."""
+        out: list[str] = []
+        for p in sys.path:
+            if p and os.path.basename(p) in ("site-packages", "dist-packages") \
+                    and os.path.isdir(p) and os.path.realpath(p) not in out:
+                out.append(os.path.realpath(p))
+        return out
+
+    def binds(self) -> list[tuple[str, str]]:
+        """(host path, sandbox path) pairs, read-only; SandboxUnavailable, naming the path,
+        when the interpreter itself sits where the sandbox has its own mounts."""
+        import importlib.util
+        import sysconfig
+
+        own = [self.executable()]
+        if sysconfig.get_config_var("Py_ENABLE_SHARED"):
+            lib = os.path.join(str(sysconfig.get_config_var("LIBDIR") or ""),
+                               str(sysconfig.get_config_var("INSTSONAME") or ""))
+            if os.path.isfile(lib):
+                own.append(os.path.realpath(lib))
+        for key in ("stdlib", "platstdlib"):
+            path = os.path.realpath(sysconfig.get_paths()[key])
+            if path not in own:
+                own.append(path)
+        for path in own:
+            for hidden in _HIDDEN:
+                if path == hidden or path.startswith(hidden + os.sep):
+                    raise SandboxUnavailable(
+                        f"the trainer's Python ({path}) lies under {hidden}, which the "
+                        "sandbox replaces with its own mount, so a grader that needs "
+                        "the trainer's libraries cannot run it: use an interpreter installed "
+                        "elsewhere (a venv under /tmp is fine; its base interpreter is not)")
+        sites = self.site_dirs()
+        binds = [(p, p) for p in own]
+        binds += [(p, f"{SITE_ROOT}/{k}") for k, p in enumerate(sites)]
+        for k, name in enumerate(self.preload):
+            spec = importlib.util.find_spec(name)
+            where = (list(spec.submodule_search_locations or []) if spec else [])
+            for path in map(os.path.realpath, where):
+                if not any(path.startswith(d + os.sep) for d in sites):
+                    binds.append((path, f"/opt/rlvr/pkg/{k}/{os.path.basename(path)}"))
+        return binds
+
+    def site_paths(self) -> list[str]:
+        """The sandbox's paths the worker adds, in order: the site directories, then the
+        folders holding preloaded packages bound on their own."""
+        paths = [dest for _, dest in self.binds()
+                 if dest.startswith(SITE_ROOT + "/") or dest.startswith("/opt/rlvr/pkg/")]
+        return [p if p.startswith(SITE_ROOT) else os.path.dirname(p) for p in paths]
 
 
 def bwrap_argv(once: bool, script_fd: int, tmp_mb: int = 64,
@@ -186,23 +258,81 @@ def bwrap_argv(once: bool, script_fd: int, tmp_mb: int = 64,
         argv += ["--seccomp", str(seccomp)]
     if python is None:
         argv += ["--", PYTHON, "-I", "-S", "/opt/rlvr/worker.py"]
-    else:  # site-packages on: the grader's libraries are the point
-        argv += ["--", python.executable(), "-I", "/opt/rlvr/worker.py"]
+    else:  # the trainer's site directories, added by the worker in the trainer's order
+        argv += ["--", python.executable(), "-I", "-S", "/opt/rlvr/worker.py",
+                 "--path=" + os.pathsep.join(python.site_paths())]
         if python.preload:
             argv.append("--preload=" + ",".join(python.preload))
     return argv + (["--once"] if once else [])
 
 
-_MOUNT_POINTS: dict[str, str] = {}  # host path -> an empty directory the sandbox uid reaches
+class _MountPoints:
+    """Empty directories (or files) on the host, one per path the trainer's Python binds,
+    which root's private mount namespace binds those paths onto before dropping to the
+    sandbox's uid (see the module docstring). One folder per process under the temp dir,
+    `rlvr-bind-<pid>-*`, held by the pools that use it (`hold` / `release`) and removed when
+    the last lets go, at exit, or, for a process that was killed, by the next one to start."""
+
+    def __init__(self):
+        self.folder: Optional[str] = None
+        self.points: dict[str, str] = {}
+        self.holders = 0
+
+    def get(self, path: str) -> str:
+        if self.folder is None:
+            _remove_stale_mount_points()
+            self.folder = tempfile.mkdtemp(prefix=f"rlvr-bind-{os.getpid()}-")
+            os.chmod(self.folder, 0o755)
+        if path not in self.points:
+            point = os.path.join(self.folder, str(len(self.points)))
+            if os.path.isdir(path):
+                os.mkdir(point, 0o755)
+            else:
+                open(point, "w").close()
+                os.chmod(point, 0o644)
+            self.points[path] = point
+        return self.points[path]
+
+    def hold(self) -> None:
+        self.holders += 1
+
+    def release(self) -> None:
+        self.holders = max(self.holders - 1, 0)
+        if self.holders == 0:
+            self.remove()
+
+    def remove(self) -> None:
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder, self.points = None, {}
 
 
-def _mount_point(path: str) -> str:
-    """An empty directory (0755, under the temp dir) to bind `path` onto in a private mount
-    namespace; made once per process, empty on the host."""
-    if path not in _MOUNT_POINTS:
-        _MOUNT_POINTS[path] = tempfile.mkdtemp(prefix="rlvr-bind-")
-        os.chmod(_MOUNT_POINTS[path], 0o755)
-    return _MOUNT_POINTS[path]
+def _remove_stale_mount_points() -> None:
+    """Remove the mount-point folders of processes that are gone (a killed trainer's)."""
+    base = tempfile.gettempdir()
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) == 4 and name.startswith("rlvr-bind-") and parts[2].isdigit():
+            if not _alive(int(parts[2])):
+                shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+MOUNT_POINTS = _MountPoints()
+atexit.register(MOUNT_POINTS.remove)
 
 
 def _launch(argv: list[str], python: Optional[TrainerPython],
@@ -215,8 +345,8 @@ def _launch(argv: list[str], python: Optional[TrainerPython],
         if join:
             argv = ["/bin/sh", "-c", join + 'exec "$@"', "sh", *argv]
         return argv, _drop_privileges()
-    mounts = "".join(f'mount --bind "{root}" "{_mount_point(root)}" && '
-                     for root in python.roots())
+    mounts = "".join(f'mount --bind "{source}" "{MOUNT_POINTS.get(source)}" && '
+                     for source, _ in python.binds())
     drop = f"setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups --"
     return (["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
              mounts + join + f'exec {drop} "$@"', "sh", *argv], {})
@@ -226,8 +356,8 @@ def _binds(python: Optional[TrainerPython]) -> list[tuple[str, str]]:
     if python is None:
         return []
     if os.geteuid() != 0:
-        return [(root, root) for root in python.roots()]
-    return [(_mount_point(root), root) for root in python.roots()]
+        return python.binds()
+    return [(MOUNT_POINTS.get(source), dest) for source, dest in python.binds()]
 
 
 def _drop_privileges() -> dict:

@@ -148,10 +148,13 @@ def _stdio_case(code, text):
     SystemExit(0 / None) is a normal end; any other exit or exception is the case's error."""
     import io
 
-    path = "/tmp/.stdin"
-    with open(path, "w") as f:
-        f.write(text)
-    fd = os.open(path, os.O_RDONLY)
+    # The input lives in a memory file, not in /tmp: nothing a previous job (or this
+    # program's earlier case) left on a mount can make our own harness fail.
+    fd = os.memfd_create("stdin")
+    data = text.encode("utf-8", "replace")
+    while data:
+        data = data[os.write(fd, data):]
+    os.lseek(fd, 0, os.SEEK_SET)
     os.dup2(fd, 0)
     os.close(fd)
     out = io.BytesIO()
@@ -468,17 +471,72 @@ def run_job(job, spare):
     return reply
 
 
-def cleanup(spare):
-    """Kill the job's child and whatever it left behind, close its pipes, empty /tmp and
-    /dev/shm, remove System V IPC objects (none can exist where the seccomp filter denies
-    them): nothing of this job is there for the next. False when the mounts could not be
-    emptied within CLEANUP_S: then the worker exits and the host starts a fresh sandbox."""
-    _kill_others()
-    for fd in (spare.out_r, spare.res_r, getattr(spare, "pidfd", None)):
-        if fd is not None:
+def _reset_root(root):
+    """Put a wiped mount's root back as the sandbox made it, metadata included: mode 1777,
+    no extended attributes (a default ACL or a `user.*` attribute would outlive the wipe; the
+    seccomp filter denies setting them, this covers hosts without it), then check that a file
+    can be made, written, read and removed there. False when any of it fails: the worker then
+    exits and the host starts a fresh sandbox (our harness never runs on a poisoned mount)."""
+    try:
+        os.chmod(root, 0o1777)
+        for name in os.listxattr(root):
+            # security.* labels belong to the host's LSM; nothing else may stay.
+            if not name.startswith("security."):
+                os.removexattr(root, name)
+        if any(not n.startswith("security.") for n in os.listxattr(root)):
+            return False
+        probe = os.path.join(root, ".rlvr-probe")
+        fd = os.open(probe, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            ok = os.write(fd, b"ok") == 2 and os.pread(fd, 2, 0) == b"ok"
+        finally:
             os.close(fd)
+            os.unlink(probe)
+        return ok
+    except OSError:
+        return False
+
+
+def run_check(check, reply, spares):
+    """The job's second phase: a dataset's own test (trusted code, e.g. HumanEval's `check`)
+    called on the values the candidate returned, `check["fn"](*check["args"], outputs)`, in a
+    child forked from this worker only after every process of the candidate is dead. So the
+    test and its expected values never share a process, or a moment, with candidate code,
+    and the host never runs it on candidate values (which may make it loop or allocate without
+    bound): its time and memory are the sandbox's, under the job's deadline. Its answer must be
+    [passed (bool), detail (str)]; a limit it hits on those values is the candidate's."""
+    _kill_others()
+    second = _Spare()
+    spares.append(second)
+    got = run_job({"program": check["program"], "limits": check["limits"],
+                   "calls": [{"fn": check["fn"],
+                              "args": list(check["args"]) + [reply["outputs"]]}]}, second)
+    status = got.get("status")
+    value = (got.get("outputs") or [{}])[0].get("value") if status == "ok" else None
+    if (isinstance(value, list) and len(value) == 2 and isinstance(value[0], bool)
+            and isinstance(value[1], str)):
+        return dict(reply, check={"passed": value[0], "detail": value[1][:300]})
+    if status in ("timeout", "memory_limit", "output_limit"):
+        return {"status": status, "stdout": reply.get("stdout", ""),
+                "detail": f"the dataset's test on the returned values: {got.get('detail', '')}"}
+    return {"status": "runtime_error", "stdout": reply.get("stdout", ""),
+            "detail": "the dataset's test failed on the returned values: "
+                      f"{str(got.get('detail') or got.get('outputs'))[:200]}"}
+
+
+def cleanup(spares):
+    """Kill the job's child and whatever it left behind, close its pipes, empty /tmp and
+    /dev/shm and reset their roots (mode, attributes, a write probe), remove System V IPC
+    objects (none can exist where the seccomp filter denies them): nothing of this job is
+    there for the next. False when the mounts could not be emptied within CLEANUP_S or their
+    roots not reset: then the worker exits and the host starts a fresh sandbox."""
+    _kill_others()
+    for spare in spares:
+        for fd in (spare.out_r, spare.res_r, getattr(spare, "pidfd", None)):
+            if fd is not None:
+                os.close(fd)
     deadline = time.monotonic() + CLEANUP_S
-    clean = _empty("/tmp", deadline) and _empty("/dev/shm", deadline)
+    clean = all(_empty(root, deadline) and _reset_root(root) for root in ("/tmp", "/dev/shm"))
     if not _FILTERED:
         _remove_ipc()
     return clean
@@ -526,6 +584,12 @@ def main():
     # each job's child is forked from this process and finds them loaded (the trainer's
     # interpreter only: sandbox.py).
     for arg in sys.argv[1:]:
+        if arg.startswith("--path="):  # the trainer's site directories, in its order
+            import site
+
+            for path in filter(None, arg[len("--path="):].split(os.pathsep)):
+                site.addsitedir(path)
+    for arg in sys.argv[1:]:
         if arg.startswith("--preload="):
             for module in filter(None, arg[len("--preload="):].split(",")):
                 __import__(module)
@@ -537,17 +601,20 @@ def main():
     out.write('{"ready": 1}\n')  # started: the host's job deadlines count from here
     for line in sys.stdin:
         job_id = None
+        spares = [spare]
         try:
             job = json.loads(line)  # from the host: trusted
             job_id = job.get("id")
             reply = run_job(job, spare)
+            if "check" in job and reply.get("status") == "ok":
+                reply = run_check(job["check"], reply, spares)
         except Exception as e:  # a worker bug: the host reports a sandbox error
             reply = {"status": "sandbox_error", "detail": f"{type(e).__name__}: {e}"}
         reply["id"] = job_id  # the host matches replies to jobs by id, never by order
         out.write(json.dumps(reply) + "\n")
         if once:  # fresh: the whole sandbox goes with this process, nothing to clean
             break
-        if not cleanup(spare):
+        if not cleanup(spares):
             break  # a tree too large to empty in time: a fresh sandbox is cheaper
         spare = _Spare()  # after the cleanup: the next job's child starts from a clean state
         # Ready again: the host sends the next job only now, so this cleanup never runs on

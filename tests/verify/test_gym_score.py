@@ -64,7 +64,7 @@ def test_evaluated_answers_are_contained_and_cannot_reach_another_sample(pool):
     write = "open('/tmp/rlvr_gym_pwned', 'w').write('x') and 'x'"
     tamper = "open(__import__('reasoning_gym').__file__, 'a').write('#') and 'x'"  # read-only
     hang = "[0 for _ in iter(int, 1)]"
-    leave = "exit(0)"  # SystemExit past the scorer's own `except Exception`
+    leave = "exit(0)"  # ends the evaluating grandchild: no value, the scorer's own except
     wrong = "certainly not the answer"
     size = os.path.getsize(rg.__file__)
     v = pool.verify([_job("string_insertion", 1, x) for x in
@@ -75,7 +75,7 @@ def test_evaluated_answers_are_contained_and_cannot_reach_another_sample(pool):
     assert "hunter2" not in "".join(x.detail for x in v)
     assert not os.path.exists("/tmp/rlvr_gym_pwned")
     assert v[4].status in (Status.TIMEOUT, Status.MEMORY_LIMIT)
-    assert v[5].status == Status.RUNTIME_ERROR  # the candidate's, not a sandbox error
+    assert v[5].status == Status.WRONG  # the candidate's, not a sandbox error
     gold = _oracle("string_insertion", 2)
     assert pool.verify([_job("string_insertion", 2, gold)])[0].status == Status.PASS
 

@@ -214,13 +214,19 @@ def test_one_sandbox_cannot_starve_another_into_a_timeout():
         assert got[1].latency_s < 4.0  # its 0.4 s of CPU at a fair share of 2 cores
 
 
-def test_jobs_that_never_started_are_masked_not_scored():
-    """Finding 3: a job the batch deadline left unstarted got a scored `timeout`."""
-    sleeper = "import time\ndef f(x):\n    time.sleep(3)\n    return 0"
-    with VerifierPool("code", workers=1, timeout_s=10.0, batch_timeout_s=1.0,
+def test_a_job_past_its_share_is_its_own_timeout_and_the_next_still_runs():
+    """Finding 3 of the second audit (a job the batch deadline left unstarted got a scored
+    `timeout`), as the third audit's finding 4 refined it: the sleeper uses more than its
+    share of the batch's time (2 s of 4 for 2 jobs on 1 worker), so it is its own TIMEOUT, and the
+    honest job after it still runs within the batch's deadline (pool.share)."""
+    sleeper = "import time\ndef f(x):\n    time.sleep(30)\n    return 0"
+    with VerifierPool("code", workers=1, timeout_s=10.0, batch_timeout_s=4.0,
                       mode="forkserver") as p:
-        got = p.verify([_job(sleeper), _honest("never started")])
-    assert [v.status for v in got] == [Status.SANDBOX_ERROR, Status.SANDBOX_ERROR]
+        t0 = time.monotonic()
+        got = p.verify([_job(sleeper), _honest("after the sleeper")])
+        assert time.monotonic() - t0 < 5.0
+    assert [v.status for v in got] == [Status.TIMEOUT, Status.PASS], got
+    assert "share" in got[0].detail
 
 
 # ----------------------------------------------------------------------------- throughput
