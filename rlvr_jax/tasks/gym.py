@@ -3,8 +3,9 @@
 config, scored by reasoning-gym's own scorer in the sandbox (verify/gym_score.py).
 
 Streams: a problem is (dataset, index) of a generator made with `split_seed`; its item is
-generated on demand (reasoning-gym's datasets are virtual: item i is a pure function of the
-seed and i). Batch k of the training stream draws datasets by weight and indices from
+generated on demand (reasoning-gym's datasets are virtual: item i is a function of the seed
+and i, and, for a few generators, of the process's string-hash seed: so the job carries the
+entry the prompt was made from whenever it is JSON, and the sandbox regenerates only the rest). Batch k of the training stream draws datasets by weight and indices from
 rng([seed, k]), so resume is exact. Held-out problems are disjoint from every training batch
 by a salted hash of the dataset's name and the question's text (tasks/base.ProceduralSplit): a
 question is held out or trained on, never both, even where two indices generate it.
@@ -25,6 +26,7 @@ refused, naming the dataset.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Dict, List, Sequence
@@ -72,6 +74,11 @@ class GymProblem:
     index: int
     question: str
     answer: str  # the oracle answer (demonstrations, majority voting)
+    # The generated entry as JSON ("" when its metadata does not round-trip through JSON):
+    # the scorer gets the very entry the prompt was made from. Regenerating it in the sandbox
+    # is not enough: some generators depend on the process's string-hash seed (e.g.
+    # polynomial_multiplication), so another process makes another question for the index.
+    entry: str = field(default="", compare=False, repr=False)
 
     @property
     def data_source(self) -> str:
@@ -111,7 +118,7 @@ class ReasoningGymTask(ProceduralSplit[GymProblem]):
     def item(self, d: int, index: int) -> GymProblem:
         entry = _generator(self.names[d], self.configs[d], self.split_seed)[index]
         return GymProblem(self.names[d], int(index), str(entry["question"]),
-                          str(entry["answer"]))
+                          str(entry["answer"]), _as_json(entry))
 
     def draw(self, rng: np.random.Generator, count: int) -> list[GymProblem]:
         p = np.asarray(self.weights) / np.sum(self.weights)
@@ -152,7 +159,19 @@ class ReasoningGymTask(ProceduralSplit[GymProblem]):
         check_pairs(problems, completions)
         config = {p: dict(self.configs[self.names.index(p)]) for p in self.names}
         return [{"dataset": p.dataset, "config": config[p.dataset], "seed": self.split_seed,
-                 "index": p.index, "completion": c} for p, c in zip(problems, completions)]
+                 "index": p.index, "completion": c,
+                 **({"entry": json.loads(p.entry)} if p.entry else {})}
+                for p, c in zip(problems, completions)]
+
+
+def _as_json(entry: dict) -> str:
+    """The entry as JSON text if it comes back equal (tuples, sets or objects in its metadata
+    do not: then "", and the sandbox regenerates it)."""
+    try:
+        text = json.dumps(entry, sort_keys=True)
+        return text if json.loads(text) == entry else ""
+    except (TypeError, ValueError, RecursionError):
+        return ""
 
 
 def _frozen(config: dict) -> tuple:

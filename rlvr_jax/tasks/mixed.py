@@ -5,7 +5,9 @@ can hold maths, code with unit tests, reasoning-gym items and exact-match answer
 A row's verifier kind is its `kind` field, else its `data_source` looked up in `task.sources`
 (the config's table, e.g. `{my_math_set: math}`), else in `SOURCE_KINDS` below (verl's usual
 names), else a reasoning-gym dataset's name. A row with none is a bad row, named by file:line
-when the files are loaded (before the warm start), with the fix. Row shapes:
+when the files are loaded (before the warm start), with the fix; so is a row whose `kind`
+disagrees with where its `data_source` routes (a GSM8K-labelled row sent to a reasoning-gym
+scorer), or whose reasoning-gym `dataset` is not its `data_source` when that names one. Row shapes:
 
   verl      {"data_source", "prompt": [{"role", "content"}, ...] | str,
              "reward_model": {"ground_truth": ...}, "extra_info"?: {...}}
@@ -134,8 +136,14 @@ def parse_row(row: object, where: str, default_source: str, sources: dict,
     row = loaders.json_object(row, where)
     try:
         source = str(row.get("data_source", default_source))
-        kind = row.get("kind") or sources.get(source) or SOURCE_KINDS.get(source) or (
+        by_source = sources.get(source) or SOURCE_KINDS.get(source) or (
             "reasoning_gym" if source in gym_names else None)
+        kind = row.get("kind") or by_source
+        if row.get("kind") and "data_source" in row and by_source and by_source != kind:
+            # e.g. a GSM8K-labelled row routed to a reasoning-gym scorer that evals answers
+            raise ValueError(f"kind {kind!r} disagrees with data_source {source!r}, which "
+                             f"routes to {by_source!r}: fix one of them (or map the source "
+                             f"with task.sources.{source}=KIND)")
         if kind is None:
             raise ValueError(f"data_source {source!r} has no verifier: give the row a 'kind' "
                              f"({', '.join(KINDS)}) or map it with task.sources.{source}=KIND "
@@ -154,6 +162,9 @@ def parse_row(row: object, where: str, default_source: str, sources: dict,
             answer, job = "", code_tests.tests_of(truth, where)
         else:
             name = _gym_dataset(row, source)
+            if source in gym_names and name != source:
+                raise ValueError(f"the row's reasoning-gym dataset {name!r} disagrees with "
+                                 f"its data_source {source!r}: fix one of them")
             if name not in gym_names:
                 raise ValueError(f"reasoning-gym has no dataset {name!r} (or the tasks extra "
                                  "is not installed: pip install -e '.[tasks]')")

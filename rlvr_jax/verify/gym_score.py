@@ -9,12 +9,12 @@ trainer's interpreter and site-packages read-only (sandbox.TrainerPython). A sco
 raises, loops or allocates is the candidate's doing: WRONG (the scorer raised on its answer),
 TIMEOUT, MEMORY_LIMIT; nothing it does reaches the host or another sample.
 
-A job: {"dataset": name, "config": {...}, "seed": int, "index": int, "completion": str}. The
-entry (question, answer, metadata) is regenerated in the sandbox from (dataset, config, seed,
-index): the generators are deterministic, so no metadata crosses (it need not be JSON). A row
-of a data file carries its entry instead ({"dataset", "entry": {"question", "answer",
-"metadata"}, "completion"}; tasks/mixed.py): the scorer is the dataset's with its default
-config. The answer is the completion's last
+A job: {"dataset": name, "config": {...}, "seed": int, "index": int, "completion": str,
+"entry"?: {"question", "answer", "metadata"}}. With `entry` (a data file's row, tasks/mixed.py,
+or the trainer's generated item whenever it is JSON, tasks/gym.py) the scorer reads that
+entry, with the dataset's config (default for a file's row); without, the entry is
+regenerated in the sandbox from (dataset, config, seed, index), which some generators do not
+repeat across processes (their output depends on the string-hash seed). The answer is the completion's last
 `<answer>...</answer>` (reasoning-gym's `extract_answer`).
 
 Verdicts: no answer tag -> UNPARSEABLE; score 1.0 -> PASS; any other score -> WRONG with
@@ -72,8 +72,9 @@ _LIMITS = {"timeout": Status.TIMEOUT, "memory_limit": Status.MEMORY_LIMIT,
 
 
 def wire(job: dict) -> dict:
-    if "entry" in job:  # a dataset row's own entry (question, answer, metadata from a file)
-        args = [str(job["dataset"]), {}, 0, 0, 1, str(job["completion"]), dict(job["entry"])]
+    if "entry" in job:  # the entry itself: a data file's row, or the trainer's generated item
+        args = [str(job["dataset"]), dict(job.get("config", {})), int(job.get("seed", 0)), 0,
+                1, str(job["completion"]), dict(job["entry"])]
     else:  # regenerated from the generator
         args = [str(job["dataset"]), dict(job.get("config", {})), int(job["seed"]),
                 int(job["index"]), SIZE, str(job["completion"])]

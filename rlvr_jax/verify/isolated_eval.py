@@ -219,12 +219,25 @@ def from_srepr(text):
         raise ValueError(f"{type(node).__name__} is not part of an expression")
 
     _state["decoding"] = True
+    before = builtins.eval, builtins.exec
+    # Guarded or not, no text is evaluated here (but the import system's own module bodies).
+    builtins.eval, builtins.exec = _refusing(_REAL_EVAL), _refusing(_REAL_EXEC)
     try:
         return build(tree, 0)
     except RecursionError:
         raise ValueError("expression nested too deeply") from None
     finally:
+        builtins.eval, builtins.exec = before
         _state["decoding"] = False
+
+
+def _refusing(real):
+    def refuse(source, globals=None, locals=None, **kwargs):
+        g, l = _scopes(globals, locals)
+        if _trusted_caller():
+            return real(source, g, l, **kwargs)
+        raise ValueError("no evaluation while an evaluated answer is rebuilt")
+    return refuse
 
 
 # ----------------------------------------------------------------------------- isolation

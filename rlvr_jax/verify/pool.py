@@ -152,6 +152,11 @@ class VerifierPool:
                              "(forkserver or fresh), never none")
         if mode != "none":
             sandbox.check_available()  # a clear error now, never a silent fallback
+            sandbox.Cgroup.remove_stale()  # a killed trainer's, once per process
+        self._python = getattr(SANDBOXED.get(kind), "PYTHON", None) if mode != "none" else None
+        if self._python is not None:
+            self._python.binds()  # an interpreter the sandbox cannot show: refused now
+            sandbox.MOUNT_POINTS.hold()
         self.kind, self.mode, self.timeout_s = kind, mode, timeout_s
         self.batch_timeout_s, self.recycle_after = batch_timeout_s, recycle_after
         self.start_timeout_s, self.cleanup_timeout_s = start_timeout_s, cleanup_timeout_s
@@ -196,6 +201,9 @@ class VerifierPool:
             w.kill()
         self._workers = []
         self._cgroups = [cg for cg in self._cgroups if not cg.remove()]
+        if self._python is not None:
+            self._python = None
+            sandbox.MOUNT_POINTS.release()  # the last pool using them removes the folder
 
     @property
     def containment(self) -> str:

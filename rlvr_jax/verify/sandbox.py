@@ -461,6 +461,39 @@ class Cgroup:
             self.kind = self.NONE
             self._events = None
 
+    _STALE_CHECKED = False
+
+    @classmethod
+    def remove_stale(cls, min_age_s: float = 30.0) -> list[str]:
+        """Remove the cgroups a killed trainer left (ours are named rlvr_<pid>_...): those
+        whose process is gone from this pid namespace, that hold no process (a sandbox dies
+        with its parent) and are older than `min_age_s`. Once per process; the paths removed.
+        A cgroup with processes is left alone: they may belong to another pid namespace."""
+        if cls._STALE_CHECKED or os.geteuid() != 0:
+            return []
+        cls._STALE_CHECKED = True
+        removed = []
+        now = time.time()
+        for parent in ("/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/cpu",
+                       "/sys/fs/cgroup"):
+            try:
+                names = os.listdir(parent)
+            except OSError:
+                continue
+            for name in names:
+                parts = name.split("_")
+                if len(parts) != 4 or parts[0] != "rlvr" or not parts[1].isdigit():
+                    continue
+                path = os.path.join(parent, name)
+                try:
+                    old = now - os.stat(path).st_mtime > min_age_s
+                    if old and not _alive(int(parts[1])) and not _pids(path):
+                        os.rmdir(path)
+                        removed.append(path)
+                except OSError:
+                    pass
+        return removed
+
     def oom_kills(self) -> int:
         """How many processes the kernel's OOM killer has killed in this cgroup (0 when the
         kernel does not count them or there is no cgroup)."""

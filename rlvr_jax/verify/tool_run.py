@@ -4,7 +4,9 @@ the tool's implementation called with the model's arguments (`wire`), and the wo
 becomes what the policy reads next (`verdict`: the observation text in `detail`).
 
 A job: {"tool": name, "arguments": {...}, "context"?: {"_key": value}} (the task's context:
-keys the schemas never have, so only the task sets them). Outcomes, as statuses of the reply:
+keys the schemas never have, so only the task sets them; each tool gets the keys it declares,
+toolbox.CONTEXT, and a tool's host-side FINISH reads the rest, e.g. run_tests' expected
+values, which never enter the sandbox). Outcomes, as statuses of the reply:
   PASS            the tool returned: detail is its stdout (python) and its result
   RUNTIME_ERROR   the tool raised: detail "error: <exception>" (the model sees it)
   TIMEOUT / MEMORY_LIMIT / OUTPUT_LIMIT   the call hit a limit: detail "error: ..."
@@ -18,7 +20,7 @@ import json
 
 from rlvr_jax.types import Status, Verdict
 from rlvr_jax.verify import code
-from rlvr_jax.verify.toolbox import IMPLEMENTATIONS
+from rlvr_jax.verify.toolbox import CONTEXT, FINISH, IMPLEMENTATIONS
 
 # A tool call is cheaper than a test run: a shorter wall clock, the same containment.
 LIMITS = dict(code.LIMITS, wall_s=4.0, cpu_s=3)
@@ -31,7 +33,8 @@ _LIMIT_TEXT = {Status.TIMEOUT: "error: the tool call timed out",
 
 def wire(job: dict) -> dict:
     program = IMPLEMENTATIONS[job["tool"]] + "\ndef _call(kw):\n    return tool(**kw)\n"
-    context = {k: v for k, v in job.get("context", {}).items() if k.startswith("_")}
+    declared = CONTEXT.get(job["tool"], ())
+    context = {k: v for k, v in job.get("context", {}).items() if k in declared}
     return {"program": program, "limits": LIMITS,
             "calls": [{"fn": "_call", "args": [dict(job["arguments"], **context)]}]}
 
@@ -52,7 +55,10 @@ def verdict(job: dict, reply: dict) -> Verdict:
         out = reply["outputs"][0]
         if "error" in out:
             return Verdict(Status.RUNTIME_ERROR, (stdout + f"error: {out['error']}")[:MAX_DETAIL])
-        return Verdict(Status.PASS, (stdout + _text(out["value"]))[:MAX_DETAIL])
+        finish = FINISH.get(job.get("tool"))
+        text = (finish(out["value"], dict(job.get("context", {}))) if finish
+                else _text(out["value"]))
+        return Verdict(Status.PASS, (stdout + text)[:MAX_DETAIL])
     got = code.verdict({"completion": "", "inputs": [], "expected": []}, reply)
     if got.status == Status.SANDBOX_ERROR:
         return got

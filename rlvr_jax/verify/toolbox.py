@@ -10,13 +10,18 @@ environments (rlvr_jax/envs/) share them; a new tool is one entry in each dict.
   sql        {query: str}        a read-only query over the task's database (its schema and
                                  rows: the episode's context); up to 50 rows come back
   run_tests  {code: str}         the candidate program against the task's visible tests (the
-                                 context): the first failure, or how many passed
+                                 context): the first failure, or how many passed; the
+                                 sandbox returns the function's values, the host compares
 
 A task's context for a call (`Task.tool_context`) reaches the implementation as keyword
 arguments whose names start with `_`: no schema has such a key, so a model cannot set them.
+Each tool gets only the keys it declares (`CONTEXT`); expected values never enter the sandbox:
+a tool's `FINISH` turns its returned value into the observation on the host.
 """
 
 from __future__ import annotations
+
+import json
 
 SCHEMAS = {
     "calculator": {"type": "object", "required": ["expression"],
@@ -68,20 +73,45 @@ def tool(query, _schema=""):
     return [list(row) for row in db.execute(query).fetchmany(50)]
 ''',
     "run_tests": '''
-def tool(code, _entry_point="f", _inputs=(), _expected=()):
+def tool(code, _entry_point="f", _inputs=()):
     scope = {}
     exec(code, scope)
     fn = scope.get(_entry_point)
     if not callable(fn):
-        return "no function %s is defined" % _entry_point
-    for args, want in zip(_inputs, _expected):
-        got = fn(*args)
-        if got != want:
-            return "failed: %s(%s) returned %r, expected %r" % (
-                _entry_point, ", ".join(map(repr, args)), got, want)
-    return "passed %d visible tests" % len(_inputs)
+        return {"missing": _entry_point}
+    return {"returned": [fn(*args) for args in _inputs]}
 ''',
 }
+
+# The task's context keys each tool is given (`Task.tool_context`); a tool that declares none
+# gets none (the python tool would raise on an argument it does not take). The expected
+# values of run_tests are not here: they stay on the host, which compares (`finish`).
+CONTEXT = {"sql": ("_schema",), "run_tests": ("_entry_point", "_inputs")}
+
+
+def _run_tests_report(value, context: dict) -> str:
+    """run_tests' report, made on the host from the values the candidate's function returned
+    (JSON) and the task's expected values, which never enter the sandbox: no `__ne__` object,
+    patched builtin or frame walk there can make wrong code pass."""
+    from rlvr_jax.verify.code import same, short
+
+    entry = str(context.get("_entry_point", "f"))
+    if isinstance(value, dict) and set(value) == {"missing"}:
+        return f"no function {short(entry, 80)} is defined"
+    inputs, expected = list(context.get("_inputs", ())), list(context.get("_expected", ()))
+    got = value.get("returned") if isinstance(value, dict) and len(value) == 1 else None
+    if not isinstance(got, list) or len(got) != len(inputs):
+        return "error: the tool's result is malformed"
+    for args, out, want in zip(inputs, got, expected):
+        if not same(out, json.loads(json.dumps(want)), 1e-9):
+            return (f"failed: {entry}({', '.join(short(repr(a), 80) for a in args)}) "
+                    f"returned {short(repr(out), 200)}, expected {short(repr(want), 200)}")
+    return f"passed {len(inputs)} visible tests"
+
+
+# Host-side finishing of a tool's returned value into what the policy reads, with the task's
+# whole context (expected values included); a tool without one shows its value as it is.
+FINISH = {"run_tests": _run_tests_report}
 
 _TYPES = {"string": str, "array": list, "boolean": bool, "object": dict, "integer": int,
           "number": (int, float)}

@@ -119,3 +119,37 @@ def test_sql_and_run_tests_use_the_tasks_context():
             "sql", {"query": "SELECT 1", "_schema": "ATTACH ..."}, ["sql"])
     finally:
         e.close()
+
+
+# Issue 36, 5: what made run_tests report "passed" for wrong code (f(x) = x is wrong for 3x+7)
+RUN_TESTS_HACKS = {
+    "__ne__": "class A:\n    def __ne__(self, o): return False\n    def __eq__(self, o): "
+              "return True\ndef f(x): return A()",
+    "builtins": "import builtins\nbuiltins.zip = lambda *a: iter(())\ndef f(x): return x",
+    "frame": "import sys\ndef f(x):\n    fr = sys._getframe(1)\n    while fr and "
+             "'_expected' not in fr.f_locals: fr = fr.f_back\n    return (fr.f_locals["
+             "'_expected'][fr.f_locals.get('_inputs', [[x]]).index([x])] if fr else x)",
+    "repr": "import builtins\nbuiltins.repr = lambda o: 'ok'\ndef f(x): return x",
+}
+
+
+def test_context_reaches_only_the_tools_that_declare_it_and_run_tests_cannot_be_fooled():
+    """A task's context (here the codegen task's, with run_tests' keys) passed to python,
+    calculator and sql made them raise TypeError; run_tests compared inside the sandbox,
+    where the candidate's code could patch the comparison or read `_expected`."""
+    from rlvr_jax.tasks.codegen import CodegenTask, Spec
+
+    tests = CodegenTask().tool_context(Spec("*", 3, "+", 7))
+    e = make_environment(["python", "calculator", "sql", "run_tests"], "tag", workers=1,
+                         timeout_s=5.0, batch_timeout_s=60.0, mode="forkserver")
+    try:
+        texts = ["<python>print(6 * 7)</python>", "<calculator>6 * 7</calculator>",
+                 "<sql>SELECT 42</sql>"] + [f"<run_tests>{c}</run_tests>"
+                                           for c in RUN_TESTS_HACKS.values()]
+        replies = e.respond(texts, [tests] * len(texts))
+        got = [(r.outcome, r.text) for r in replies]
+        assert got[:3] == [(OK, "42\n"), (OK, "42"), (OK, "[[42]]")], got[:3]
+        for name, (outcome, text) in zip(RUN_TESTS_HACKS, got[3:]):
+            assert "passed" not in text, (name, outcome, text)
+    finally:
+        e.close()

@@ -46,6 +46,16 @@ def test_a_source_without_a_verifier_is_named_by_file_and_line(tmp_path):
     assert [p.kind for p in task.heldout_set(2)] == ["math", "exact"]
 
 
+def test_a_gym_dataset_that_is_not_the_rows_data_source_is_refused(tmp_path):
+    pytest.importorskip("reasoning_gym")
+    row = {"data_source": "chain_sum", "dataset": "spiral_matrix", "prompt": _user("?"),
+           "answer": "1"}
+    with pytest.raises(DatasetError, match=r"rows\.jsonl:1: .*'spiral_matrix' disagrees"):
+        _task(tmp_path, [row])
+    row = {"data_source": "my_set", "kind": "exact", "prompt": "x", "answer": "1"}
+    assert _task(tmp_path, [row]).heldout_set(1)[0].kind == "exact"  # no route to disagree
+
+
 def test_each_kind_reads_its_ground_truth(tmp_path):
     rows = [{"data_source": "openai/gsm8k", "prompt": _user("a"),
              "reward_model": {"ground_truth": "so 1,234\n#### 1,234"}},
@@ -72,6 +82,11 @@ def test_each_kind_reads_its_ground_truth(tmp_path):
     ({"data_source": "mbpp", "prompt": "x", "test_list": ["assert set(f(1)) == {1}"]},
      "reference solution|entry_point"),
     ({"kind": "telepathy", "prompt": "x", "answer": "1"}, "unknown kind"),
+    # Issue 36, 5: a GSM8K-labelled row routed to an eval-ing reasoning-gym scorer by `kind`
+    ({"data_source": "openai/gsm8k", "kind": "reasoning_gym", "dataset": "spiral_matrix",
+      "prompt": "x", "answer": "1"}, "kind 'reasoning_gym' disagrees with data_source"),
+    ({"data_source": "openai/gsm8k", "kind": "exact", "prompt": "x", "answer": "1"},
+     "disagrees with data_source 'openai/gsm8k', which routes to 'math'"),
 ])
 def test_bad_rows_are_one_error_each(tmp_path, row, why):
     with pytest.raises(DatasetError, match=rf"rows\.jsonl:1: .*({why})"):

@@ -84,3 +84,59 @@ def test_a_scorer_that_raises_on_an_answer_is_that_answers_verdict():
     v = gym_score.verdict(_job("chain_sum", 1, "x"),
                           {"status": "ok", "outputs": [{"error": "ValueError: bad"}]})
     assert v.status == Status.WRONG and "raised" in v.detail and v.fraction == 0.0
+
+
+# ----------------------------------------------------------------------------- issue 36, 1
+# An answer that writes a full score to every writable descriptor and exits: it forged PASS
+# with score 1.0 on every dataset whose scorer evaluates the answer (eval or parse_expr).
+FORGE = ('__import__(\'builtins\').exec("import os, fcntl\\nB = b\'{\\"status\\": \\"ok\\", '
+         '\\"outputs\\": [{\\"value\\": {\\"found\\": true, \\"score\\": 1.0}}]}\\\\n\'\\n'
+         'for i in range(3, 64):\\n    try:\\n        if fcntl.fcntl(i, 3) & 3 == 1: '
+         'os.write(i, B)\\n    except OSError: pass\\nos._exit(0)")')
+EVALUATING = ["string_insertion", "spiral_matrix", "binary_matrix", "n_queens", "number_sorting",
+              "countdown", "puzzle24", "simple_integration", "polynomial_multiplication"]
+
+
+@pytest.mark.parametrize("mode", ["forkserver", "fresh"])
+def test_a_forged_score_is_wrong_and_the_right_answer_passes(mode):
+    from rlvr_jax.tasks.gym import _as_json
+
+    jobs = []
+    for name in EVALUATING:
+        entry = rg.create_dataset(name, seed=SEED, size=gym_score.SIZE)[4]
+        carried = {"entry": entry} if _as_json(entry) else {}  # as the task sends it
+        jobs += [dict(_job(name, 4, FORGE), **carried),
+                 dict(_job(name, 4, entry["answer"]), **carried)]
+    with VerifierPool("reasoning_gym", workers=2, timeout_s=20.0, mode=mode) as p:
+        got = p.verify(jobs)
+    forged = {n: v.status for n, v in zip(EVALUATING, got[0::2])}
+    right = {n: v.status for n, v in zip(EVALUATING, got[1::2])}
+    assert set(forged.values()) == {Status.WRONG}, forged
+    assert set(right.values()) == {Status.PASS}, right
+
+
+def test_a_forged_score_in_a_data_files_row_is_wrong():
+    """Mixed-file rows carry their entry and reach the same scorer (routed)."""
+    from rlvr_jax.verify.verifiers import make_verifier
+
+    entry = rg.create_dataset("spiral_matrix", seed=SEED, size=10)[1]
+    row = {"kind": "reasoning_gym", "dataset": "spiral_matrix",
+           "entry": {"question": entry["question"], "answer": entry["answer"],
+                     "metadata": {}}}
+    v = make_verifier("routed", workers=1, timeout_s=20.0, batch_timeout_s=None, mode=None)
+    try:
+        got = v.verify([dict(row, completion=f"<answer>{FORGE}</answer>"),
+                        dict(row, completion=f"<answer>{entry['answer']}</answer>")])
+    finally:
+        v.close()
+    assert [x.status for x in got] == [Status.WRONG, Status.PASS]
+
+
+def test_the_scorers_detail_never_quotes_what_the_answer_evaluated_to(pool):
+    """The evaluation could read files the sandbox shows and get them quoted back in the
+    verdict (`float(<file text>)` raising with it): only the exception's name is kept."""
+    secret = "__import__('sys').version"
+    v = pool.verify([_job("countdown", 2, secret), _job("spiral_matrix", 2, secret)])
+    import sys
+
+    assert all(sys.version not in x.detail for x in v), [x.detail for x in v]
