@@ -185,6 +185,7 @@ class TrainerPython:
     def binds(self) -> list[tuple[str, str]]:
         """(host path, sandbox path) pairs, read-only; SandboxUnavailable, naming the path,
         when the interpreter itself sits where the sandbox has its own mounts."""
+        import _struct
         import importlib.util
         import sysconfig
 
@@ -194,10 +195,13 @@ class TrainerPython:
                                str(sysconfig.get_config_var("INSTSONAME") or ""))
             if os.path.isfile(lib):
                 own.append(os.path.realpath(lib))
-        for key in ("stdlib", "platstdlib"):
-            path = os.path.realpath(sysconfig.get_paths()[key])
-            if path not in own:
-                own.append(path)
+        # The standard library and its extension modules, from where this interpreter loaded
+        # them (in a venv, sysconfig's platstdlib names the venv, not the base).
+        stdlib = os.path.dirname(os.path.realpath(os.__file__))
+        own.append(stdlib)
+        dynload = os.path.dirname(os.path.realpath(getattr(_struct, "__file__", "") or stdlib))
+        if not (dynload == stdlib or dynload.startswith(stdlib + os.sep)):
+            own.append(dynload)
         for path in own:
             for hidden in _HIDDEN:
                 if path == hidden or path.startswith(hidden + os.sep):

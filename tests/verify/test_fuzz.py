@@ -1,6 +1,7 @@
 """Property-based fuzzing (hypothesis) of the verdict firewall: every host-side reader of
 candidate-controlled data, for every verifier kind (code, tool, SQL, math, logic, retrieval,
-the trusted integer check, HumanEval's host replay, the sandbox worker's result check, the
+the trusted integer check, the dataset-test replay program and its reply, reasoning-gym
+replies and the values an isolated evaluation returns, the sandbox worker's result check, the
 CLI's line parser), on arbitrary JSON values, depths, sizes, numeric extremes and strings with
 special characters. The property: it returns a verdict, never raises, within a time bound.
 Plus one of correctness: the linear JSON scanner agrees with Python's decoder."""
@@ -128,10 +129,54 @@ def humaneval_job():
 
 @FAST
 @given(out=st.lists(st.one_of(st.fixed_dictionaries({"value": anything}),
-                              st.fixed_dictionaries({"error": texts})), max_size=12))
-def test_humaneval_host_replay(humaneval_job, out):
-    reply = {"status": "ok", "outputs": out}
+                              st.fixed_dictionaries({"error": texts})), max_size=12),
+       check=st.one_of(anything, st.fixed_dictionaries({"passed": anything,
+                                                        "detail": anything})))
+def test_humaneval_replay_and_its_reply(humaneval_job, out, check):
+    """The dataset's test replayed on candidate values (the sandbox worker's second phase,
+    host_check.REPLAY) always answers [passed, detail]; the host reads any reply."""
+    from rlvr_jax.verify import host_check
+
+    scope: dict = {}
+    exec(host_check.REPLAY, scope)
+    passed, detail = _bounded(scope["replay"], host_check.wire(humaneval_job["host_check"])
+                              ["args"][0], out)
+    assert isinstance(passed, bool) and isinstance(detail, str)
+    reply = {"status": "ok", "outputs": out, "check": check}
     _is_verdict(_bounded(pool.verdict, "code", humaneval_job, reply))
+
+
+# ----------------------------------------------------------------------------- reasoning-gym
+@FAST
+@given(value=st.one_of(anything, st.fixed_dictionaries(
+    {"found": anything, "score": anything}, optional={"limit": anything})),
+    reply=replies)
+def test_gym_host_side(value, reply):
+    job = {"dataset": "chain_sum", "config": {}, "seed": 0, "index": 1, "completion": "x"}
+    _bounded(pool.wire, "reasoning_gym", job)
+    _is_verdict(_bounded(pool.verdict, "reasoning_gym", job,
+                         {"status": "ok", "outputs": [{"value": value}]}))
+    _is_verdict(_bounded(pool.verdict, "reasoning_gym", job, reply))
+
+
+@FAST
+@given(data=st.one_of(anything, st.binary(max_size=200), texts,
+                      st.recursive(st.one_of(st.none(), st.booleans(), texts, st.fixed_dictionaries(
+                          {"i": texts}), st.fixed_dictionaries({"f": texts}),
+                          st.fixed_dictionaries({"sym": texts})),
+                          lambda kids: st.one_of(*[st.fixed_dictionaries({t: st.lists(
+                              kids, max_size=3)}) for t in ("l", "t", "s", "d", "fs")]),
+                          max_leaves=12)))
+def test_evaluated_values_are_rebuilt_or_refused(data):
+    """What an evaluating grandchild writes (isolated_eval.py) is rebuilt as data, or refused
+    with ValueError / TypeError: never another exception, never an evaluation."""
+    from rlvr_jax.verify import isolated_eval
+
+    raw = data if isinstance(data, bytes) else json.dumps(data, allow_nan=True).encode()
+    try:
+        _bounded(isolated_eval.decode, raw)
+    except (ValueError, TypeError):
+        pass
 
 
 # ----------------------------------------------------------------------------- trusted graders
