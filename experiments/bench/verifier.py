@@ -57,15 +57,52 @@ def pct(xs, q):
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+# A dataset's own test on the candidate's values (an MBPP assert that is no literal
+# comparison): replayed on the host before issue 36, the job's second phase in the sandbox after.
+REPLAYED = {"test_list": ["assert set(evens(6)) == {0, 2, 4}"],
+            "code": "def evens(n):\n    return [i for i in range(n) if i % 2 == 0]"}
+
+
+def replay_jobs(n: int, tag: int) -> list[dict]:
+    from rlvr_jax.data.code_tests import tests_of
+
+    fields = tests_of(REPLAYED, "bench:1")
+    return [dict(fields, completion=f"def evens(n):\n    return list(range(0, n, 2))  # {tag}-{i}")
+            for i in range(n)]
+
+
+def gym_jobs(n: int, tag: int) -> list[dict]:
+    """string_insertion answers given as a Python list, the path its scorer `eval`s (in the
+    scorer's process before issue 36, in a grandchild after); distinct completions."""
+    import reasoning_gym
+
+    entry = reasoning_gym.create_dataset("string_insertion", seed=0, size=2 ** 31 - 1)[7]
+    answer = repr(list(entry["answer"]))
+    return [{"dataset": "string_insertion", "config": {}, "seed": 0, "index": 7,
+             "completion": f"<answer>{answer}</answer> {tag}-{i}"} for i in range(n)]
+
+
 def one_round(jobs_per_round: int, workers: int, tag: int) -> dict:
     """One forkserver round of each program in this process (whichever rlvr_jax it imports):
     jobs/s and p50 latency, after a warm-up batch."""
     out = {}
     with VerifierPool("code", workers=workers, timeout_s=10.0, mode="forkserver") as pool:
         run(pool, jobs(TRIVIAL, 1, 20, -tag))
-        for name, program, calls in (("trivial", TRIVIAL, 1), ("5 tests", FIVE, 5)):
-            wall, lat = run(pool, jobs(program, calls, jobs_per_round, tag))
+        for name, batch in (("trivial", jobs(TRIVIAL, 1, jobs_per_round, tag)),
+                            ("5 tests", jobs(FIVE, 5, jobs_per_round, tag)),
+                            ("dataset test", replay_jobs(jobs_per_round, tag))):
+            wall, lat = run(pool, batch)
             out[name] = {"rate": jobs_per_round / wall, "p50": pct(lat, 50)}
+    try:
+        import reasoning_gym  # noqa: F401 - the optional extra
+    except ImportError:
+        return out
+    n = max(jobs_per_round // 4, 8)
+    with VerifierPool("reasoning_gym", workers=workers, timeout_s=20.0,
+                      mode="forkserver") as pool:
+        run(pool, gym_jobs(8, -tag))
+        wall, lat = run(pool, gym_jobs(n, tag))
+        out["gym eval"] = {"rate": n / wall, "p50": pct(lat, 50)}
     return out
 
 
@@ -91,7 +128,7 @@ def compare(rev: str, jobs_per_round: int, workers: int, rounds: int) -> None:
         print("| program | baseline jobs/s | this jobs/s | ratio | baseline p50 ms | "
               "this p50 ms |")
         print("|---|---|---|---|---|---|")
-        for name in ("trivial", "5 tests"):
+        for name in [k for k in results["this"][0] if k in results["baseline"][0]]:
             b = [x[name] for x in results["baseline"]]
             t = [x[name] for x in results["this"]]
             rb, rt = (statistics.median(x["rate"] for x in v) for v in (b, t))

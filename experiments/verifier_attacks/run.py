@@ -3,6 +3,8 @@ third audit's payloads, through the verifier the run builds itself.
 
     python experiments/verifier_attacks/run.py gym    [--steps 6] [--out DIR]
     python experiments/verifier_attacks/run.py code   [--steps 6] [--out DIR]
+    ... --repo PATH: the same with another checkout's rlvr_jax (e.g. a worktree of the
+        commit before the fix), for the before/after table
 
 gym:  `+experiment=gym_mix` with reasoning-gym datasets whose scorers evaluate the answer
       (binary_matrix: eval; countdown: sympy's parse_expr) beside chain_sum. A quarter of each
@@ -12,8 +14,11 @@ gym:  `+experiment=gym_mix` with reasoning-gym datasets whose scorers evaluate t
       PASS with score 1.0.
 code: `+experiment=code_grpo` twice with the same seed: once plain, once with a poisoning job
       (a read-only default ACL and a user attribute on /tmp and /dev/shm, a kernel key:
-      test_third_audit.POISON) sent first in every verification batch of the same pool. The
-      honest verdicts of the two runs are compared job by job: they must be identical.
+      test_third_audit.POISON) sent first in every verification batch of the same pool. Both
+      arms also send two honest programs in every batch that read stdin (three cases) and
+      rewrite files, what the poison broke. The model's verdicts of the two runs are compared
+      job by job (identical), and the honest programs' counted (all PASS). Before the fix the
+      poisoned arm's honest stdin jobs were RUNTIME_ERROR for the rest of the worker's life.
 
 Shortened for the question (a warm start of 40 steps, `--steps` GRPO steps): accuracy is not
 the point, what each job is scored is. Prints a table and writes results.json to --out.
@@ -31,13 +36,15 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
-from rlvr_jax.verify.pool import VerifierPool  # noqa: E402
 from tests.verify.test_gym_score import FORGE  # noqa: E402
-from tests.verify.test_third_audit import POISON  # noqa: E402
+from tests.verify.test_third_audit import POISON, _honest_batch  # noqa: E402
+
+VerifierPool = None  # imported in main(), from --repo when given (a baseline checkout)
 
 SHORT = ["warmup.steps=40", "eval.num_problems=16", "eval.sampled_per_problem=1",
          "eval.every_steps=1000", "logger.mode=disabled", "logger.progress_bar=false"]
 GYM = ["+experiment=gym_mix", "task.max_prompt_tokens=448", "algo.prompts_per_step=8",
+       "sampling.max_new_tokens=40",
        "task.datasets=[{name: chain_sum, config: {min_terms: 2, max_terms: 2, min_digits: 1, "
        "max_digits: 1}}, {name: binary_matrix, config: {min_n: 2, max_n: 2}}, "
        "{name: countdown, config: {min_numbers: 3, max_numbers: 3}}]"]
@@ -86,33 +93,43 @@ def code(steps: int, out: str) -> dict:
     real = VerifierPool.verify
     runs: dict = {}
     for arm in ("plain", "poisoned"):
-        record, poison = [], []
+        record, poison, sentinels = [], [], collections.Counter()
 
-        def verify(self, jobs, arm=arm, record=record, poison=poison):
+        def verify(self, jobs, arm=arm, record=record, poison=poison, sentinels=sentinels):
             if self.kind != "code":
                 return real(self, jobs)
-            extra = ([{"completion": POISON + f"# {len(poison)}", "entry_point": "f",
-                       "inputs": [[0]], "expected": [None]}] if arm == "poisoned" else [])
-            got = real(self, extra + list(jobs))
+            k = len(poison) + sum(sentinels.values())
+            extra = ([{"completion": POISON + f"# {k}", "entry_point": "f", "inputs": [[0]],
+                       "expected": [None]}] if arm == "poisoned" else [])
+            # Honest programs that read stdin (three cases) and rewrite files, in every batch
+            # of both arms: the poisoning job left /tmp read-only for exactly these.
+            honest = _honest_batch(k)
+            got = real(self, extra + honest + list(jobs))
             if extra:
                 poison.append(got[0].detail)
+            n = len(extra) + len(honest)
+            sentinels.update(v.status.name for v in got[len(extra):n])
             record.extend((j["completion"], v.status.name, v.detail) for j, v in
-                          zip(jobs, got[len(extra):]))
-            return got[len(extra):]
+                          zip(jobs, got[n:]))
+            return got[n:]
 
         VerifierPool.verify = verify
         try:
             _train([*CODE, *SHORT, f"num_steps={steps}"], os.path.join(out, f"code_{arm}"))
         finally:
             VerifierPool.verify = real
-        runs[arm] = (record, poison)
-    plain, (poisoned, poison) = runs["plain"][0], runs["poisoned"]
+        runs[arm] = (record, poison, sentinels)
+    plain, _, plain_sentinels = runs["plain"]
+    poisoned, poison, sentinels = runs["poisoned"]
     same = plain == poisoned
     statuses = collections.Counter(s for _, s, _ in poisoned)
-    print(f"honest jobs: {len(plain)} plain, {len(poisoned)} poisoned; identical: {same}")
+    print(f"model's jobs: {len(plain)} plain, {len(poisoned)} poisoned; identical: {same}")
     print(f"their statuses (poisoned run): {dict(statuses)}")
+    print(f"honest stdin/file jobs: plain run {dict(plain_sentinels)}, "
+          f"poisoned run {dict(sentinels)}")
     print(f"the poisoning job's own verdicts: {collections.Counter(poison).most_common(2)}")
     return {"jobs": len(plain), "identical": same, "statuses": dict(statuses),
+            "honest_plain": dict(plain_sentinels), "honest_poisoned": dict(sentinels),
             "poison_details": dict(collections.Counter(poison))}
 
 
@@ -121,7 +138,14 @@ def main() -> None:
     ap.add_argument("arm", choices=["gym", "code"])
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--repo", default=None, help="run another checkout's rlvr_jax (baseline)")
     a = ap.parse_args()
+    global VerifierPool
+    if a.repo:
+        for name in [m for m in sys.modules if m == "rlvr_jax" or m.startswith("rlvr_jax.")]:
+            del sys.modules[name]
+        sys.path.insert(0, os.path.abspath(a.repo))
+    from rlvr_jax.verify.pool import VerifierPool
     out = a.out or tempfile.mkdtemp(prefix="rlvr-attacks-")
     result = (gym if a.arm == "gym" else code)(a.steps, out)
     with open(os.path.join(out, f"results_{a.arm}.json"), "w") as f:

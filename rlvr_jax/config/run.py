@@ -141,7 +141,7 @@ class VerifierConfig:
     overlap_chunks: int = 1
     workers: int = 2
     timeout_s: float = 10.0  # per job; the worker is killed and replaced past it
-    batch_timeout_s: float = 300.0  # per call
+    batch_timeout_s: float = 300.0  # per call; each job's share of it bounds its time too
 
     def check(self, key: str = "verifier") -> None:
         _check(self.workers >= 1, f"{key}.workers", "must be >= 1")
@@ -175,7 +175,7 @@ class EnvConfig:
     turn_rewards: Dict[str, float] = field(default_factory=dict)
     workers: int = 2  # sandboxed tool workers
     timeout_s: float = 5.0  # per call
-    batch_timeout_s: float = 120.0  # per turn's batch of calls
+    batch_timeout_s: float = 120.0  # per turn's batch of calls (shared fairly, pool.share)
     mode: SandboxMode = SandboxMode["forkserver"]
 
     def check(self, key: str = "env") -> None:

@@ -1,11 +1,12 @@
-"""Host-side checks by a dataset's own trusted test code (HumanEval's `check(candidate)`,
-Chen et al. 2021), run against the outputs the sandbox returned, so expected values never enter
-the sandbox. A code job with a `host_check` field is scored here (`code.verdict`).
+"""Checks by a dataset's own trusted test code (HumanEval's `check(candidate)`, Chen et al.
+2021, and MBPP asserts that are not a literal comparison), run against the outputs the
+candidate returned, never in a process or at a moment where candidate code runs. A code job
+with a `host_check` field is recorded here and scored by its replay (`code.verdict`).
 
-The test's `check` runs on the host twice, with `random` seeded the same way:
-  1. record (when the job is made, `record`): `check` runs with the canonical solution behind a
-     proxy that records every call's arguments (and the shape of each result, to restore tuples
-     after JSON);
+The test's `check` runs twice, with `random` seeded the same way:
+  1. record (when the job is made, on the host, `record`): `check` runs with the canonical
+     solution (trusted) behind a proxy that records every call's arguments (and the shape of
+     each result, to restore tuples after JSON);
   2. replay (at scoring, `REPLAY`): the sandbox has run the candidate on the recorded
      arguments; `check` runs again with a proxy that returns those outputs in order, so its own
      assertions (equality, tolerances, properties such as "poly(x) is near 0") decide. A

@@ -17,9 +17,12 @@ infrastructure failure). A worker that misses its job's deadline is killed (SIGK
 replaced, and the job is a TIMEOUT; a worker that dies is replaced and its job retried once on the fresh
 worker, then reported as SANDBOX_ERROR (an infrastructure failure: the loop masks it out of the
 loss, never scores it), unless the sandbox's cgroup counted an OOM kill during the job: then it
-is the candidate's MEMORY_LIMIT. A whole call also has a deadline (`batch_timeout_s`); a job it
-cuts short or never starts is masked (SANDBOX_ERROR), never a scored TIMEOUT. Verdicts of
-identical jobs are cached.
+is the candidate's MEMORY_LIMIT. A whole call also has a deadline (`batch_timeout_s`), shared
+fairly: a job's clock runs to its own deadline or, when shorter, to its share of what is left
+of the batch's time (`share`), so a job that uses more than its share is its own TIMEOUT and
+the jobs after it still get theirs; only a job that never starts before the batch's deadline
+(workers that cannot start: capacity) is masked (SANDBOX_ERROR). Verdicts of identical jobs
+are cached (never a TIMEOUT).
 
 Every host function that reads candidate-controlled data (wiring a job, comparing outputs)
 runs behind the verdict firewall (`firewall.py`, `codecs.py`: `wire` and `verdict`): `verify`

@@ -13,7 +13,12 @@ or ptrace its supervisor, or escalate privileges. The sandbox isolates:
     /etc/shadow, no home, no project files, no answer files; /proc is the sandbox's own (new
     pid namespace); /dev the minimal set, read-only. The only writable mounts are /tmp and
     /dev/shm, each a size-capped tmpfs emptied after every job (whatever modes the candidate
-    set), and System V IPC objects are removed after every job (POSIX queues: RLIMIT_MSGQUEUE 0);
+    set) with its root reset (mode 1777, no extended attributes) and probed (a file made,
+    written, read, removed) before the next job, else the worker is replaced;
+  * what would outlive a job elsewhere, denied by a seccomp filter (`_DENIED`): System V IPC
+    (memory in no process), setting or removing extended attributes (a default ACL on /tmp
+    made every later job's files read-only), the kernel's keyrings (keys outlive the sandbox
+    and share one quota); POSIX queues: RLIMIT_MSGQUEUE 0;
   * environment: `--clearenv` (the trainer's variables, tokens and PYTHON* never enter);
   * network: a new network namespace (no interface but a down loopback);
   * processes: pid namespace with our worker as pid 1 (`--as-pid-1`): after each job it kills
@@ -28,24 +33,29 @@ or ptrace its supervisor, or escalate privileges. The sandbox isolates:
     an infrastructure failure from a Python candidate (which would mask the sample out of the
     loss instead of scoring it), is a runtime error; a result over 1 MiB is an output limit.
     Every reply carries its job's id and the host matches by id. The host compares outputs with
-    expected values, which never enter;
+    expected values, which never enter; a dataset's own test (which holds them) runs as the
+    job's second phase, in a child forked only after every process of the candidate is dead;
   * resources per job: RLIMIT_CPU, RLIMIT_AS, RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_NOFILE,
     core 0, a wall deadline and a stdout/stderr cap enforced by the worker, and the host pool's
     own deadline that kills the whole sandbox. Where the host allows it (root with a writable
     cgroup v1 memory+pids hierarchy or cgroup v2), each sandbox's whole process tree is also
     bounded in memory and pids; otherwise (stated in `Sandbox.cgroup`) the bound is per process
     (RLIMIT_AS) times the process limit (RLIMIT_NPROC).
-Not isolated: the kernel itself (no seccomp filter: a kernel exploit escapes), CPU time stolen
-from the trainer within the limits, timing side channels, and the system interpreter and
-libraries under /usr, which the candidate can read.
+Not isolated: the kernel itself (the seccomp filter denies only the calls above: a kernel
+exploit escapes), CPU time stolen from the trainer within the limits, timing side channels,
+and the system interpreter and libraries under /usr, which the candidate can read.
 
 Graders that need the trainer's libraries (`TrainerPython`: reasoning-gym's scorers, some of
-which eval the answer) run the same way with one difference: the trainer's own interpreter and
-its site-packages are bound read-only at their own paths (readable by the candidate, like
-/usr), and the worker imports the grader's modules once before it forks each job's child.
-When the trainer runs as root, those paths may sit under a home only root can enter: a
-private mount namespace (made by root, discarded with the worker) bind-mounts them onto empty
-directories the unprivileged uid can reach, and only then does bwrap start as that uid.
+which eval the answer) run the same way with one difference: the trainer's interpreter binary,
+libpython and standard library are bound read-only at their own paths, its site directories
+at /opt/rlvr/site/<k> in its own order (readable by the candidate, like /usr; never the
+interpreter's whole prefix), and the worker imports the grader's modules once before it forks
+each job's child. When the trainer runs as root, those paths may sit under a home only root
+can enter: a private mount namespace (made by root, discarded with the worker) bind-mounts
+them onto empty directories or files the unprivileged uid can reach (`MOUNT_POINTS`, removed
+when the last pool using them closes; a killed trainer's, at the next start), and only then
+does bwrap start as that uid. (The scorer's process itself never evaluates an answer:
+isolated_eval.py.)
 """
 
 from __future__ import annotations
@@ -313,16 +323,23 @@ class _MountPoints:
 
 def _remove_stale_mount_points() -> None:
     """Remove the mount-point folders of processes that are gone (a killed trainer's)."""
-    base = tempfile.gettempdir()
+    for path in _of_dead_processes(tempfile.gettempdir(), "rlvr-bind-", "-"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _of_dead_processes(folder: str, prefix: str, sep: str) -> list[str]:
+    """The entries of `folder` named `<prefix><pid><sep>...` whose process is gone from this
+    pid namespace (ours are named so: mount-point folders, cgroups)."""
     try:
-        names = os.listdir(base)
+        names = os.listdir(folder)
     except OSError:
-        return
+        return []
+    out = []
     for name in names:
-        parts = name.split("-")
-        if len(parts) == 4 and name.startswith("rlvr-bind-") and parts[2].isdigit():
-            if not _alive(int(parts[2])):
-                shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        pid = name[len(prefix):].split(sep)[0] if name.startswith(prefix) else ""
+        if pid.isdigit() and sep in name[len(prefix):] and not _alive(int(pid)):
+            out.append(os.path.join(folder, name))
+    return out
 
 
 def _alive(pid: int) -> bool:
@@ -480,18 +497,9 @@ class Cgroup:
         now = time.time()
         for parent in ("/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/cpu",
                        "/sys/fs/cgroup"):
-            try:
-                names = os.listdir(parent)
-            except OSError:
-                continue
-            for name in names:
-                parts = name.split("_")
-                if len(parts) != 4 or parts[0] != "rlvr" or not parts[1].isdigit():
-                    continue
-                path = os.path.join(parent, name)
+            for path in _of_dead_processes(parent, "rlvr_", "_"):
                 try:
-                    old = now - os.stat(path).st_mtime > min_age_s
-                    if old and not _alive(int(parts[1])) and not _pids(path):
+                    if now - os.stat(path).st_mtime > min_age_s and not _pids(path):
                         os.rmdir(path)
                         removed.append(path)
                 except OSError:
