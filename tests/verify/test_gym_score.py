@@ -94,7 +94,8 @@ FORGE = ('__import__(\'builtins\').exec("import os, fcntl\\nB = b\'{\\"status\\"
          'for i in range(3, 64):\\n    try:\\n        if fcntl.fcntl(i, 3) & 3 == 1: '
          'os.write(i, B)\\n    except OSError: pass\\nos._exit(0)")')
 EVALUATING = ["string_insertion", "spiral_matrix", "binary_matrix", "n_queens", "number_sorting",
-              "countdown", "puzzle24", "simple_integration", "polynomial_multiplication"]
+              "countdown", "puzzle24", "simple_integration", "intermediate_integration",
+              "polynomial_multiplication"]
 
 
 @pytest.mark.parametrize("mode", ["forkserver", "fresh"])
