@@ -347,8 +347,13 @@ def test_each_groups_prompt_once_gives_the_same_update(options):
     once, m_once = _step(tx, group_size=G, **options)(*_state(tx, critic), batch,
                                                       jax.random.key(0), 1.0)
     _close(once.params, rows.params, rtol=1e-4, atol=1e-6)
+    # A fraction of tokens past a threshold (clip fractions) may differ by one token whose
+    # value sits on the threshold: the two forwards round differently in float32 (seen on
+    # one CPU, not on another: value_clip_frac 0.239 vs 0.217, 1 of 46 tokens).
+    one_token = 1.0 / float(batch.response_mask_B_R.sum())
     for k in m_rows:
-        np.testing.assert_allclose(float(m_once[k]), float(m_rows[k]), rtol=1e-4, atol=1e-6,
+        np.testing.assert_allclose(float(m_once[k]), float(m_rows[k]), rtol=1e-4,
+                                   atol=one_token + 1e-6 if k.endswith("_frac") else 1e-6,
                                    err_msg=k)
 
 

@@ -466,6 +466,9 @@ class _Running:
                 f" ({self.allow:.2f} s: its share of the batch's time, not {timeout_s:g} s)")
 
 
+MIN_SHARE_S = 0.1
+
+
 def share(timeout_s: float, left_s: float, workers: int, unfinished: int) -> float:
     """A job's allowance when its clock starts: its own deadline `timeout_s`, or, when
     shorter, its fair share of the batch's time left: `left_s` x workers / the jobs not yet
@@ -479,7 +482,11 @@ def share(timeout_s: float, left_s: float, workers: int, unfinished: int) -> flo
     whole share, W workers would finish the batch just at its deadline). A job that never
     starts before the batch's deadline (workers slow to start: capacity) is still masked."""
     left_s = max(left_s, 0.0)
-    return min(timeout_s, left_s * min(1.0, workers / max(unfinished, 1)))
+    fair = left_s * min(1.0, workers / max(unfinished, 1))
+    # Never less than MIN_SHARE_S: a job that starts when little is left (the batch's time
+    # spent on restarts and slow starts, not on this sample) is not scored for the lack; if
+    # the batch's deadline comes first, it is cut there and masked.
+    return min(timeout_s, max(fair, MIN_SHARE_S))
 
 
 def _cache_key(job: dict) -> Optional[str]:

@@ -30,10 +30,17 @@ def test_pool_kills_hung_workers_retries_dead_ones_and_keeps_answering():
         t0 = time.monotonic()
         got = pool.verify([{"seconds": 3}, {"seconds": 0.01}])
         assert time.monotonic() - t0 < 1.5
-        # Neither job had its own time: the first was cut at the batch deadline, the second
-        # never started. Both are masked (no verdict on the candidate), never a scored timeout.
-        assert [v.status for v in got] == [Status.SANDBOX_ERROR, Status.SANDBOX_ERROR]
-        assert "batch deadline" in got[0].detail and "not started" in got[1].detail
+        # The first used more than its share of the batch's time (0.25 s): its own timeout.
+        # The second runs after the worker's restart, or, if the restart took the rest of the
+        # batch's time, never starts: masked (no verdict on it), never a scored timeout.
+        assert got[0].status == Status.TIMEOUT and "share" in got[0].detail
+        assert got[1].status == Status.PASS or (got[1].status == Status.SANDBOX_ERROR
+                                                and "not started" in got[1].detail), got[1]
+    with VerifierPool("test_slow_start", workers=1, timeout_s=5.0, batch_timeout_s=0.5) as pool:
+        got = pool.verify([{"seconds": 0.01}, {"seconds": 0.01, "i": 1}])
+        # The worker starts after the batch's deadline (2 s): capacity, both masked.
+        assert [v.status for v in got] == [Status.SANDBOX_ERROR] * 2
+        assert all("not started" in v.detail for v in got)
 
 
 def test_a_slow_worker_start_is_not_the_jobs_timeout():
@@ -52,3 +59,15 @@ def test_workers_that_never_start_are_a_sandbox_error_not_a_hang():
         assert time.monotonic() - t0 < 30
         assert [v.status for v in got] == [Status.SANDBOX_ERROR] * 2
         assert "failed to start" in got[0].detail and "exit code 3" in got[0].detail
+
+
+def test_a_jobs_share_of_the_batch():
+    """pool.share: its own deadline, or its fair part of what is left of the batch (time
+    left x workers / jobs unfinished, at most the time left), never below MIN_SHARE_S."""
+    from rlvr_jax.verify.pool import MIN_SHARE_S, share
+
+    assert share(10.0, 300.0, 2, 8) == 10.0  # plenty: its own deadline
+    assert share(10.0, 8.0, 2, 8) == 2.0  # 8 s x 2 workers / 8 jobs
+    assert share(10.0, 3.0, 4, 2) == 3.0  # fewer jobs than workers: the time left
+    assert share(10.0, 0.0, 2, 5) == MIN_SHARE_S  # the batch's deadline cuts it (masked)
+    assert share(0.05, 0.0, 2, 5) == 0.05
