@@ -36,7 +36,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from rlvr_jax.data.loaders import DatasetError
     from rlvr_jax.models.hf import HFImportError
     from rlvr_jax.run_control import RunLocked
-    from rlvr_jax.verify.sandbox import SandboxUnavailable
+    from rlvr_jax.sandbox.bwrap import SandboxUnavailable
 
     return (config_lib.ConfigError, DatasetError, HFImportError, CheckpointError, RunLocked,
             SandboxUnavailable, FileNotFoundError)

@@ -19,3 +19,7 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 import jax  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# The graders' kinds register with the sandbox package when rlvr_jax.verify is imported (the
+# package imports none of its plug-ins); tests that build a pool directly rely on this.
+import rlvr_jax.verify  # noqa: E402,F401

@@ -45,12 +45,12 @@ def rl_step_options(critic=None, epochs=1, minibatches=1, microbatches=1, group_
 def sandbox_unavailable() -> str:
     """Why the bubblewrap sandbox cannot run here ("" when it can). With
     RLVR_REQUIRE_SANDBOX=1 (CI) an unavailable sandbox is an error, never a skip."""
-    from rlvr_jax.verify import sandbox
+    from rlvr_jax.sandbox import bwrap
 
     try:
-        sandbox.check_available()
+        bwrap.check_available()
         return ""
-    except sandbox.SandboxUnavailable as e:
+    except bwrap.SandboxUnavailable as e:
         if os.environ.get("RLVR_REQUIRE_SANDBOX") == "1":
             raise RuntimeError(f"RLVR_REQUIRE_SANDBOX=1 but the sandbox is unavailable: {e}")
         return str(e)

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from rlvr_jax.verify.pool import VerifierPool, child_processes
+from rlvr_jax.sandbox.pool import VerifierPool, child_processes
 
 TRIVIAL = "def f(x):\n    return x"
 FIVE = ("def f(x):\n    s = 0\n    for i in range(x):\n        s += i * i\n    return s")

@@ -132,7 +132,7 @@ class RewardConfig:
 class VerifierConfig:
     # inprocess: the arithmetic task's exact-integer check in the trainer process (trusted).
     # math: math-verify equivalence in worker processes with hard deadlines (rlvr_jax/verify).
-    # code: candidate programs run in the bubblewrap sandbox (rlvr_jax/verify/sandbox.py).
+    # code: candidate programs run in the bubblewrap sandbox (rlvr_jax/sandbox/bwrap.py).
     kind: VerifierKind = VerifierKind["inprocess"]
     reward_scheme: RewardScheme = RewardScheme["binary"]  # rlvr_jax.rewards.REWARD_TABLES
     mode: SandboxMode = SandboxMode["forkserver"]  # sandboxed kinds only (same containment)

@@ -16,8 +16,9 @@ from typing import Sequence
 from rlvr_jax.envs.base import MALFORMED, OK, SANDBOX_ERROR, TOOL_ERROR, UNKNOWN_TOOL, Reply
 from rlvr_jax.envs.calls import CallFormat
 from rlvr_jax.types import Status
-from rlvr_jax.verify import firewall, tool_run
-from rlvr_jax.verify.pool import VerifierPool
+from rlvr_jax.verify import tool_run
+from rlvr_jax.sandbox import firewall
+from rlvr_jax.sandbox.pool import VerifierPool
 from rlvr_jax.verify.toolbox import SCHEMAS, check_call
 
 

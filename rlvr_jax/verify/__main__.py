@@ -25,8 +25,8 @@ import sys
 
 from rlvr_jax.rewards import REWARD_TABLES
 from rlvr_jax.types import Status
-from rlvr_jax.verify.pool import VerifierPool
-from rlvr_jax.verify.sandbox import SandboxUnavailable
+from rlvr_jax.sandbox.pool import VerifierPool
+from rlvr_jax.sandbox.bwrap import SandboxUnavailable
 
 SANDBOXED = ("code", "sql", "tool")
 _STR, _NUM = (str,), (int, float)

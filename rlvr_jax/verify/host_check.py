@@ -16,7 +16,7 @@ The replay runs on candidate values, which can make a test loop or allocate with
 (`assert sum(range(f(3))) == 3` with f returning 10**13; `'ab' * f(2)`): so it never runs on
 the host. The sandbox worker runs it as the job's second phase, in a child forked after every
 process of the candidate is dead, under `LIMITS` and the job's deadline; only [passed, detail]
-comes back (sandbox_worker.run_check). A limit it hits is the candidate's verdict.
+comes back (rlvr_jax/sandbox/box_worker.py: run_check). A limit it hits is the candidate's verdict.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def record(problem: dict) -> tuple[list, list]:
     return calls, templates
 
 
-# The replay, run by the sandbox worker as the job's second phase (sandbox_worker.run_check):
+# The replay, run by the sandbox worker as the job's second phase (rlvr_jax/sandbox/box_worker.py: run_check):
 # in a child forked after every candidate process is dead, under its own limits. Standalone
 # (stdlib only: the sandbox's interpreter); `replay(problem, outputs)` -> [passed, detail].
 REPLAY = '''

@@ -15,7 +15,7 @@ Bounds: an answer over `MAX_ANSWER_CHARS` is WRONG unparsed; math-verify's parsi
 comparison each get `TIMEOUT_S` (its default is 5 s: a handful of adversarial answers such as
 `10^{10^{10}}` each cost a worker 5 s), and so does our own numeric check. `check` calls
 math-verify, whose timeouts use `signal.alarm`: run it in a worker process's main thread (see
-`pool.py`), never in a trainer thread.
+rlvr_jax/sandbox/pool.py), never in a trainer thread.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ values, which never enter the sandbox). Outcomes, as statuses of the reply:
   RUNTIME_ERROR   the tool raised: detail "error: <exception>" (the model sees it)
   TIMEOUT / MEMORY_LIMIT / OUTPUT_LIMIT   the call hit a limit: detail "error: ..."
   SANDBOX_ERROR   the sandbox failed: the episode is out of the loss (never a wrong answer)
-No JAX import; behind the verdict firewall like every sandboxed kind (codecs.py).
+No JAX import; behind the verdict firewall like every sandboxed kind (rlvr_jax/sandbox/codecs.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Trusted checkers that run in the trainer's process, behind the same `submit(jobs)` as the
 worker pool: for checks that execute no candidate code and cannot hang (an integer compared with
 the ground truth). Anything that runs or parses untrusted programs goes to the pool instead.
-Each check runs behind the verdict firewall (firewall.py): nothing a completion says can raise
+Each check runs behind the verdict firewall (rlvr_jax/sandbox/firewall.py): nothing a completion says can raise
 into the trainer."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from concurrent.futures import Future
 from typing import Callable, Sequence
 
 from rlvr_jax.types import Status, Verdict
-from rlvr_jax.verify import firewall
+from rlvr_jax.sandbox import firewall
 
 _INT = re.compile(r"\s*(-?\d+)\s*")
 MAX_DIGITS = 4000  # under Python's int-from-string limit (4300 digits), far over any answer

@@ -8,8 +8,8 @@ from concurrent.futures import Future
 from typing import Optional, Protocol, Sequence
 
 from rlvr_jax.types import Verdict
-from rlvr_jax.verify.codecs import SANDBOXED
-from rlvr_jax.verify.pool import VerifierPool
+from rlvr_jax.sandbox import codecs
+from rlvr_jax.sandbox.pool import VerifierPool
 from rlvr_jax.verify.trusted import CHECKS, TrustedVerifier
 
 
@@ -43,4 +43,4 @@ def make_verifier(kind: str, *, workers: int, timeout_s: float,
         routed.prepare(kinds)  # the task's kinds now: a missing sandbox fails before any work
         return routed
     return VerifierPool(kind, workers=workers, timeout_s=timeout_s,
-                        batch_timeout_s=batch_timeout_s, mode=mode if kind in SANDBOXED else None)
+                        batch_timeout_s=batch_timeout_s, mode=mode if codecs.codec(kind) is not None else None)

@@ -2,10 +2,10 @@
 
 Says `{"ready": 1}` once started, then reads one JSON job per line on stdin, writes one JSON verdict per line on stdout
 (`{"status": int, "detail": str, "latency_s": float}`), until stdin closes. Anything the check
-itself prints goes to stderr, so it cannot forge a verdict line. The pool (`pool.py`) owns the
+itself prints goes to stderr, so it cannot forge a verdict line. The pool (rlvr_jax/sandbox/pool.py) owns the
 deadlines: it kills a worker that does not answer in time.
 
-Each check runs behind the verdict firewall (firewall.py): a grader that raises on a
+Each check runs behind the verdict firewall (rlvr_jax/sandbox/firewall.py): a grader that raises on a
 pathological answer (a RecursionError on 3000 nested negations, a MemoryError) gives that
 answer's verdict, WRONG with the exception named; only a failure that a neutral answer
 reproduces is a SANDBOX_ERROR. The process's address space is capped (`MEMORY_MB`), so a
@@ -20,7 +20,7 @@ import sys
 import time
 
 from rlvr_jax.types import Status, Verdict
-from rlvr_jax.verify import firewall
+from rlvr_jax.sandbox import firewall
 
 MEMORY_MB = 4096  # address space of a grader process (sympy and math-verify use ~0.5 GB)
 

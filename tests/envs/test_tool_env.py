@@ -73,7 +73,7 @@ def test_the_code_sandbox_attacks_as_tool_calls_are_contained(env, name):
 
 
 def test_a_sandbox_that_cannot_start_is_the_episodes_sandbox_error(monkeypatch):
-    from rlvr_jax.verify import sandbox
+    from rlvr_jax.sandbox import bwrap
 
     e = make_environment(["calculator"], "tag", workers=1, timeout_s=2.0, batch_timeout_s=20.0,
                          mode="fresh")
@@ -81,7 +81,7 @@ def test_a_sandbox_that_cannot_start_is_the_episodes_sandbox_error(monkeypatch):
         def broken(**kwargs):
             raise OSError("bwrap could not start")
 
-        monkeypatch.setattr(sandbox, "spawn", broken)
+        monkeypatch.setattr(bwrap, "spawn", broken)
         e._pool._workers = []  # the next call needs a new worker, which cannot start
         reply, = e.respond(["<calculator>1+1</calculator>"])
         assert reply.outcome == SANDBOX_ERROR

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from rlvr_jax.tasks import humaneval
-from rlvr_jax.verify.pool import VerifierPool
+from rlvr_jax.sandbox.pool import VerifierPool
 from tests.helpers import UNAVAILABLE
 
 
@@ -55,7 +55,7 @@ def test_canonical_pass_and_broken_fail(jobs, mode):
 def test_expected_values_never_reach_the_candidate(jobs):
     """The candidate's phase carries its program and the recorded arguments only; the test
     (with its expected values) is the second phase's program, run by the worker after every
-    candidate process is dead (sandbox_worker.run_check), never by the host."""
+    candidate process is dead (rlvr_jax/sandbox/box_worker.py: run_check), never by the host."""
     from rlvr_jax.verify import code
 
     for job in jobs[:20]:

@@ -1,4 +1,4 @@
-"""The verdict firewall (rlvr_jax/verify/firewall.py) and the host-side readers behind it, on
+"""The verdict firewall (rlvr_jax/sandbox/firewall.py) and the host-side readers behind it, on
 the findings of the second outside audit that need no sandbox: each of these raised into the
 caller (and so ended a training step) or gave a wrong verdict before. The sandboxed findings
 are in test_isolation.py; the property-based fuzzing of every reader is in test_fuzz.py."""
@@ -8,10 +8,11 @@ import time
 import pytest
 
 from rlvr_jax.types import Status, Verdict
-from rlvr_jax.verify import code, firewall, tools, trusted, worker
+from rlvr_jax.verify import code, tools, trusted, worker
+from rlvr_jax.sandbox import firewall
 from rlvr_jax.verify import math as math_check
 from rlvr_jax.verify import sql as sql_check
-from rlvr_jax.verify.pool import VerifierPool
+from rlvr_jax.sandbox.pool import VerifierPool
 from rlvr_jax.verify.trusted import TrustedVerifier
 
 

@@ -16,10 +16,11 @@ from hypothesis import strategies as st
 
 from rlvr_jax.types import Status, Verdict
 from rlvr_jax.verify import __main__ as cli
-from rlvr_jax.verify import json_scan, pool, trusted, worker
+from rlvr_jax.verify import json_scan, trusted, worker
+from rlvr_jax.sandbox import pool
 from rlvr_jax.verify.trusted import TrustedVerifier
 
-SANDBOX_WORKER = os.path.join(os.path.dirname(pool.__file__), "sandbox_worker.py")
+SANDBOX_WORKER = os.path.join(os.path.dirname(pool.__file__), "box_worker.py")
 pytestmark = pytest.mark.slow  # ~30 s: in the full suite (CI), not the daily not-slow run
 FAST = settings(max_examples=100, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -6,7 +6,7 @@ import pytest
 
 from rlvr_jax.types import Status
 from rlvr_jax.verify import logic, retrieval
-from rlvr_jax.verify.pool import VerifierPool
+from rlvr_jax.sandbox.pool import VerifierPool
 from tests.helpers import UNAVAILABLE
 
 pytestmark = pytest.mark.xdist_group("sandbox")  # one worker runs every sandbox test

@@ -11,7 +11,7 @@ import pytest
 from rlvr_jax.rewards import from_verdicts
 from rlvr_jax.types import Status
 from rlvr_jax.verify import gym_score
-from rlvr_jax.verify.pool import VerifierPool
+from rlvr_jax.sandbox.pool import VerifierPool
 from tests.helpers import UNAVAILABLE
 
 rg = pytest.importorskip("reasoning_gym", reason="the optional extra: pip install -e '.[tasks]'")

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from rlvr_jax.types import Status
-from rlvr_jax.verify.pool import VerifierPool
+from rlvr_jax.sandbox.pool import VerifierPool
 from tests.helpers import UNAVAILABLE
 
 pytestmark = [pytest.mark.slow,  # see pyproject.toml: not in the daily `-m "not slow"` run

@@ -4,7 +4,7 @@ import pytest
 
 from rlvr_jax.types import Status
 from rlvr_jax.verify import math as vmath
-from rlvr_jax.verify.pool import VerifierPool
+from rlvr_jax.sandbox.pool import VerifierPool
 
 
 @pytest.mark.parametrize("text,want", [

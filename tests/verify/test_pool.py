@@ -3,7 +3,7 @@
 import time
 
 from rlvr_jax.types import Status
-from rlvr_jax.verify.pool import VerifierPool
+from rlvr_jax.sandbox.pool import VerifierPool
 
 
 def test_pool_kills_hung_workers_retries_dead_ones_and_keeps_answering():
@@ -64,7 +64,7 @@ def test_workers_that_never_start_are_a_sandbox_error_not_a_hang():
 def test_a_jobs_share_of_the_batch():
     """pool.share: its own deadline, or its fair part of what is left of the batch (time
     left x workers / jobs unfinished, at most the time left), never below MIN_SHARE_S."""
-    from rlvr_jax.verify.pool import MIN_SHARE_S, share
+    from rlvr_jax.sandbox.pool import MIN_SHARE_S, share
 
     assert share(10.0, 300.0, 2, 8) == 10.0  # plenty: its own deadline
     assert share(10.0, 8.0, 2, 8) == 2.0  # 8 s x 2 workers / 8 jobs

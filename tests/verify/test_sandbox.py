@@ -11,8 +11,8 @@ import time
 import pytest
 
 from rlvr_jax.types import Status
-from rlvr_jax.verify import sandbox
-from rlvr_jax.verify.pool import VerifierPool, child_processes
+from rlvr_jax.sandbox import bwrap
+from rlvr_jax.sandbox.pool import VerifierPool, child_processes
 from tests.helpers import UNAVAILABLE
 
 pytestmark = [pytest.mark.slow,  # see pyproject.toml: not in the daily `-m "not slow"` run
@@ -205,8 +205,8 @@ def test_sandbox_error_is_not_a_wrong_answer(pool):
 
 
 def test_missing_bwrap_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(sandbox.shutil, "which", lambda _: None)
-    with pytest.raises(sandbox.SandboxUnavailable, match="apt-get install -y bubblewrap"):
+    monkeypatch.setattr(bwrap.shutil, "which", lambda _: None)
+    with pytest.raises(bwrap.SandboxUnavailable, match="apt-get install -y bubblewrap"):
         VerifierPool("code", mode="forkserver")
     with pytest.raises(ValueError, match="needs a sandbox mode"):
         VerifierPool("code", mode="none")

@@ -18,8 +18,8 @@ import pytest
 
 from rlvr_jax.data import code_tests
 from rlvr_jax.types import Status
-from rlvr_jax.verify import sandbox
-from rlvr_jax.verify.pool import VerifierPool
+from rlvr_jax.sandbox import bwrap
+from rlvr_jax.sandbox.pool import VerifierPool
 from tests.helpers import UNAVAILABLE
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sandbox"),
@@ -131,8 +131,8 @@ def test_looping_calls_are_their_own_timeouts_and_never_mask_honest_ones(mode):
 
 # ----------------------------------------------------------------------------- 5: binds
 def _run(python, program, fn="f", args=()):
-    """One job in a fresh sandbox running `python` (sandbox.TrainerPython): its reply."""
-    proc = sandbox.spawn(once=True, python=python)
+    """One job in a fresh sandbox running `python` (bwrap.TrainerPython): its reply."""
+    proc = bwrap.spawn(once=True, python=python)
     try:
         assert json.loads(proc.stdout.readline()) == {"ready": 1}
         job = {"id": 1, "program": program, "calls": [{"fn": fn, "args": list(args)}],
@@ -142,14 +142,14 @@ def _run(python, program, fn="f", args=()):
         proc.stdin.flush()
         return json.loads(proc.stdout.readline())
     finally:
-        sandbox.kill(proc)
+        bwrap.kill(proc)
 
 
 def test_only_the_interpreter_and_its_libraries_are_bound():
     """Finding 1's second half: the interpreter's prefix was bound whole (its bin/, include/,
     share/, whatever else lies there); now only the binary, libpython, the standard library
     and the site directories, which come first on the path in the trainer's order."""
-    python = sandbox.TrainerPython()
+    python = bwrap.TrainerPython()
     prefix = os.path.realpath(sys.base_prefix)
     program = ("import os, sys\ndef f(prefix):\n    return [sorted(os.listdir(os.path.join("
                "prefix, 'bin'))), os.path.exists(os.path.join(prefix, 'include')), sys.path]")
@@ -157,8 +157,8 @@ def test_only_the_interpreter_and_its_libraries_are_bound():
     assert reply["status"] == "ok", reply
     listed, include, path = reply["outputs"][0]["value"]
     assert listed == [os.path.basename(python.executable())] and not include
-    sites = [p for p in path if p.startswith(sandbox.SITE_ROOT)]
-    assert sites[:len(python.site_dirs())] == [f"{sandbox.SITE_ROOT}/{k}" for k in
+    sites = [p for p in path if p.startswith(bwrap.SITE_ROOT)]
+    assert sites[:len(python.site_dirs())] == [f"{bwrap.SITE_ROOT}/{k}" for k in
                                                 range(len(python.site_dirs()))]
     assert not any(os.path.basename(p) == "site-packages" for p in path)  # no other install
 
@@ -172,9 +172,9 @@ def test_a_venv_under_tmp_is_the_one_imported(tmp_path):
                     str(venv)], check=True, timeout=120)
     site = next(venv.glob("lib/python*/site-packages"))
     (site / "rlvr_probe_mod.py").write_text("WHERE = 'the venv'\n")
-    code = ("import json, sys\nfrom rlvr_jax.verify import sandbox\n"
+    code = ("import json, sys\nfrom rlvr_jax.sandbox import bwrap\n"
             "from tests.verify.test_third_audit import _run\n"
-            "r = _run(sandbox.TrainerPython(preload=('rlvr_probe_mod',)), "
+            "r = _run(bwrap.TrainerPython(preload=('rlvr_probe_mod',)), "
             "'import rlvr_probe_mod\\ndef f():\\n    return rlvr_probe_mod.WHERE')\n"
             "print(json.dumps(r))")
     out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True,
@@ -185,10 +185,10 @@ def test_a_venv_under_tmp_is_the_one_imported(tmp_path):
 
 
 def test_an_interpreter_the_sandbox_cannot_show_is_refused_with_the_reason(monkeypatch):
-    monkeypatch.setattr(sandbox.TrainerPython, "executable",
+    monkeypatch.setattr(bwrap.TrainerPython, "executable",
                         staticmethod(lambda: "/tmp/somewhere/bin/python3"))
-    with pytest.raises(sandbox.SandboxUnavailable, match="/tmp/somewhere/bin/python3.*/tmp"):
-        sandbox.TrainerPython().binds()
+    with pytest.raises(bwrap.SandboxUnavailable, match="/tmp/somewhere/bin/python3.*/tmp"):
+        bwrap.TrainerPython().binds()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the mount points exist for a root trainer")
@@ -198,11 +198,11 @@ def test_bind_folders_go_at_close_and_a_killed_trainers_at_the_next_start(tmp_pa
     pytest.importorskip("reasoning_gym")
     stale = tempfile.mkdtemp(prefix="rlvr-bind-999999999-")  # no such pid
     os.mkdir(os.path.join(stale, "0"))
-    sandbox.MOUNT_POINTS.remove()  # as at a fresh start of this process
+    bwrap.MOUNT_POINTS.remove()  # as at a fresh start of this process
     with VerifierPool("reasoning_gym", workers=1, timeout_s=20.0) as p:
         p.verify([{"dataset": "chain_sum", "config": {}, "seed": 0, "index": 1,
                    "completion": "<answer>1</answer>"}])
-        folder = sandbox.MOUNT_POINTS.folder
+        folder = bwrap.MOUNT_POINTS.folder
         assert folder and os.path.isdir(folder) and not os.path.exists(stale)
     assert not os.path.exists(folder)
 
@@ -215,8 +215,8 @@ def test_a_killed_trainers_empty_cgroups_are_removed_at_the_next_start(monkeypat
     for p in (path, live):
         os.makedirs(p, exist_ok=True)
     try:
-        monkeypatch.setattr(sandbox.Cgroup, "_STALE_CHECKED", False)
-        removed = sandbox.Cgroup.remove_stale(min_age_s=0.0)
+        monkeypatch.setattr(bwrap.Cgroup, "_STALE_CHECKED", False)
+        removed = bwrap.Cgroup.remove_stale(min_age_s=0.0)
         assert path in removed and not os.path.exists(path) and os.path.exists(live)
     finally:
         for p in (path, live):

@@ -14,9 +14,9 @@ import time
 import pytest
 
 from rlvr_jax.types import Status
-from rlvr_jax.verify import pool as pool_lib
-from rlvr_jax.verify import sandbox
-from rlvr_jax.verify.pool import VerifierPool
+from rlvr_jax.sandbox import pool as pool_lib
+from rlvr_jax.sandbox import bwrap
+from rlvr_jax.sandbox.pool import VerifierPool
 from tests.helpers import ROOT, UNAVAILABLE
 
 pytestmark = [pytest.mark.slow,  # see pyproject.toml: not in the daily `-m "not slow"` run
@@ -226,7 +226,7 @@ def test_close_leaves_no_process_and_no_cgroup(mode, monkeypatch):
     (a timed-out job's worker was just replaced), leave no sandbox process and no cgroup of
     ours. Only this test's own sandboxes are counted (every launch recorded)."""
     launched: set = set()
-    spawn = sandbox.spawn
+    spawn = bwrap.spawn
 
     def recorded(*args, **kwargs):
         proc = spawn(*args, **kwargs)
@@ -261,7 +261,7 @@ def test_the_sandbox_runs_from_a_private_checkout(tmp_path):
     shutil.copytree(os.path.join(ROOT, "rlvr_jax"), private / "rlvr_jax",
                     ignore=shutil.ignore_patterns("__pycache__"))
     script = ("import json, sys\n"
-              "from rlvr_jax.verify.pool import VerifierPool\n"
+              "from rlvr_jax.sandbox.pool import VerifierPool\n"
               f"job = json.loads({json.dumps(json.dumps(GOOD))})\n"
               "with VerifierPool('code', workers=1, mode='forkserver') as p:\n"
               "    print(p.verify([job])[0].status.name)\n")

@@ -53,7 +53,7 @@ MAX_RESULT_DEPTH = 100
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once: dlopen in every child cost ~0.7 ms
-_FILTERED = False  # set in main(): a seccomp filter (sandbox.py's) is on this process
+_FILTERED = False  # set in main(): a seccomp filter (bwrap.py's) is on this process
 
 
 def _no_dump():
@@ -550,7 +550,7 @@ def cleanup(spares):
 
 
 def _seccomp_filtered():
-    """Whether a seccomp filter is on this process (sandbox.py's denies System V IPC, so no
+    """Whether a seccomp filter is on this process (bwrap.py's denies System V IPC, so no
     IPC object can exist to remove)."""
     try:
         with open("/proc/self/status") as f:
@@ -578,7 +578,7 @@ def main():
     # (kill(-1)). That is only the sandbox's own pid namespace when it is its pid 1; run
     # anywhere else, it would kill the host's processes. Refuse.
     if os.getpid() != 1:
-        sys.exit("sandbox_worker.py runs only as pid 1 of a bubblewrap sandbox (--as-pid-1)")
+        sys.exit("box_worker.py runs only as pid 1 of a bubblewrap sandbox (--as-pid-1)")
     _immune_to_signals()
     _no_dump()
     global _FILTERED
@@ -589,7 +589,7 @@ def main():
     os.dup2(devnull, 1)
     # A grader's modules (e.g. reasoning_gym), imported once here (their prints go nowhere):
     # each job's child is forked from this process and finds them loaded (the trainer's
-    # interpreter only: sandbox.py).
+    # interpreter only: bwrap.py).
     for arg in sys.argv[1:]:
         if arg.startswith("--path="):  # the trainer's site directories, in its order
             import site

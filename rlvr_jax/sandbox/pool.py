@@ -2,8 +2,8 @@
 
 `VerifierPool(kind, workers, timeout_s, mode)` keeps `workers` worker processes, sends each a
 job at a time and waits on all of them with `select`. Trusted graders (kind `math`) run in
-plain subprocesses (`python -m rlvr_jax.verify.worker KIND`, mode `none`). Untrusted programs
-(kind `code`) run in the bubblewrap sandbox (`sandbox.py`), in one of two modes with the same
+plain subprocesses (`python -m MODULE KIND`, the module its kind registered, mode `none`). Untrusted programs
+(kind `code`) run in the bubblewrap sandbox (`bwrap.py`), in one of two modes with the same
 containment: `forkserver` (a long-lived sandboxed worker forks a child per job; recycled after
 `recycle_after` jobs or any limit violation) or `fresh` (one sandbox per job).
 
@@ -55,8 +55,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from rlvr_jax.types import Status, Verdict
-from rlvr_jax.verify import sandbox
-from rlvr_jax.verify.codecs import SANDBOXED, verdict, wire  # the firewall's side of a reply
+from rlvr_jax.sandbox import bwrap, codecs
+from rlvr_jax.sandbox.codecs import verdict, wire  # the firewall's side of a reply
 
 
 # A worker's reply is one line; past this without a newline it is garbled (the worker bounds
@@ -74,11 +74,11 @@ class _Worker:
         if mode == "none":
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "rlvr_jax.verify.worker", kind], stdin=subprocess.PIPE,
+                [sys.executable, "-m", codecs.trusted_worker(kind), kind], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0, env=env)
         else:
-            self.proc = sandbox.spawn(once=mode == "fresh", cgroup=cgroup,
-                                      python=getattr(SANDBOXED[kind], "PYTHON", None))
+            self.proc = bwrap.spawn(once=mode == "fresh", cgroup=cgroup,
+                                      python=getattr(codecs.codec(kind), "PYTHON", None))
         self.mode, self.cgroup = mode, cgroup
         self.fd = self.proc.stdout.fileno()
         self.buf = bytearray()
@@ -124,7 +124,7 @@ class _Worker:
                 self.proc.kill()
             self.proc.wait()
         else:
-            sandbox.kill(self.proc)  # its whole process group
+            bwrap.kill(self.proc)  # its whole process group
         for f in (self.proc.stdin, self.proc.stdout):
             try:
                 f.close()
@@ -142,24 +142,25 @@ class VerifierPool:
                  mode: Optional[str] = None, recycle_after: int = 1000,
                  memory_mb_per_sandbox: int = 2048, pids_per_sandbox: int = 128,
                  start_timeout_s: float = 60.0, cleanup_timeout_s: float = 10.0):
-        from rlvr_jax.verify.worker import KINDS
-
-        if kind not in KINDS and kind not in SANDBOXED:
-            raise ValueError(f"unknown verifier kind {kind!r} "
-                             f"(known: {', '.join(sorted(set(KINDS) | set(SANDBOXED)))})")
-        mode = mode or ("forkserver" if kind in SANDBOXED else "none")
+        sandboxed = codecs.codec(kind) is not None
+        if not sandboxed and codecs.trusted_worker(kind) is None:
+            raise ValueError(f"unknown verifier kind {kind!r} (registered: "
+                             f"{', '.join(codecs.known()) or 'none'}; the graders' kinds are "
+                             "registered by importing rlvr_jax.verify, an environment's by "
+                             "its module)")
+        mode = mode or ("forkserver" if sandboxed else "none")
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
-        if kind in SANDBOXED and mode == "none":
+        if sandboxed and mode == "none":
             raise ValueError(f"kind {kind!r} runs untrusted code: it needs a sandbox mode "
                              "(forkserver or fresh), never none")
         if mode != "none":
-            sandbox.check_available()  # a clear error now, never a silent fallback
-            sandbox.Cgroup.remove_stale()  # a killed trainer's, once per process
-        self._python = getattr(SANDBOXED.get(kind), "PYTHON", None) if mode != "none" else None
+            bwrap.check_available()  # a clear error now, never a silent fallback
+            bwrap.Cgroup.remove_stale()  # a killed trainer's, once per process
+        self._python = getattr(codecs.codec(kind), "PYTHON", None) if mode != "none" else None
         if self._python is not None:
             self._python.binds()  # an interpreter the sandbox cannot show: refused now
-            sandbox.MOUNT_POINTS.hold()
+            bwrap.MOUNT_POINTS.hold()
         self.kind, self.mode, self.timeout_s = kind, mode, timeout_s
         self.batch_timeout_s, self.recycle_after = batch_timeout_s, recycle_after
         self.start_timeout_s, self.cleanup_timeout_s = start_timeout_s, cleanup_timeout_s
@@ -206,11 +207,11 @@ class VerifierPool:
         self._cgroups = [cg for cg in self._cgroups if not cg.remove()]
         if self._python is not None:
             self._python = None
-            sandbox.MOUNT_POINTS.release()  # the last pool using them removes the folder
+            bwrap.MOUNT_POINTS.release()  # the last pool using them removes the folder
 
     @property
     def containment(self) -> str:
-        """Which whole-tree bound is active (see sandbox.py)."""
+        """Which whole-tree bound is active (see bwrap.py)."""
         return self._cgroups[0].kind if self._cgroups else "none (not sandboxed)"
 
     def __enter__(self) -> "VerifierPool":
@@ -224,7 +225,7 @@ class VerifierPool:
         cgroup = None
         if self.mode != "none":
             self._cg_made += 1
-            cgroup = sandbox.Cgroup(f"{os.getpid()}_{id(self)}_{self._cg_made}", *self._cg_args)
+            cgroup = bwrap.Cgroup(f"{os.getpid()}_{id(self)}_{self._cg_made}", *self._cg_args)
             self._cgroups.append(cgroup)
         return _Worker(self.kind, self.mode, cgroup)
 
@@ -301,7 +302,7 @@ class VerifierPool:
                     last_failure = (f"exit code {w.exit_code()}" if line is None
                                     else "a malformed first line")
                 # A worker that died while cleaning up after a job (its cleanup over budget,
-                # see sandbox_worker.py) is replaced; a job queued behind it never started and
+                # see box_worker.py) is replaced; a job queued behind it never started and
                 # goes to another worker, uncharged.
                 requeue(w)
                 restart(w)

@@ -73,7 +73,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_worker.py")
+WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "box_worker.py")
 PYTHON = "/usr/bin/python3"  # the system interpreter: root-only paths (pyenv in /root) are not
 NOBODY = 65534               # readable by the sandbox's unprivileged uid
 SHM_MB = 64  # the /dev/shm tmpfs's cap

@@ -1,0 +1,12 @@
+"""The sandbox: where untrusted output runs, below both the graders (rlvr_jax/verify/) and
+the environments (rlvr_jax/envs/), importing neither.
+
+  bwrap.py       the containment (bubblewrap, seccomp, cgroups, limits) and its threat model
+  box_worker.py  the in-sandbox worker of one-shot jobs (forkserver or fresh)
+  pool.py        a pool of such workers with hard deadlines: `VerifierPool(kind)`
+  codecs.py      the registry of job kinds (plug-ins register their codecs)
+  firewall.py    the boundary between candidate-controlled data and the host
+  session.py     long-lived sandboxes, one per episode: `SessionPool`
+  session_server.py  the in-sandbox side of a session
+
+No JAX import anywhere here."""
