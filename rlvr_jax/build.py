@@ -184,10 +184,19 @@ def environment(e: EnvConfig):
     None for one turn. The caller closes it."""
     if e.kind == "none":
         return None
-    return envs.make_environment(e.tools, e.call_format, workers=e.workers,
-                                 timeout_s=e.timeout_s, batch_timeout_s=e.batch_timeout_s,
-                                 mode=e.mode, result_offset=e.result_offset,
-                                 turn_rewards=dict(e.turn_rewards))
+    if e.kind == "tools":
+        return envs.make_environment(e.tools, e.call_format, workers=e.workers,
+                                     timeout_s=e.timeout_s, batch_timeout_s=e.batch_timeout_s,
+                                     mode=e.mode, turn_rewards=dict(e.turn_rewards))
+    if ":" in e.kind:  # a host-side environment (an experiment's control)
+        from rlvr_jax.envs import registry
+
+        return registry.factory(e.kind)(e)
+    s = e.session
+    return envs.make_session_environment(
+        e.kind, e.call_format, limits=s.limits(), max_live=s.max_live, spares=s.spares,
+        turn_rewards=dict(e.turn_rewards), check_workers=e.workers,
+        check_timeout_s=s.check_timeout_s, mode=e.mode)
 
 
 # ------------------------------------------------------------------ generators

@@ -18,7 +18,7 @@ no_room, sandbox_error), counted per step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from rlvr_jax import distributed
 from rlvr_jax.envs.base import (MALFORMED, OK, SANDBOX_ERROR, TOOL_ERROR, UNKNOWN_TOOL,
                                   Environment)
 from rlvr_jax.turn_sampler import STOP_BUDGET, STOP_CALL, STOP_EOS, TurnSampler
-from rlvr_jax.types import Rollout
+from rlvr_jax.types import Generated, Rollout, Status, Verdict
 
 CUT_MARKER = " ...[cut]"
 
@@ -57,16 +57,6 @@ class Glue:
         return list(self.prefix) + body + list(self.suffix), cut
 
 
-class Episodes(NamedTuple):
-    rollout: Rollout  # host arrays [B, R]
-    # float32 reward positions [B, R]: each reply's per-turn reward at the token that ended
-    # the turn it answers (Reply.reward; zeros when the environment gives none)
-    turn_rewards_B_R: np.ndarray
-    final_texts: list  # each row's last policy turn: what the task's verifier checks
-    sandbox_failed_B: np.ndarray  # bool: a tool's sandbox failed (the episode is masked)
-    stats: dict  # episode/* and tool/* metrics of the batch
-
-
 def _text(tokenizer, ids, eos_id: int) -> str:
     """A final turn's text for the verifier (special tokens dropped)."""
     return tokenizer.decode([t for t in ids if t != eos_id], skip_special_tokens=True)
@@ -85,21 +75,36 @@ OUTCOMES = (OK, TOOL_ERROR, MALFORMED, UNKNOWN_TOOL, SANDBOX_ERROR)
 
 def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, prompt_B_L,
         pmask_B_L, key, *, max_turns: int, put: Callable, contexts=None,
-        rows_B=None) -> Episodes:
+        rows_B=None) -> Generated:
     """One batch of episodes (host arrays in, host arrays out); `contexts`: each row's task
-    context for the tools (or None). Over several processes each runs the calls of the rows
-    its devices hold (distributed.my_rows) and the observations are gathered, so every
-    process feeds the same arrays to the sampler; the final texts are every row's."""
+    context for the environment (or None). Over several processes each opens, steps,
+    finishes and closes the episodes of the rows its devices hold (distributed.my_rows) and
+    the observations are gathered, so every process feeds the same arrays to the sampler;
+    the texts and environment verdicts are every row's. The episodes are closed on every
+    path out of here (an exception, a stop signal included)."""
     b = prompt_B_L.shape[0]
     contexts = contexts if contexts is not None else [{}] * b
-    o, eos = sampler.observation_tokens, tokenizer.eos_token_id
     mine = distributed.my_rows(b)
+    opened = env.open([contexts[r] for r in range(mine.start, mine.stop)])
+    try:
+        return _drive(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key,
+                      max_turns, put, rows_B, mine, opened)
+    finally:
+        env.close_episodes(opened)
+
+
+def _drive(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key, max_turns, put,
+           rows_B, mine, opened) -> Generated:
+    b = prompt_B_L.shape[0]
+    o, eos = sampler.observation_tokens, tokenizer.eos_token_id
     tools = tuple(env.tools)
     turns_B = np.zeros(b, np.int32)
     reason_B = np.zeros(b, np.int8)  # index into REASONS
     failed_B = np.zeros(b, bool)
     calls_B_T_O = np.zeros((b, len(tools) + 1, len(OUTCOMES)), np.int32)  # + unknown tool
     cut_B = np.zeros(b, np.int32)
+    for r, episode in zip(range(mine.start, mine.stop), opened):
+        failed_B[r] = bool(episode.failed)  # its session could not open: masked
     rows_B = np.arange(b) if rows_B is None else rows_B  # the sequences' streams
     state = sampler.start(params, put(prompt_B_L), put(pmask_B_L), key,
                           put(np.asarray(rows_B, np.int32)))
@@ -122,8 +127,12 @@ def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, p
             reason_B[called_B] = REASONS.index("max_turns")
         else:
             rows = [r for r in np.flatnonzero(called_B) if mine.start <= r < mine.stop]
+            for r in [r for r in rows if failed_B[r]]:  # no session to call
+                end_B[r], reason_B[r] = True, REASONS.index("sandbox_error")
+            rows = [r for r in rows if not failed_B[r]]
             texts = [turn_text(tokenizer, tokens_B_R[r, start_B[r]:col_B[r]]) for r in rows]
-            for r, reply in zip(rows, env.respond(texts, [contexts[r] for r in rows])):
+            replies = env.step([opened[r - mine.start] for r in rows], texts)
+            for r, reply in zip(rows, replies):
                 tool = tools.index(reply.tool) if reply.tool in tools else len(tools)
                 calls_B_T_O[r, tool, OUTCOMES.index(reply.outcome)] += 1
                 turn_rewards_B_R[r, col_B[r] - 1] += reply.reward  # the call's last token
@@ -142,15 +151,39 @@ def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, p
                 distributed.gather_rows(x[mine]) for x in (obs_B_O, len_B, end_B, failed_B,
                                                             reason_B))
         state = sampler.extend(params, state, put(obs_B_O), put(len_B), put(end_B))
-    rollout = Rollout(*(np.asarray(x) for x in distributed.to_host(sampler.rollout(state))))
     col_B, start_B = distributed.to_host((state.col_B, state.turn_start_B))
     reason_B[reason_B == 0] = REASONS.index("max_turns")  # still calling when the loop ended
-    calls_B_T_O, cut_B, turn_rewards_B_R = (distributed.gather_rows(x[mine]) for x in (
-        calls_B_T_O, cut_B, turn_rewards_B_R))
+    calls_B_T_O, cut_B, turn_rewards_B_R, failed_B = (distributed.gather_rows(x[mine]) for x in (
+        calls_B_T_O, cut_B, turn_rewards_B_R, failed_B))
+    rollout = Rollout(*distributed.to_host(sampler.rollout(state))).host()._replace(
+        turn_rewards_B_R=turn_rewards_B_R)
     final = [_text(tokenizer, rollout.tokens_B_R[r, start_B[r]:col_B[r]], eos) for r in range(b)]
-    return Episodes(rollout, turn_rewards_B_R, final, failed_B,
-                    stats(turns_B, calls_B_T_O, tools, reason_B, rollout, cut_B, pmask_B_L)
-                    | {"episode/turn_reward_mean": float(turn_rewards_B_R.sum() / b)})
+    # The environment's verdicts of its own episodes (their worlds' final states), then the
+    # failures: an episode whose sandbox failed is masked whatever its world says.
+    mine_verdicts = env.finish(opened, final[mine])
+    verdicts = _gather_verdicts(
+        [Verdict(Status.SANDBOX_ERROR, f"the episode's sandbox failed: {e.failed}"[:300])
+         if failed_B[r] else v
+         for r, e, v in zip(range(mine.start, mine.stop), opened, mine_verdicts)], mine, b)
+    row = stats(turns_B, calls_B_T_O, tools, reason_B, rollout, cut_B, pmask_B_L)
+    row["episode/turn_reward_mean"] = float(turn_rewards_B_R.sum() / b)
+    row.update(env.stats())
+    return Generated(rollout, final, verdicts, row)
+
+
+def _gather_verdicts(local: list, mine: slice, b: int) -> list:
+    """Each process's environment verdicts of its rows (None: the task's verifier judges) ->
+    every row's, on every process (another process's rows keep status and fraction)."""
+    status_B = np.full(b, -1, np.int32)
+    fraction_B = np.full(b, -1.0, np.float32)
+    for r, v in zip(range(mine.start, mine.stop), local):
+        if v is not None:
+            status_B[r], fraction_B[r] = int(v.status), v.fraction
+    status_B, fraction_B = (distributed.gather_rows(x[mine]) for x in (status_B, fraction_B))
+    out = [None if s < 0 else Verdict(Status(int(s)), "", fraction=float(f))
+           for s, f in zip(status_B, fraction_B)]
+    out[mine] = local
+    return out
 
 
 def stats(turns_B, calls_B_T_O, tools, reason_B, rollout: Rollout, cut_B, pmask_B_L) -> dict:

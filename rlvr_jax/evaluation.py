@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from rlvr_jax import batching, distributed, pass_at_k, rewards
-from rlvr_jax.generate import mark_failed
+from rlvr_jax.generate import overrule
 from rlvr_jax.tasks.base import Task, tool_contexts
 from rlvr_jax.types import Status
 from rlvr_jax.verify.verifiers import Verifier
@@ -45,8 +45,8 @@ def sample_and_verify(generate: Callable, params, task: Task, tokenizer, problem
         tokens, resp_mask = g.rollout.tokens_B_R, g.rollout.mask_B_R
         batch_texts = g.texts
         mine = distributed.my_rows(batch_size)  # the padding rows too: equal blocks
-        batch_verdicts, _ = distributed.gather_verdicts(mark_failed(
-            verifier.verify(task.verify_jobs(padded[mine], batch_texts[mine])), g.failed[mine]))
+        batch_verdicts, _ = distributed.gather_verdicts(overrule(
+            verifier.verify(task.verify_jobs(padded[mine], batch_texts[mine])), g.verdicts[mine]))
         verdicts += batch_verdicts[: len(chunk)]
         texts += batch_texts[: len(chunk)]
         if score is not None:

@@ -3,25 +3,17 @@
 one (build.generators); the stages call `generate(params, prompt_B_L, pmask_B_L, key,
 contexts, rows_B)` (contexts: each row's task context for tools, unused by one turn; rows_B:
 the sequences' indices in the step, which fix their random streams) and never ask which.
+Each returns one record, `types.Generated`.
 """
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 from rlvr_jax import batching, distributed, episodes
-from rlvr_jax.types import Rollout, Status, Verdict
-
-
-class Generated(NamedTuple):
-    rollout: Rollout  # host arrays [B, R], every process's rows
-    turn_rewards_B_R: np.ndarray  # float32 reward positions, every row (zeros for one turn)
-    texts: list  # what the task's verifier checks: this process's rows, or every row
-    failed: np.ndarray  # bool, the same rows: the environment's sandbox failed
-    stats: dict  # episode metrics ({} for one turn)
-    device: Optional[Rollout]  # the sampler's device arrays (one turn), for a reward model
+from rlvr_jax.types import Generated, Rollout, Verdict
 
 
 def single_turn(sample: Callable, tokenizer, put: Callable,
@@ -32,12 +24,11 @@ def single_turn(sample: Callable, tokenizer, put: Callable,
         rows_B = np.arange(len(prompt_B_L)) if rows_B is None else rows_B
         part = sample(params, put(prompt_B_L), put(pmask_B_L), key,
                       put(np.asarray(rows_B, np.int32)))
-        host = Rollout(*(np.asarray(x) for x in distributed.to_host(part)))
+        host = Rollout(*distributed.to_host(part)).host()
         n = len(host.tokens_B_R)
         mine = slice(0, n) if every_row else distributed.my_rows(n)
         texts = batching.decode_responses(tokenizer, host.tokens_B_R[mine], host.mask_B_R[mine])
-        return Generated(host, np.zeros(host.mask_B_R.shape, np.float32), texts,
-                         np.zeros(len(texts), bool), {}, part)
+        return Generated(host, texts, [None] * len(texts), {}, part)
 
     return generate
 
@@ -50,9 +41,8 @@ def continuous(sampler, tokenizer, put: Callable) -> Callable[..., Generated]:
         host, stats = sampler.run(params, np.asarray(prompt_B_L), np.asarray(pmask_B_L), key,
                                   np.asarray(rows_B), put)
         texts = batching.decode_responses(tokenizer, host.tokens_B_R, host.mask_B_R)
-        return Generated(host, np.zeros(host.mask_B_R.shape, np.float32), texts,
-                         np.zeros(len(texts), bool), {f"continuous/{k}": v
-                                                      for k, v in stats.items()}, None)
+        return Generated(host, texts, [None] * len(texts),
+                         {f"continuous/{k}": v for k, v in stats.items()}, None)
 
     generate.any_batch = True
     return generate
@@ -60,21 +50,21 @@ def continuous(sampler, tokenizer, put: Callable) -> Callable[..., Generated]:
 
 def multi_turn(sampler, env, tokenizer, glue: episodes.Glue, max_turns: int, put: Callable,
                every_row: bool = False) -> Callable[..., Generated]:
-    """Episodes (episodes.py): every row's final texts and failures on every process; the
-    stage verifies this process's rows of them."""
+    """Episodes (episodes.py): every row's final texts and environment verdicts on every
+    process; the stage verifies this process's rows of them."""
     def generate(params, prompt_B_L, pmask_B_L, key, contexts=None, rows_B=None) -> Generated:
         e = episodes.run(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key,
                          max_turns=max_turns, put=put, contexts=contexts, rows_B=rows_B)
-        n = len(e.final_texts)
+        n = len(e.texts)
         mine = slice(0, n) if every_row else distributed.my_rows(n)
-        return Generated(e.rollout, e.turn_rewards_B_R, e.final_texts[mine],
-                         e.sandbox_failed_B[mine], e.stats, None)
+        return e._replace(texts=e.texts[mine], verdicts=e.verdicts[mine])
 
     return generate
 
 
-def mark_failed(verdicts, failed_B) -> list[Verdict]:
-    """An episode whose environment's sandbox failed is SANDBOX_ERROR, whatever it answered
-    (masked out of the loss, never a wrong answer)."""
-    return [Verdict(Status.SANDBOX_ERROR, "a tool's sandbox failed in this episode")
-            if f else v for v, f in zip(verdicts, failed_B)]
+def overrule(verdicts: Sequence[Verdict], env_verdicts: Sequence[Optional[Verdict]]
+             ) -> list[Verdict]:
+    """The task verifier's verdicts, each replaced by its episode's environment verdict where
+    there is one: the world's final state, or SANDBOX_ERROR when the episode's sandbox
+    failed (masked out of the loss, never a wrong answer, whatever it answered)."""
+    return [v if e is None else e for v, e in zip(verdicts, env_verdicts)]

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from rlvr_jax import advantages, batching, distributed, dynamic_sampling, perf, rewards
-from rlvr_jax.generate import mark_failed
+from rlvr_jax.generate import overrule
 from rlvr_jax.rollouts import Made, Started
 from rlvr_jax.tasks.base import Task, repeat_each, tool_contexts
 from rlvr_jax.types import Groups, Rollout, StepTimes, Verdict
@@ -38,8 +38,7 @@ def sources(problems: Sequence, samples_per_prompt: int) -> list:
 class Sampled(NamedTuple):
     """One step's rollout with its verdicts (host), from `finish_sampling`."""
 
-    rollout: Rollout  # host arrays [B, R], in P_G order
-    turn_rewards_B_R: np.ndarray  # float32 reward positions: per-turn rewards (zeros: none)
+    rollout: Rollout  # host arrays [B, R], in P_G order (per-turn rewards inside)
     verdicts: list  # one Verdict per sequence
     learned_B: Optional[np.ndarray]  # float32 reward-model scores, or None without one
     sample_s: float  # seconds blocked on the sampler
@@ -89,7 +88,8 @@ def start_sampling(generate: Callable, put: Callable, verifier: Verifier, task: 
         part = generate(params, prompt_B_L[rows], pmask_B_L[rows], key,
                         tool_contexts(task, problems_B[rows]), np.arange(k * b, (k + 1) * b))
         if score is not None:  # asynchronous: the device scores while the host verifies
-            dev = part.device or Rollout(*(put(x) for x in part.rollout))
+            dev = part.device or Rollout(*(None if x is None else put(x)
+                                           for x in part.rollout))
             scores.append(score(put(prompt_B_L[rows]), put(pmask_B_L[rows]), dev.tokens_B_R,
                                 dev.mask_B_R))
         t_sample += time.perf_counter() - t0
@@ -101,19 +101,18 @@ def start_sampling(generate: Callable, put: Callable, verifier: Verifier, task: 
 
 def finish_sampling(s: Sampling) -> Sampled:
     """Wait for a started batch's verdicts. Over several processes each verified the rows
-    its own devices sampled (distributed.py) and the verdicts are gathered here. An episode
-    whose environment's sandbox failed is SANDBOX_ERROR, whatever it answered (masked out of
-    the loss, never a wrong answer)."""
+    its own devices sampled (distributed.py) and the verdicts are gathered here. An
+    episode's environment verdict (its world's final state; SANDBOX_ERROR when its sandbox
+    failed, masked out of the loss, never a wrong answer) overrules the task's verifier."""
     t0 = time.perf_counter()
-    gathered = [distributed.gather_verdicts(mark_failed(f.result(), part.failed))
+    gathered = [distributed.gather_verdicts(overrule(f.result(), part.verdicts))
                 for f, part in zip(s.futures, s.parts)]
     verdicts = [v for chunk, _ in gathered for v in chunk]
     verified = [sum(counts) for counts in zip(*(c for _, c in gathered))]
-    rollout = Rollout(*(np.concatenate(x) for x in zip(*(p.rollout for p in s.parts))))
+    rollout = Rollout.concat([p.rollout for p in s.parts])
     learned_B = np.concatenate([np.asarray(distributed.to_host(r), np.float32)
                                 for r in s.scores]) if s.scores else None
-    return Sampled(rollout, np.concatenate([p.turn_rewards_B_R for p in s.parts]), verdicts,
-                   learned_B, s.sample_s, time.perf_counter() - t0, verified,
+    return Sampled(rollout, verdicts, learned_B, s.sample_s, time.perf_counter() - t0, verified,
                    _mean_rows([p.stats for p in s.parts]))
 
 
@@ -128,18 +127,18 @@ def _mean_rows(rows: Sequence[dict]) -> dict:
 
 
 def score(verdicts: Sequence[Verdict], rollout: Rollout, prompt_B_L, pmask_B_L,
-          learned_B: Optional[np.ndarray], turn_rewards_B_R: np.ndarray, *, source: str,
+          learned_B: Optional[np.ndarray], *, source: str,
           learned_weight: float, eos_id: int, reward_scheme: str, samples_per_prompt: int,
           max_new_tokens: int,
           overlong_buffer_tokens: int, overlong_penalty_factor: float,
           mask_truncated: bool) -> Groups:
     """Rewards by `source` (config.RewardConfig): the verdicts' table, the reward model's
     scores `learned_B`, or the table + `learned_weight` x scores; plus DAPO's overlong
-    shaping; an environment's per-turn rewards stay at their tokens (`turn_rewards_B_R`, kept
-    apart from the outcome: Groups.returns_P_G sums them). The loss mask starts from the
-    rollout's own (the policy's tokens: never an environment's); samples the verifier failed on (sandbox errors) leave it when the
-    verifier's reward is used, as do truncated responses if asked. Returns the rollout as
-    groups (host)."""
+    shaping; an environment's per-turn rewards stay at their tokens (the rollout's
+    `turn_rewards_B_R`, kept apart from the outcome: Groups.returns_P_G sums them). The loss
+    mask starts from the rollout's own (the policy's tokens: never an environment's);
+    samples the verifier failed on (sandbox errors) leave it when the verifier's reward is
+    used, as do truncated responses if asked. Returns the rollout as groups (host)."""
     assert rollout.loss_mask_B_R is not None, "a rollout without a loss mask"
     g = samples_per_prompt
     weights_B = np.ones(len(verdicts), np.float32)
@@ -160,7 +159,7 @@ def score(verdicts: Sequence[Verdict], rollout: Rollout, prompt_B_L, pmask_B_L,
         ~cut_B[:, None] if mask_truncated else 1.0)
     # A masked sample (its verifier failed) keeps no per-turn reward either: its imputed
     # reward stands in for it in the group baseline.
-    turn_rewards_B_R = turn_rewards_B_R * (weights_B[:, None] > 0)
+    turn_rewards_B_R = rollout.turn_rewards() * (weights_B[:, None] > 0)
     return batching.groups_from_rollout(prompt_B_L, pmask_B_L, rollout.tokens_B_R,
                                         rollout.logp_B_R, rollout.mask_B_R, loss_mask_B_R,
                                         rewards_B, g, turn_rewards_B_R)
@@ -246,6 +245,6 @@ def finish(started: Started, *, score: Callable) -> Made:
     """Wait for a started batch's verdicts and score it (rollouts.take's `finish`)."""
     sampled = finish_sampling(started.sampling)
     groups = score(sampled.verdicts, sampled.rollout, started.prompt_B_L, started.pmask_B_L,
-                   sampled.learned_B, sampled.turn_rewards_B_R)
+                   sampled.learned_B)
     return Made(started.problems, started.prompt_B_L, started.pmask_B_L, sampled, groups,
                 started.version)

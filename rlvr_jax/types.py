@@ -65,6 +65,48 @@ class Rollout(NamedTuple):
     logp_B_R: Any  # float32 log-prob of each sampled token under softmax(logits / temperature)
     mask_B_R: Any  # float32 attention: 1 for real response tokens up to and including EOS
     loss_mask_B_R: Any = None  # float32 1 for the policy's own sampled tokens (the actions)
+    # float32 reward positions: an environment's per-turn rewards at the tokens that ended
+    # the turns they answer (multi-turn episodes); None: none (zeros)
+    turn_rewards_B_R: Any = None
+
+    def host(self) -> "Rollout":
+        """Host numpy arrays of fetched values (None stays None)."""
+        return Rollout(*(None if x is None else np.asarray(x) for x in self))
+
+    def turn_rewards(self) -> np.ndarray:
+        """The per-turn rewards as a host array (zeros when there are none)."""
+        if self.turn_rewards_B_R is None:
+            return np.zeros(np.shape(self.mask_B_R), np.float32)
+        return np.asarray(self.turn_rewards_B_R, np.float32)
+
+    @staticmethod
+    def concat(parts: "list[Rollout]") -> "Rollout":
+        """Host rollouts of consecutive rows, as one (per-turn rewards: zeros where a part
+        has none)."""
+        fields = []
+        for name, xs in zip(Rollout._fields, zip(*parts)):
+            if all(x is None for x in xs):
+                fields.append(None)
+            elif name == "turn_rewards_B_R":
+                fields.append(np.concatenate([p.turn_rewards() for p in parts]))
+            else:
+                fields.append(np.concatenate(xs))
+        return Rollout(*fields)
+
+
+class Generated(NamedTuple):
+    """A batch of responses, whatever made them (one sampler call, or episodes with an
+    environment: rlvr_jax/generate.py), from the sampler to the loss: per-token data inside
+    `rollout`, per-row data beside it."""
+
+    rollout: Rollout  # host arrays [B, R], every process's rows (per-turn rewards inside)
+    texts: list  # what the task's verifier checks: this process's rows, or every row
+    # the same rows: a verdict the episode's environment gave (its world's final state, or
+    # SANDBOX_ERROR when its infrastructure failed), which overrules the task's verifier;
+    # None where the verifier judges the text
+    verdicts: list
+    stats: dict  # episode metrics ({} for one turn)
+    device: Any = None  # the sampler's device Rollout (one turn), for a reward model
 
 
 class TrainBatch(NamedTuple):

@@ -12,7 +12,8 @@ import pytest
 
 from rlvr_jax import episodes
 from rlvr_jax.config import ModelConfig
-from rlvr_jax.envs.base import OK, SANDBOX_ERROR, Reply
+from rlvr_jax.envs.base import OK, SANDBOX_ERROR, Reply, Stateless
+from rlvr_jax.types import Status
 from rlvr_jax.models.policy import Decoder, init_params
 from rlvr_jax.tokenizer import load_tokenizer, save_char_tokenizer
 from rlvr_jax.turn_sampler import make_turn_sampler
@@ -33,7 +34,7 @@ def _setup(tmp="/tmp/rlvr_test_episodes_tok"):
     return tok, model, params
 
 
-class ScriptedEnv:
+class ScriptedEnv(Stateless):
     """Replies with `outputs[i % len]` to the i-th call; rows of calls in `fail` fail."""
 
     stop_texts = ("#",)
@@ -114,8 +115,9 @@ def test_budgets_end_episodes_with_their_reason():
 def test_a_failed_sandbox_marks_only_its_episode():
     env = ScriptedEnv(["4"], fail_every=3)
     _, _, e = _run(env)
-    assert e.sandbox_failed_B.any() and not e.sandbox_failed_B.all()
-    assert e.stats["episode/ended_sandbox_error"] == e.sandbox_failed_B.mean()
+    failed_B = np.array([v is not None and v.status == Status.SANDBOX_ERROR for v in e.verdicts])
+    assert failed_B.any() and not failed_B.all()
+    assert e.stats["episode/ended_sandbox_error"] == failed_B.mean()
 
 
 def test_per_turn_rewards_sit_on_the_tokens_that_ended_their_turns():
@@ -123,7 +125,7 @@ def test_per_turn_rewards_sit_on_the_tokens_that_ended_their_turns():
     the observation or the episode's end), nowhere else; rows that made no call have none."""
     env = ScriptedEnv(["3"], reward=-0.25)
     tok, _, e = _run(env, max_turns=3)
-    ro, r_B_R = e.rollout, e.turn_rewards_B_R
+    ro, r_B_R = e.rollout, e.rollout.turn_rewards_B_R
     hash_id = tok.convert_tokens_to_ids("#")
     at = np.argwhere(r_B_R != 0)
     assert len(at) == env.calls > 0, (len(at), env.calls)
@@ -148,5 +150,5 @@ def test_every_rows_final_text_is_its_last_policy_turn():
         runs = np.split(policy, np.flatnonzero(np.diff(policy) > 1) + 1)
         turns.append(len(runs))
         ids = [t for t in ro.tokens_B_R[r, runs[-1]].tolist() if t != tok.eos_token_id]
-        assert e.final_texts[r] == tok.decode(ids, skip_special_tokens=True), r
+        assert e.texts[r] == tok.decode(ids, skip_special_tokens=True), r
     assert len(set(turns)) > 1, turns  # rows that ended at different turns

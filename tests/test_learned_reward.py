@@ -13,7 +13,7 @@ import pytest
 from rlvr_jax import batching, build, generate, jobs, learned_reward, stages
 from rlvr_jax.checkpoint import read_params
 from rlvr_jax.config import ConfigError, EnvConfig
-from rlvr_jax.envs.base import OK, Reply
+from rlvr_jax.envs.base import OK, Reply, Stateless
 from rlvr_jax.models import reward
 from rlvr_jax.types import Rollout, Status, Verdict
 from rlvr_jax.verify.verifiers import make_verifier
@@ -134,7 +134,7 @@ def test_scores_of_the_sharded_batch_equal_one_by_one_forwards(rm_dir):
     np.testing.assert_allclose(sampled.learned_B, whole, rtol=1e-5, atol=1e-6)
 
 
-class DigitCalls:
+class DigitCalls(Stateless):
     """A host environment whose calls are any digit (a random policy makes many): replies
     "7"."""
 
@@ -164,13 +164,12 @@ def test_combined_rewards_add_the_weighted_score_to_the_verifiers():
     learned_B = np.array([0.5, -1.0, 2.0, 0.25], np.float32)
     common = dict(eos_id=2, reward_scheme="binary", samples_per_prompt=2, max_new_tokens=3,
                   overlong_buffer_tokens=0, overlong_penalty_factor=0.0, mask_truncated=False)
-    none = np.zeros((4, 3), np.float32)  # no per-turn rewards
-    combined = stages.score(verdicts, rollout, prompt, prompt, learned_B, none,
+    combined = stages.score(verdicts, rollout, prompt, prompt, learned_B,
                             source="combined", learned_weight=2.0, **common)
     # PASS=1, WRONG=0; the sandbox error takes its group's valid mean (1.0) and leaves the loss
     np.testing.assert_allclose(combined.rewards_P_G, [[1 + 1.0, 0 - 2.0], [1 + 4.0, 1 + 0.5]])
     np.testing.assert_array_equal(combined.loss_mask_P_G_R.sum(-1), [[3, 3], [0, 3]])
-    learned = stages.score(verdicts, rollout, prompt, prompt, learned_B, none,
+    learned = stages.score(verdicts, rollout, prompt, prompt, learned_B,
                            source="reward_model",
                            learned_weight=1.0, **common)
     np.testing.assert_allclose(learned.rewards_P_G, learned_B.reshape(2, 2))

@@ -32,9 +32,8 @@ def _rollout(loss_mask=MASK):
 
 
 def _score(rollout=None, learned_B=None, turn_rewards_B_R=None, **options):
-    turns = np.zeros_like(MASK) if turn_rewards_B_R is None else turn_rewards_B_R
-    return stages.score(VERDICTS, rollout or _rollout(), PROMPT, PMASK, learned_B, turns,
-                        **(OPTIONS | options))
+    rollout = (rollout or _rollout())._replace(turn_rewards_B_R=turn_rewards_B_R)
+    return stages.score(VERDICTS, rollout, PROMPT, PMASK, learned_B, **(OPTIONS | options))
 
 
 def test_a_sandbox_error_is_imputed_for_the_baseline_and_leaves_the_loss():

@@ -55,6 +55,5 @@ PairFormat = choice("PairFormat", "auto", "pairs", "chat", "hh")  # data/prefere
 LoggerMode = choice("LoggerMode", "offline", "online", "disabled")
 Remat = choice("Remat", "none", "full", "dots")  # models/policy.py: REMAT_POLICIES
 Job = choice("Job", "rl", "reward_model", "dpo")  # loop.py | preference_runs.py
-EnvKind = choice("EnvKind", "none", "tools")  # one turn | multi-turn tool use (envs/)
 CallFormat = choice("CallFormat", "tag", "hermes")  # envs/calls.CALL_FORMATS
 RewardSource = choice("RewardSource", "verifier", "reward_model", "combined")  # learned_reward.py

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
-from rlvr_jax.config.choices import (CallFormat, EnvKind, Job, LoggerMode, OnBadRow,
+from rlvr_jax.config.choices import (CallFormat, Job, LoggerMode, OnBadRow,
                                      PairFormat, RewardScheme, RewardSource, SandboxMode,
                                      VerifierKind, _check)
 from rlvr_jax.config.schemas import AlgoConfig, ModelConfig, SamplingConfig
@@ -151,36 +151,72 @@ class VerifierConfig:
 
 
 @dataclass
+class SessionConfig:
+    """A stateful environment's sandbox sessions, one per episode (rlvr_jax/sandbox/
+    session.py): its budgets and the live-session cap of each trainer process."""
+
+    call_s: float = 5.0  # one call's wall clock (then interrupted; killed if it won't stop)
+    episode_s: float = 300.0  # an episode's wall clock from its start
+    memory_mb: int = 512  # the world process's address space
+    cpu_s: int = 60  # the world's CPU seconds
+    processes: int = 32  # the world's processes
+    workspace_mb: int = 64  # the session's writable /tmp
+    output_bytes: int = 16384  # a call's output kept (the rest cut, said so)
+    max_live: int = 256  # live sessions per trainer process (each ~20-30 MB; bench/sessions)
+    spares: int = 2  # sandboxes started ahead (a session then opens in ~ a pipe round trip)
+    check_timeout_s: float = 30.0  # the final-state check's wall clock
+
+    def check(self, key: str = "env.session") -> None:
+        for name in ("call_s", "episode_s", "check_timeout_s"):
+            _check(getattr(self, name) > 0, f"{key}.{name}", "must be > 0")
+        for name in ("memory_mb", "cpu_s", "processes", "workspace_mb", "output_bytes",
+                     "max_live"):
+            _check(getattr(self, name) >= 1, f"{key}.{name}", "must be >= 1")
+        _check(self.spares >= 0, f"{key}.spares", "must be >= 0")
+
+    def limits(self):
+        from rlvr_jax.sandbox.session import SessionLimits
+
+        return SessionLimits(call_s=self.call_s, episode_s=self.episode_s,
+                             memory_mb=self.memory_mb, cpu_s=self.cpu_s,
+                             processes=self.processes, workspace_mb=self.workspace_mb,
+                             output_bytes=self.output_bytes)
+
+
+@dataclass
 class EnvConfig:
     """Multi-turn episodes (rlvr_jax/episodes.py): after a turn that ends on a tool call, the
-    tool runs in the sandbox and its output is appended for the policy to read. `none`: one
-    turn, as the task's verifier alone needs."""
+    environment answers and its observation is appended for the policy to read. `kind`:
+    `none` (one turn, as the task's verifier alone needs), `tools` (the stateless built-in
+    tools of verify/toolbox.py, each call run alone in the sandbox), the name of a stateful
+    environment (python_repl, workspace, api, or one registered by an `rlvr_jax.envs` entry
+    point: a session per episode, envs/session_env.py), or `package.module:factory` (a
+    host-side environment, e.g. an experiment's control, called with this config)."""
 
-    kind: EnvKind = EnvKind["none"]
-    tools: List[str] = field(default_factory=lambda: ["calculator"])  # verify/toolbox.py
+    kind: str = "none"
+    tools: List[str] = field(default_factory=lambda: ["calculator"])  # kind=tools only
     call_format: CallFormat = CallFormat["tag"]  # envs/calls.py: tag | hermes
     max_turns: int = 4  # policy turns per episode; a call in the last one is not run
     observation_tokens: int = 32  # per observation, glue included; longer ones are cut
     # Share of the warm start's demonstrations that call a tool (the task's
     # `tool_demonstration`); the others answer directly.
     demo_tool_fraction: float = 0.5
-    # The control of the calculator demonstration (experiments/agentic): added to every
-    # integer a tool returns, so a policy that reads the observation copies a wrong answer.
-    # 0 (the default) leaves results alone.
-    result_offset: int = 0
     # Per-turn rewards by the call's outcome (ok | tool_error | malformed | unknown_tool),
     # placed at the token that ended the turn and added to the outcome reward (GRPO sees the
     # episode's sum, PPO's GAE each at its token), e.g. {malformed: -0.1, unknown_tool: -0.1}.
     # Empty (the default): outcome reward only.
     turn_rewards: Dict[str, float] = field(default_factory=dict)
-    workers: int = 2  # sandboxed tool workers
-    timeout_s: float = 5.0  # per call
+    workers: int = 2  # sandboxed tool workers (kind=tools; a stateful kind's final checks)
+    timeout_s: float = 5.0  # per call (kind=tools)
     batch_timeout_s: float = 120.0  # per turn's batch of calls (shared fairly, pool.share)
     mode: SandboxMode = SandboxMode["forkserver"]
+    session: SessionConfig = field(default_factory=SessionConfig)  # stateful kinds
 
     def check(self, key: str = "env") -> None:
+        from rlvr_jax.envs import registry
         from rlvr_jax.verify.toolbox import SCHEMAS
 
+        registry.check_kind(self.kind, f"{key}.kind")
         _check(self.max_turns >= 1, f"{key}.max_turns", "must be >= 1")
         _check(self.observation_tokens >= 4, f"{key}.observation_tokens", "must be >= 4")
         _check(0.0 <= self.demo_tool_fraction <= 1.0, f"{key}.demo_tool_fraction",
@@ -192,9 +228,11 @@ class EnvConfig:
         bad = [k for k in self.turn_rewards if k not in outcomes]
         _check(not bad, f"{key}.turn_rewards", f"unknown call outcomes {bad} (known: "
                f"{', '.join(outcomes)}; a sandbox error has no reward: the episode is masked)")
-        unknown = [t for t in self.tools if t not in SCHEMAS]
-        _check(bool(self.tools) and not unknown, f"{key}.tools",
-               f"unknown tools {unknown} (known: {', '.join(sorted(SCHEMAS))})")
+        self.session.check(f"{key}.session")
+        if self.kind == "tools":
+            unknown = [t for t in self.tools if t not in SCHEMAS]
+            _check(bool(self.tools) and not unknown, f"{key}.tools",
+                   f"unknown tools {unknown} (known: {', '.join(sorted(SCHEMAS))})")
 
 
 @dataclass

@@ -7,6 +7,7 @@
           the tool's closing tag.
 
 `parse` never raises: it returns (tool, arguments) or a reason the policy will read.
+`schemas` (tool -> JSON schema): the environment's tools, the built-in ones by default.
 """
 
 from __future__ import annotations
@@ -23,22 +24,22 @@ MAX_CALL_CHARS = 20_000  # a call longer than this is malformed (never parsed)
 @dataclass(frozen=True)
 class CallFormat:
     name: str
-    stop_texts: Callable[[list[str]], tuple[str, ...]]
+    stop_texts: Callable[..., tuple[str, ...]]  # (tools, schemas=None)
     render: Callable[[str, dict], str]
-    parse: Callable[[str, list[str]], "tuple[str, dict] | str"]
+    parse: Callable[..., "tuple[str, dict] | str"]  # (turn, tools, schemas=None)
     observation_prefix: str
     observation_suffix: str
 
 
-def _single_argument(tool: str) -> str | None:
-    schema = SCHEMAS.get(tool, {})
+def _single_argument(tool: str, schemas=None) -> str | None:
+    schema = (SCHEMAS if schemas is None else schemas).get(tool, {})
     props = schema.get("properties", {})
     if len(props) == 1 and next(iter(props.values()))["type"] == "string":
         return next(iter(props))
     return None
 
 
-def _tag_parse(turn: str, tools: list[str]):
+def _tag_parse(turn: str, tools: list[str], schemas=None):
     for tool in tools:
         end = f"</{tool}>"
         if turn.endswith(end):
@@ -48,7 +49,7 @@ def _tag_parse(turn: str, tools: list[str]):
             body = turn[start + len(tool) + 2: len(turn) - len(end)]
             if len(body) > MAX_CALL_CHARS:
                 return "the call is too long"
-            return tool, {_single_argument(tool): body}
+            return tool, {_single_argument(tool, schemas): body}
     return "no tool call found"
 
 
@@ -56,8 +57,8 @@ def _tag_render(tool: str, arguments: dict) -> str:
     return f"<{tool}>{next(iter(arguments.values()))}</{tool}>"
 
 
-def _tag_stops(tools: list[str]) -> tuple[str, ...]:
-    bad = [t for t in tools if _single_argument(t) is None]
+def _tag_stops(tools: list[str], schemas=None) -> tuple[str, ...]:
+    bad = [t for t in tools if _single_argument(t, schemas) is None]
     if bad:
         raise ValueError(f"call format 'tag' needs tools with one string argument; {bad} "
                          "have others (use env.call_format=hermes)")
@@ -67,7 +68,7 @@ def _tag_stops(tools: list[str]) -> tuple[str, ...]:
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 
 
-def _hermes_parse(turn: str, tools: list[str]):
+def _hermes_parse(turn: str, tools: list[str], schemas=None):
     if not turn.endswith(HERMES_CLOSE):
         return "no tool call found"
     start = turn.rfind(HERMES_OPEN)
@@ -97,6 +98,6 @@ def _hermes_render(tool: str, arguments: dict) -> str:
 
 CALL_FORMATS = {
     "tag": CallFormat("tag", _tag_stops, _tag_render, _tag_parse, "<r>", "</r>"),
-    "hermes": CallFormat("hermes", lambda tools: (HERMES_CLOSE,), _hermes_render,
+    "hermes": CallFormat("hermes", lambda tools, schemas=None: (HERMES_CLOSE,), _hermes_render,
                          _hermes_parse, "\n<tool_response>\n", "\n</tool_response>\n"),
 }

@@ -74,6 +74,8 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "box_worker.py")
+# A session's pid 1 (session.py), which uses the worker script's helpers beside it.
+SESSION_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "session_server.py")
 PYTHON = "/usr/bin/python3"  # the system interpreter: root-only paths (pyenv in /root) are not
 NOBODY = 65534               # readable by the sandbox's unprivileged uid
 SHM_MB = 64  # the /dev/shm tmpfs's cap
@@ -83,11 +85,11 @@ class SandboxUnavailable(RuntimeError):
     """bwrap is missing or cannot create namespaces here; the message says how to fix it."""
 
 
-def worker_fd() -> int:
-    """A memory file holding the worker script, for `--ro-bind-data`: bwrap copies it into the
+def worker_fd(script: str = WORKER_SCRIPT) -> int:
+    """A memory file holding a script, for `--ro-bind-data`: bwrap copies it into the
     sandbox, so the sandbox's unprivileged uid never needs to read the install path."""
     fd = os.memfd_create("rlvr-sandbox-worker", 0)
-    with open(WORKER_SCRIPT, "rb") as f:
+    with open(script, "rb") as f:
         os.write(fd, f.read())
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
@@ -241,9 +243,11 @@ class TrainerPython:
 
 def bwrap_argv(once: bool, script_fd: int, tmp_mb: int = 64,
                seccomp: Optional[int] = None, python: Optional[TrainerPython] = None,
-               binds: Sequence[tuple[str, str]] = ()) -> list[str]:
+               binds: Sequence[tuple[str, str]] = (), session_fd: Optional[int] = None
+               ) -> list[str]:
     """`binds`: (source on the host, path in the sandbox) pairs, read-only (the trainer's
-    Python when `python` is set)."""
+    Python when `python` is set). `session_fd`: run a session's server (session.py) instead
+    of the one-shot worker, with the system interpreter."""
     argv = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
             "--new-session", "--as-pid-1", "--clearenv", "--cap-drop", "ALL",
             "--ro-bind", "/usr", "/usr"]
@@ -257,8 +261,10 @@ def bwrap_argv(once: bool, script_fd: int, tmp_mb: int = 64,
             argv += ["--ro-bind", target, target]
     if os.path.exists("/etc/ld.so.cache"):
         argv += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    argv += ["--ro-bind-data", str(script_fd), "/opt/rlvr/worker.py",
-             "--proc", "/proc", "--dev", "/dev",
+    argv += ["--ro-bind-data", str(script_fd), "/opt/rlvr/worker.py"]
+    if session_fd is not None:
+        argv += ["--ro-bind-data", str(session_fd), "/opt/rlvr/session.py"]
+    argv += ["--proc", "/proc", "--dev", "/dev",
              # /dev/shm: its own capped tmpfs; /dev itself read-only (its tmpfs had no cap).
              "--size", str(SHM_MB << 20), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
              "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
@@ -270,6 +276,8 @@ def bwrap_argv(once: bool, script_fd: int, tmp_mb: int = 64,
              "--hostname", "sandbox"]
     if seccomp is not None:
         argv += ["--seccomp", str(seccomp)]
+    if session_fd is not None:
+        return argv + ["--", PYTHON, "-I", "-S", "/opt/rlvr/session.py"]
     if python is None:
         argv += ["--", PYTHON, "-I", "-S", "/opt/rlvr/worker.py"]
     else:  # the trainer's site directories, added by the worker in the trainer's order
@@ -472,10 +480,12 @@ class Cgroup:
                         else "cgroup v2 (memory, pids)")
             else:
                 return
-            probe = subprocess.run(["/bin/sh", "-c", self.join_script() + "exit 0"],
-                                   capture_output=True, timeout=10, **_drop_privileges())
-            if probe.returncode != 0:
-                raise OSError(probe.stderr.decode()[:200])
+            if kind not in Cgroup._JOINS:  # probed once per kind and process (a fork each)
+                probe = subprocess.run(["/bin/sh", "-c", self.join_script() + "exit 0"],
+                                       capture_output=True, timeout=10, **_drop_privileges())
+                if probe.returncode != 0:
+                    raise OSError(probe.stderr.decode()[:200])
+                Cgroup._JOINS.add(kind)
             self.kind = kind
         except (OSError, subprocess.SubprocessError):
             self.remove()
@@ -483,6 +493,7 @@ class Cgroup:
             self._events = None
 
     _STALE_CHECKED = False
+    _JOINS: set = set()  # kinds whose cgroups the unprivileged launcher was seen to join
 
     @classmethod
     def remove_stale(cls, min_age_s: float = 30.0) -> list[str]:
@@ -584,16 +595,18 @@ def _pids(cgroup_path: str) -> list[int]:
 
 
 def spawn(once: bool, cgroup: Optional[Cgroup] = None, tmp_mb: int = 64,
-          python: Optional[TrainerPython] = None) -> subprocess.Popen:
+          python: Optional[TrainerPython] = None, session: bool = False) -> subprocess.Popen:
     """Start a sandboxed worker; its stdin/stdout speak the JSON-lines protocol. With a
     working cgroup, a shell joins it and execs bwrap, so nothing runs outside it. bwrap starts
     a session (and process group) of its own: `kill` takes the whole group, so a bwrap child
     still setting up (before its die-with-parent is armed) cannot outlive it. `python`: run
-    the worker with the trainer's interpreter (a grader's libraries), else the system one."""
+    the worker with the trainer's interpreter (a grader's libraries), else the system one.
+    `session`: a session's server (session.py), with the system interpreter."""
     fd, filt = worker_fd(), seccomp_fd()
-    fds = (fd,) if filt is None else (fd, filt)
+    sfd = worker_fd(SESSION_SCRIPT) if session else None
+    fds = tuple(f for f in (fd, filt, sfd) if f is not None)
     argv, drop = _launch(bwrap_argv(once, fd, tmp_mb, seccomp=filt, python=python,
-                                    binds=_binds(python)), python, cgroup)
+                                    binds=_binds(python), session_fd=sfd), python, cgroup)
     try:
         return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, bufsize=0, pass_fds=fds,

@@ -115,6 +115,8 @@ FINISH = {"run_tests": _run_tests_report}
 
 _TYPES = {"string": str, "array": list, "boolean": bool, "object": dict, "integer": int,
           "number": (int, float)}
+_NAMES = {"string": "a string", "array": "an array", "boolean": "true or false",
+          "object": "an object", "integer": "an integer", "number": "a number"}
 
 
 def _short(x, n: int) -> str:
@@ -122,14 +124,16 @@ def _short(x, n: int) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def check_call(name, arguments, allowed) -> str:
+def check_call(name, arguments, allowed, schemas=None) -> str:
     """'' when `name(**arguments)` is a valid call of an allowed tool, else why not (for the
-    policy to read: an observation in a multi-turn episode)."""
-    if not isinstance(name, str) or name not in SCHEMAS or name not in allowed:
+    policy to read: an observation in a multi-turn episode). `schemas`: the environment's
+    (tool -> JSON schema), the built-in tools' by default."""
+    schemas = SCHEMAS if schemas is None else schemas
+    if not isinstance(name, str) or name not in schemas or name not in allowed:
         return f"tool {_short(name, 40)} is not available (allowed: {', '.join(allowed)})"
     if not isinstance(arguments, dict):
         return "the arguments must be a JSON object"
-    schema = SCHEMAS[name]
+    schema = schemas[name]
     missing = [k for k in schema["required"] if k not in arguments]
     extra = [_short(k, 40) for k in arguments if k not in schema["properties"]]
     if missing or extra:
@@ -137,5 +141,6 @@ def check_call(name, arguments, allowed) -> str:
     for k, v in arguments.items():
         want = _TYPES[schema["properties"][k]["type"]]
         if not isinstance(v, want) or (want is not bool and isinstance(v, bool)):
-            return f"argument {k!r} must be {schema['properties'][k]['type']}"
+            return (f"argument {_short(k, 40)!r} must be "
+                    f"{_NAMES[schema['properties'][k]['type']]}, not {type(v).__name__}")
     return ""

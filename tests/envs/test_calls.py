@@ -39,8 +39,8 @@ def test_arguments_as_a_json_string_are_read():
 @pytest.mark.parametrize("name,args,why", [
     ("search", {"q": "x"}, "not available"),
     (["calculator"], {}, "not available"),
-    ("calculator", {"expression": 5}, "must be string"),
-    ("calculator", {"expression": True}, "must be string"),
+    ("calculator", {"expression": 5}, "must be a string, not int"),
+    ("calculator", {"expression": True}, "must be a string, not bool"),
     ("calculator", {}, "missing ['expression']"),
     ("calculator", {"expression": "1", "extra": 1}, "unexpected ['extra']"),
     ("calculator", "1+1", "must be a JSON object"),

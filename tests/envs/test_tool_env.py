@@ -50,7 +50,7 @@ def test_outputs_and_errors_are_what_the_policy_reads(env):
     assert got[3] == (TOOL_ERROR, "error: the tool call timed out")
     assert got[4][0] == TOOL_ERROR and len(replies[4].text) < 25_000
     assert got[5][0] == UNKNOWN_TOOL and "not available" in got[5][1]
-    assert got[6][0] == MALFORMED and "must be string" in got[6][1]
+    assert got[6][0] == MALFORMED and "must be a string" in got[6][1]
     assert got[7][0] == MALFORMED and "not valid JSON" in got[7][1]
     assert {r.tool for r in replies[:5]} == {"calculator", "python"}
     # The per-turn reward table by outcome; outcomes it does not name get 0.

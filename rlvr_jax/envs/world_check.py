@@ -1,0 +1,63 @@
+"""The final-state check of a stateful environment, in a fresh verification sandbox (kind
+`world_check`, registered here): the environment module's `check(files, goal)` (envs/
+world.py) runs in a one-shot worker's child on the files read out of the episode's session
+and the task's hidden goal, which never entered the session.
+
+A job: {"source": the module's check source, "files": {path: base64}, "goal": JSON}. The
+check returns a score in [0, 1] (or a bool); 1 is PASS, less is WRONG with that fraction. A
+check that raises on what the agent left (a corrupt database, a file that does not parse) is
+the agent's WRONG, the exception named; a check that runs past its limits (it ran the agent's
+code, which looped) is the agent's TIMEOUT / MEMORY_LIMIT. Only a sandbox that fails is
+SANDBOX_ERROR. A check that runs the agent's code does so in a subprocess (the agent's code
+then holds none of the worker's descriptors: it cannot write the check's result)."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+from rlvr_jax.sandbox import codecs
+from rlvr_jax.types import Status, Verdict
+from rlvr_jax.verify import code
+
+KIND = "world_check"
+LIMITS = dict(code.LIMITS, wall_s=20.0, cpu_s=20, memory_mb=1024, file_mb=16, processes=64)
+
+_RUNNER = '''
+
+def _rlvr_check(files, goal):
+    import base64
+    got = check({k: base64.b64decode(v) for k, v in files.items()}, goal)
+    if isinstance(got, bool):
+        return 1.0 if got else 0.0
+    if isinstance(got, (int, float)):
+        return float(got)
+    raise TypeError("check returned %s, not a score" % type(got).__name__)
+'''
+
+
+def wire(job: dict) -> dict:
+    return {"program": job["source"] + _RUNNER, "limits": LIMITS,
+            "calls": [{"fn": "_rlvr_check", "args": [job["files"], job.get("goal")]}]}
+
+
+def verdict(job: dict, reply: dict) -> Verdict:
+    if reply.get("status") != "ok":
+        got = code.verdict({"completion": "", "inputs": [], "expected": []}, reply)
+        return Verdict(got.status, f"the final-state check: {got.detail}")
+    out = reply.get("outputs", [{}])[0]
+    if "error" in out:
+        return Verdict(Status.WRONG, f"the final-state check failed: {code.short(out['error'], 300)}")
+    score = out.get("value")
+    if not isinstance(score, (int, float)) or isinstance(score, bool) or not math.isfinite(score):
+        return Verdict(Status.WRONG, "the final-state check gave no score")
+    score = min(max(float(score), 0.0), 1.0)
+    return Verdict(Status.PASS if score >= 1.0 else Status.WRONG,
+                   f"final state: score {score:.3g}", fraction=score)
+
+
+def neutral_reply(job: dict) -> dict:
+    return {"status": "ok", "outputs": [{"value": 0.0}]}
+
+
+codecs.register(KIND, sys.modules[__name__])

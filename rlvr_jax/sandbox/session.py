@@ -1,0 +1,363 @@
+"""Sessions: one long-lived sandbox per episode, where the episode's state lives.
+
+A session is a bubblewrap sandbox with the same containment as verification (bwrap.py: no
+network, its own pid namespace, unprivileged uid, seccomp, a cgroup bounding its whole tree
+in memory and pids where the host allows, rlimits on the world) and its own size-capped
+writable tmpfs, /tmp, the workspace. Its pid 1 is session_server.py; the episode's *world*
+(the environment's tool module, run once at open, then every call) is its child. Nothing is
+shared between sessions: two rows of one group get two sandboxes.
+
+    pool = SessionPool(SessionLimits(), max_live=64)
+    sessions = pool.open([Spec(tools_source, ("python",), context)] * 4)   # concurrently
+    replies = pool.call(sessions, [("python", {"code": "x = 2"}), ...])    # concurrently
+    files = pool.collect(sessions, [("answer.txt",)] * 4)   # the final state, read out
+    pool.close(sessions)                                    # idempotent, every path
+
+Start-up. A sandbox (bwrap, the system interpreter) takes tens of milliseconds to start, so
+the pool keeps `spares` sandboxes started ahead (each has done nothing but say ready, so no
+episode's state is in it): opening a session takes a spare and sends it the world, and new
+spares are started in the background (their start is read at the next open).
+
+What is whose. Everything the world does (loops, exits, runs out of memory, kills itself,
+garbles its pipe) is the agent's doing: the server reports it (`timeout`, `died`,
+`restarted`) and the environment turns it into an observation. Only a session that fails by
+itself (its sandbox will not start, its server stops answering) is `sandbox_error`, which
+masks the episode. Budgets: per call (`call_s`, server-side, with the host's own deadline
+behind it), per episode (`episode_s`, the host's wall clock from open), per world
+(`cpu_s`, memory, processes, file size, open files).
+
+Live sessions are capped per process (`max_live`, across pools): each costs one bwrap, one
+pid-1 server and one world, about 20-30 MB of host memory for a plain REPL world
+(experiments/bench/sessions.py measures it). `close` kills the sandbox's process group and
+removes its cgroup; `leaked()` counts sessions of this process still alive after close
+(must be 0). No JAX import.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+import select
+import subprocess
+import threading
+import time
+from typing import Optional, Sequence
+
+from rlvr_jax.sandbox import bwrap
+
+SANDBOX_ERROR = "sandbox_error"
+START_TIMEOUT_S = 30.0  # a sandbox that is not ready by then failed (infrastructure)
+REPLY_MARGIN_S = 2.0  # the host's deadline past the server's own for a reply
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionLimits:
+    call_s: float = 5.0  # one call's wall clock (server-side; then SIGINT, then a restart)
+    episode_s: float = 300.0  # an episode's wall clock, from open (host-side)
+    start_s: float = 10.0  # the world's start: the tool module and its setup
+    memory_mb: int = 512  # the world's address space (RLIMIT_AS, per process)
+    cpu_s: int = 60  # the world's CPU seconds (a restarted world starts again)
+    processes: int = 32  # RLIMIT_NPROC of the world
+    file_mb: int = 16  # largest file the world can write
+    open_files: int = 64
+    output_bytes: int = 16384  # a call's stdout and stderr kept (the rest is cut)
+    workspace_mb: int = 64  # the /tmp tmpfs's cap
+    session_memory_mb: int = 1024  # the whole sandbox's memory (cgroup, where available)
+    session_pids: int = 64  # the whole sandbox's processes (cgroup, where available)
+    file_bytes: int = 1 << 20  # a collected file's cap
+    total_bytes: int = 4 << 20  # all collected files' cap
+
+    def server(self) -> dict:
+        return {"call_s": self.call_s, "start_s": self.start_s, "memory_mb": self.memory_mb,
+                "cpu_s": self.cpu_s, "processes": self.processes, "file_mb": self.file_mb,
+                "open_files": self.open_files, "output_bytes": self.output_bytes,
+                "file_bytes": self.file_bytes, "total_bytes": self.total_bytes}
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """What a session's world is: the tool module's source (stdlib only: it runs under the
+    sandbox's system interpreter), the tools a call may name, and the `setup(**context)`
+    arguments (the task's seed for this episode)."""
+
+    tools: str
+    names: tuple[str, ...]
+    context: dict = dataclasses.field(default_factory=dict)
+
+
+class Session:
+    """One sandbox: `state` is spare -> open -> closed (or failed: its `error` says why)."""
+
+    def __init__(self, proc: subprocess.Popen, cgroup: Optional[bwrap.Cgroup]):
+        self.proc, self.cgroup = proc, cgroup
+        self.fd = proc.stdout.fileno()
+        self.buf = bytearray()
+        self.state = "starting"
+        self.error = ""
+        self.spawned = time.monotonic()
+        self.deadline = float("inf")  # the episode's wall clock, set at open
+        self._next = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.state in ("starting", "spare", "open")
+
+    def send(self, msg: dict) -> int:
+        self._next += 1
+        self.proc.stdin.write((json.dumps(dict(msg, id=self._next)) + "\n").encode())
+        self.proc.stdin.flush()
+        return self._next
+
+    def lines(self) -> tuple[list[bytes], bool]:
+        chunk = os.read(self.fd, 1 << 20)
+        self.buf += chunk
+        *lines, rest = self.buf.split(b"\n")
+        self.buf = bytearray(rest)
+        return lines, not chunk
+
+    def fail(self, why: str) -> None:
+        self.state, self.error = "failed", why
+
+
+class SessionPool:
+    """Sessions of this process. Thread-safe for open/call/collect/close from one driver
+    thread at a time (the episode driver); the live count is per process."""
+
+    _live = 0  # sessions of this process not yet closed, every pool's
+    _lock = threading.Lock()
+
+    def __init__(self, limits: SessionLimits = SessionLimits(), *, max_live: int = 64,
+                 spares: int = 2):
+        bwrap.check_available()
+        bwrap.Cgroup.remove_stale()
+        self.limits, self.max_live, self.spares = limits, max_live, spares
+        self._spares: list[Session] = []
+        self._all: list[Session] = []  # every session made and not yet reaped
+        self._made = 0
+        self.samples = {"start_s": [], "call_s": []}
+        self.counts = {"opened": 0, "failed": 0, "calls": 0}
+        self._refill()
+
+    # ------------------------------------------------------------------ lifecycle
+    def open(self, specs: Sequence[Spec]) -> list[Session]:
+        """A session per spec, opened concurrently. A session that fails to start is
+        returned failed (`state == "failed"`, `error` says why): the caller masks its
+        episode. Raises ValueError if the live cap would be passed (a configuration error:
+        more rows per process than `max_live`)."""
+        with SessionPool._lock:
+            if SessionPool._live + len(specs) > self.max_live:
+                raise ValueError(f"{len(specs)} sessions would pass the live-session cap "
+                                 f"({SessionPool._live} live, max_live={self.max_live}): "
+                                 "raise env.max_live_sessions or lower the rows per process")
+            SessionPool._live += len(specs)
+        t0 = time.monotonic()
+        take = min(len(specs), len(self._spares))
+        sessions = self._spares[:take] + [self._spawn() for _ in range(len(specs) - take)]
+        self._spares = self._spares[take:]
+        for s in sessions:
+            s.counted = True
+        self._await_ready(sessions, t0 + START_TIMEOUT_S)
+        msgs = [{"op": "open", "tools": spec.tools, "names": list(spec.names),
+                 "context": spec.context, "limits": self.limits.server()} for spec in specs]
+        replies = self._exchange(sessions, msgs, self.limits.start_s + REPLY_MARGIN_S)
+        now = time.monotonic()
+        for s, r in zip(sessions, replies):
+            if s.state == "failed":
+                continue
+            if r.get("status") != "ok":
+                self._kill(s, f"the environment's setup failed: {r.get('detail', r)}")
+                continue
+            s.state, s.deadline = "open", now + self.limits.episode_s
+            self.samples["start_s"].append(now - t0)
+        self.counts["opened"] += len(sessions)
+        self.counts["failed"] += sum(s.state == "failed" for s in sessions)
+        self._refill()
+        return sessions
+
+    def call(self, sessions: Sequence[Session], calls: Sequence[tuple[str, dict]]) -> list[dict]:
+        """One call per session, all at once: each reply is the server's (status ok /
+        timeout / died, with value or error, stdout, restarted), or {"status":
+        "sandbox_error"} for a session that failed, or {"status": "episode_limit"} past the
+        episode's wall clock."""
+        t0 = time.monotonic()
+        out: list[Optional[dict]] = [None] * len(sessions)
+        live, msgs = [], []
+        for i, (s, (tool, arguments)) in enumerate(zip(sessions, calls)):
+            if s.state != "open":
+                out[i] = {"status": SANDBOX_ERROR, "detail": s.error or f"session {s.state}"}
+            elif time.monotonic() > s.deadline:
+                out[i] = {"status": "episode_limit"}
+            else:
+                live.append(i)
+                msgs.append({"op": "call", "tool": tool, "arguments": arguments})
+        wait = self.limits.call_s + self.limits.start_s + REPLY_MARGIN_S  # a restart included
+        for i, r in zip(live, self._exchange([sessions[i] for i in live], msgs, wait)):
+            out[i] = r
+        self.counts["calls"] += len(live)
+        self.samples["call_s"].append(time.monotonic() - t0)
+        return out  # type: ignore[return-value]
+
+    def collect(self, sessions: Sequence[Session], paths: Sequence[Sequence[str]]
+                ) -> list[Optional[dict]]:
+        """The declared files of each open session ({path: bytes}; a missing, non-regular
+        or over-cap file is absent), read after every process of its world is dead; None
+        for a session that failed."""
+        live = [i for i, s in enumerate(sessions) if s.state == "open"]
+        replies = self._exchange([sessions[i] for i in live],
+                                 [{"op": "collect", "paths": list(paths[i])} for i in live],
+                                 START_TIMEOUT_S)
+        out: list[Optional[dict]] = [None] * len(sessions)
+        for i, r in zip(live, replies):
+            if r.get("status") == "ok":
+                try:
+                    out[i] = {p: base64.b64decode(v) for p, v in r["files"].items()}
+                except (ValueError, TypeError, KeyError, AttributeError):
+                    out[i] = None
+        return out
+
+    def close(self, sessions: Sequence[Session]) -> None:
+        """Kill each session's sandbox and remove its cgroup; idempotent."""
+        for s in sessions:
+            if s.state != "closed":
+                self._kill(s, s.error)
+                s.state = "closed"
+
+    def shutdown(self) -> None:
+        """Close every session of this pool, spares included."""
+        self.close(list(self._all))
+        self._spares = []
+
+    def leaked(self) -> int:
+        """Sessions this pool closed whose sandbox process is still alive (must be 0)."""
+        return sum(s.state == "closed" and s.proc.poll() is None for s in self._all)
+
+    @property
+    def live(self) -> int:
+        return sum(s.state == "open" for s in self._all)
+
+    def stats(self) -> dict:
+        """Per step, then reset: sessions live, opened, failed, start and call latency."""
+        import numpy as np
+
+        row = {"session/live": float(self.live), "session/opened": float(self.counts["opened"]),
+               "session/failure_rate": self.counts["failed"] / max(self.counts["opened"], 1),
+               "session/leaked": float(self.leaked())}
+        for k, xs in self.samples.items():
+            if xs:
+                row[f"session/{k[:-2]}_p50_s"] = float(np.percentile(xs, 50))
+                row[f"session/{k[:-2]}_p99_s"] = float(np.percentile(xs, 99))
+        self.samples = {k: [] for k in self.samples}
+        self.counts = {k: 0 for k in self.counts}
+        return row
+
+    # ------------------------------------------------------------------ internals
+    def _spawn(self) -> Session:
+        self._made += 1
+        lim = self.limits
+        cgroup = bwrap.Cgroup(f"{os.getpid()}_{id(self)}_s{self._made}",
+                              lim.session_memory_mb << 20, lim.session_pids)
+        try:
+            proc = bwrap.spawn(once=False, cgroup=cgroup, tmp_mb=lim.workspace_mb, session=True)
+        except OSError as e:
+            cgroup.remove(timeout_s=0.5)
+            s = Session.__new__(Session)
+            s.proc, s.cgroup, s.state, s.error = None, None, "failed", f"could not start: {e}"
+            return s
+        s = Session(proc, cgroup)
+        self._all.append(s)
+        return s
+
+    def _refill(self) -> None:
+        self._all = [s for s in self._all if s.state != "closed"]
+        while len(self._spares) < self.spares:
+            self._spares.append(self._spawn())
+
+    def _await_ready(self, sessions: Sequence[Session], deadline: float) -> None:
+        waiting = {s.fd: s for s in sessions if s.state == "starting"}
+        while waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            ready, _, _ = select.select(list(waiting), [], [], left)
+            for fd in ready:
+                s = waiting[fd]
+                lines, closed = s.lines()
+                if any(_json(line).get("ready") == 1 for line in lines):
+                    s.state = "spare"
+                    del waiting[fd]
+                elif closed:
+                    self._kill(s, "the sandbox exited while starting")
+                    del waiting[fd]
+        for s in waiting.values():
+            self._kill(s, f"the sandbox did not start within {START_TIMEOUT_S:.0f} s")
+
+    def _exchange(self, sessions: Sequence[Session], msgs: Sequence[dict],
+                  timeout_s: float) -> list[dict]:
+        """Send each session its message and wait for every reply (by id), concurrently. A
+        session that dies, garbles its reply or misses the deadline is killed: its reply is
+        a sandbox error."""
+        out: list[dict] = [{"status": SANDBOX_ERROR, "detail": "not sent"}] * len(sessions)
+        waiting = {}
+        for i, (s, msg) in enumerate(zip(sessions, msgs)):
+            if s.state not in ("spare", "open"):
+                out[i] = {"status": SANDBOX_ERROR, "detail": s.error}
+                continue
+            try:
+                waiting[s.fd] = (i, s, s.send(msg))
+            except OSError:
+                self._kill(s, "the sandbox's pipe closed")
+                out[i] = {"status": SANDBOX_ERROR, "detail": s.error}
+        deadline = time.monotonic() + timeout_s
+        while waiting:
+            left = deadline - time.monotonic()
+            ready = select.select(list(waiting), [], [], max(left, 0))[0] if left > 0 else []
+            if not ready:
+                break
+            for fd in ready:
+                i, s, want = waiting[fd]
+                lines, closed = s.lines()
+                for line in lines:
+                    msg = _json(line)
+                    if msg.get("id") == want:
+                        out[i] = msg
+                        del waiting[fd]
+                        break
+                else:
+                    if closed:
+                        self._kill(s, "the session's server exited")
+                        out[i] = {"status": SANDBOX_ERROR, "detail": s.error}
+                        del waiting[fd]
+        for i, s, _ in waiting.values():
+            self._kill(s, f"the session's server did not answer within {timeout_s:.0f} s")
+            out[i] = {"status": SANDBOX_ERROR, "detail": s.error}
+        for i, r in enumerate(out):
+            if r.get("status") == SANDBOX_ERROR and sessions[i].state == "open":
+                self._kill(sessions[i], str(r.get("detail", "")))  # a server bug: not reused
+        return out
+
+    def _kill(self, s: Session, why: str) -> None:
+        if s.state not in ("closed", "failed"):
+            s.fail(why)
+        if getattr(s, "counted", False):
+            s.counted = False
+            with SessionPool._lock:
+                SessionPool._live -= 1
+        if s.proc is not None:
+            bwrap.kill(s.proc)
+            for f in (s.proc.stdin, s.proc.stdout):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        if s.cgroup is not None and s.cgroup.remove(timeout_s=1.0):
+            s.cgroup = None
+
+
+def _json(line: bytes) -> dict:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return {}
+    return msg if isinstance(msg, dict) else {}
