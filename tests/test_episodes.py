@@ -152,3 +152,56 @@ def test_every_rows_final_text_is_its_last_policy_turn():
         ids = [t for t in ro.tokens_B_R[r, runs[-1]].tolist() if t != tok.eos_token_id]
         assert e.texts[r] == tok.decode(ids, skip_special_tokens=True), r
     assert len(set(turns)) > 1, turns  # rows that ended at different turns
+
+
+class Lifecycle(ScriptedEnv):
+    """Counts opens and closes; its step raises `fail` once it has answered `fail_at` calls;
+    its opens fail for the rows in `failed`; its finish gives `verdict` to every episode."""
+
+    def __init__(self, fail=None, fail_at=0, failed=(), verdict=None):
+        super().__init__(["4"])
+        self.fail, self.fail_at, self.failed, self.verdict = fail, fail_at, set(failed), verdict
+        self.opened, self.closed = [], []
+
+    def open(self, contexts):
+        eps = super().open(contexts)
+        for i, e in enumerate(eps):
+            e.failed = "no sandbox" if i in self.failed else ""
+        self.opened += eps
+        return eps
+
+    def step(self, eps, turns):
+        if self.fail is not None and self.calls >= self.fail_at:
+            raise self.fail
+        return super().step(eps, turns)
+
+    def finish(self, eps, final_texts):
+        return [self.verdict] * len(eps)
+
+    def close_episodes(self, eps):
+        self.closed += eps
+        super().close_episodes(eps)
+
+
+@pytest.mark.parametrize("fail", [RuntimeError("a bug in environment code"),
+                                  KeyboardInterrupt()])
+def test_every_episode_is_closed_on_every_path(fail):
+    """An exception in environment code, or a stop signal (Ctrl-C), mid-batch: every episode
+    opened is closed; a normal end closes them too."""
+    env = Lifecycle(fail=fail, fail_at=1)
+    with pytest.raises(type(fail)):
+        _run(env)
+    assert env.opened and env.closed == env.opened and all(e.closed for e in env.opened)
+    done = Lifecycle()
+    _run(done)
+    assert done.closed == done.opened and len(done.opened) == 16
+
+
+def test_an_environment_verdict_overrules_and_a_failed_open_masks_its_episode():
+    from rlvr_jax.types import Verdict
+
+    env = Lifecycle(failed={3}, verdict=Verdict(Status.PASS, "final state"))
+    _, _, e = _run(env)
+    assert e.verdicts[3].status == Status.SANDBOX_ERROR and "no sandbox" in e.verdicts[3].detail
+    assert all(v.status == Status.PASS for r, v in enumerate(e.verdicts) if r != 3)
+    assert env.closed == env.opened

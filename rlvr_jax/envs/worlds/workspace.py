@@ -65,7 +65,7 @@ def edit_file(path: str, old: str, new: str) -> str:
 
 def run(path: str) -> str:
     """Run a Python file of the workspace; its output and exit code come back."""
-    done = subprocess.run([sys.executable, "-I", _inside(path)], cwd=_ROOT,
+    done = subprocess.run([sys.executable, "-B", "-E", "-s", _inside(path)], cwd=_ROOT,
                           capture_output=True, text=True, timeout=10)
     return (done.stdout + done.stderr)[-4000:] + f"\n(exit code {done.returncode})"
 
@@ -106,7 +106,7 @@ def check(files, goal):
                   "        out.append({'error': type(e).__name__})\n"
                   "sys.stdout.write('\\n' + json.dumps(out))\n")
         try:
-            done = subprocess.run([sys.executable, "-I", "-c", runner], cwd=root,
+            done = subprocess.run([sys.executable, "-B", "-I", "-c", runner], cwd=root,
                                   input=json.dumps([c[0] for c in cases]), capture_output=True,
                                   text=True, timeout=10)
             got = json.loads(done.stdout.rsplit("\n", 1)[-1])

@@ -1,0 +1,144 @@
+"""Sandbox sessions (rlvr_jax/sandbox/session.py): state persists across the calls of one
+session and never crosses sessions (two opened together, or one after another from the same
+pool); what the world does to itself is reported, never a sandbox error; the declared files
+come out without following links or leaving the workspace; nothing is left after close; the
+live cap holds. Needs bubblewrap (a failure in CI, see helpers)."""
+
+import os
+import time
+
+import pytest
+
+from rlvr_jax.sandbox import session as session_lib
+from rlvr_jax.sandbox.session import SessionLimits, SessionPool, Spec
+from tests.helpers import UNAVAILABLE
+
+pytestmark = [pytest.mark.xdist_group("sandbox"),
+              pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")]
+
+REPL = '''
+_SCOPE = {}
+def python(code: str):
+    exec(code, _SCOPE)
+    return _SCOPE.get("result")
+def setup(seed: str = ""):
+    _SCOPE["seed"] = seed
+'''
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = SessionPool(SessionLimits(call_s=1.0, output_bytes=1000), max_live=64, spares=2)
+    yield p
+    p.shutdown()
+    assert p.leaked() == 0
+
+
+def _open(pool, n=1, **context):
+    return pool.open([Spec(REPL, ("python",), context)] * n)
+
+
+def _run(pool, sessions, *codes):
+    return pool.call(sessions, [("python", {"code": c}) for c in codes])
+
+
+def test_state_persists_within_a_session_and_never_crosses_sessions(pool):
+    a, b = _open(pool, 2, seed="s")
+    try:
+        _run(pool, [a, b], "x = 41; open('/tmp/mine', 'w').write('a')", "y = 1")
+        got = _run(pool, [a, b], "result = x + 1",
+                   "import os\nresult = [('x' in globals()), os.path.exists('/tmp/mine'), "
+                   "sorted(p for p in os.listdir('/proc') if p.isdigit())]")
+        assert got[0]["value"] == 42
+        seen_x, seen_file, pids = got[1]["value"]
+        assert not seen_x and not seen_file
+        assert len(pids) <= 3  # its own pid 1, world and the listing: nobody else's
+    finally:
+        pool.close([a, b])
+    # The next session of the same pool (a spare the last one never touched) starts clean.
+    c, = _open(pool)
+    try:
+        got, = _run(pool, [c], "import os\nresult = [os.listdir('/tmp'), 'x' in globals()]")
+        assert got["value"] == [[], False]
+    finally:
+        pool.close([c])
+
+
+def test_what_the_world_does_to_itself_is_reported_never_a_sandbox_error(pool):
+    s, = _open(pool)
+    try:
+        _run(pool, [s], "kept = 7")
+        slow, = _run(pool, [s], "while True: pass")  # interrupted: state kept
+        assert slow["status"] == "timeout" and not slow.get("restarted")
+        assert _run(pool, [s], "result = kept")[0]["value"] == 7
+        stubborn, = _run(pool, [s], "import signal\nsignal.signal(signal.SIGINT, "
+                                    "signal.SIG_IGN)\nwhile True: pass")
+        assert stubborn["status"] == "timeout" and stubborn["restarted"]
+        lost, = _run(pool, [s], "result = kept")
+        assert "NameError" in lost["error"]
+        died, = _run(pool, [s], "import os; os._exit(3)")
+        assert died["status"] == "died" and died["restarted"] and "3" in died["exit"]
+        bomb, = _run(pool, [s], "import os\nwhile True: os.fork()")
+        assert bomb["status"] in ("ok", "timeout", "died")
+        loud, = _run(pool, [s], "print('x' * 100000)")
+        assert loud["stdout"].endswith("[output cut]") and len(loud["stdout"]) < 1100
+        memory, = _run(pool, [s], "a = bytearray(4 << 30)")
+        assert "MemoryError" in memory.get("error", "")
+        assert _run(pool, [s], "result = 2 + 2")[0]["value"] == 4 and s.state == "open"
+    finally:
+        pool.close([s])
+
+
+def test_collect_reads_regular_files_of_the_workspace_only(pool):
+    s, = _open(pool)
+    try:
+        _run(pool, [s], "import os\nopen('a.txt', 'w').write('hi')\nos.mkdir('d')\n"
+                        "open('d/b.py', 'w').write('x = 1')\nos.symlink('/etc/passwd', 'p.txt')\n"
+                        "open('big.txt', 'w').write('x' * (2 << 20))")
+        files, = pool.collect([s], [["a.txt", "../etc/passwd", "p.txt", "/etc/hostname",
+                                     "big.txt", "*.py", "nope"]])
+        assert files == {"a.txt": b"hi", "d/b.py": b"x = 1"}
+    finally:
+        pool.close([s])
+
+
+def test_close_leaves_no_process_or_cgroup_and_is_idempotent(pool):
+    sessions = _open(pool, 3)
+    _run(pool, sessions, *["import subprocess\nsubprocess.Popen(['sleep', '60'])"] * 3)
+    pids = [s.proc.pid for s in sessions]
+    cgroups = [p for s in sessions if s.cgroup for p in s.cgroup.paths]
+    pool.close(sessions)
+    pool.close(sessions)
+    time.sleep(0.1)
+    assert not [p for p in pids if os.path.exists(f"/proc/{p}")]
+    assert not [p for p in cgroups if os.path.exists(p)]
+    assert pool.leaked() == 0 and all(s.state == "closed" for s in sessions)
+    assert _run(pool, sessions[:1], "result = 1")[0]["status"] == "sandbox_error"
+
+
+def test_the_live_cap_is_a_clear_error(pool):
+    small = SessionPool(SessionLimits(), max_live=SessionPool._live + 2, spares=0)
+    try:
+        two = small.open([Spec(REPL, ("python",))] * 2)
+        with pytest.raises(ValueError, match="live-session cap"):
+            small.open([Spec(REPL, ("python",))])
+        small.close(two)
+        small.close(small.open([Spec(REPL, ("python",))]))  # room again after close
+    finally:
+        small.shutdown()
+
+
+def test_a_broken_setup_or_sandbox_is_the_sessions_failure(pool, monkeypatch):
+    bad, = pool.open([Spec("def python(code: str):\n    pass\ndef setup():\n    1 / 0\n",
+                           ("python",))])
+    assert bad.state == "failed" and "ZeroDivisionError" in bad.error
+    pool.close([bad])
+    monkeypatch.setattr(session_lib.bwrap, "spawn", lambda **_: (_ for _ in ()).throw(
+        OSError("bwrap could not start")))
+    spares, pool._spares = pool._spares, []
+    try:
+        gone, = _open(pool)
+        assert gone.state == "failed" and "could not start" in gone.error
+        pool.close([gone])
+    finally:
+        pool._spares = spares
