@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 
+import rlvr_jax.verify  # noqa: F401 - registers the graders' kinds with the sandbox package
 from rlvr_jax.sandbox.pool import VerifierPool, child_processes
 
 TRIVIAL = "def f(x):\n    return x"

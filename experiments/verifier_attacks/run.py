@@ -145,7 +145,11 @@ def main() -> None:
         for name in [m for m in sys.modules if m == "rlvr_jax" or m.startswith("rlvr_jax.")]:
             del sys.modules[name]
         sys.path.insert(0, os.path.abspath(a.repo))
-    from rlvr_jax.sandbox.pool import VerifierPool
+    try:
+        import rlvr_jax.verify  # noqa: F401 - registers the graders' kinds
+        from rlvr_jax.sandbox.pool import VerifierPool
+    except ImportError:  # a checkout from before the sandbox package (rlvr_jax/sandbox/)
+        from rlvr_jax.verify.pool import VerifierPool
     out = a.out or tempfile.mkdtemp(prefix="rlvr-attacks-")
     result = (gym if a.arm == "gym" else code)(a.steps, out)
     with open(os.path.join(out, f"results_{a.arm}.json"), "w") as f:

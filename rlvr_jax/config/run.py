@@ -163,7 +163,9 @@ class SessionConfig:
     workspace_mb: int = 64  # the session's writable /tmp
     output_bytes: int = 16384  # a call's output kept (the rest cut, said so)
     max_live: int = 256  # live sessions per trainer process (each ~20-30 MB; bench/sessions)
-    spares: int = 2  # sandboxes started ahead (a session then opens in ~ a pipe round trip)
+    # Sandboxes started ahead, at least (they grow to the largest batch of episodes opened,
+    # so each batch opens from ready ones: ~1 ms a session, bench/sessions.py)
+    spares: int = 2
     check_timeout_s: float = 30.0  # the final-state check's wall clock
 
     def check(self, key: str = "env.session") -> None:

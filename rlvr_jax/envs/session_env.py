@@ -1,8 +1,8 @@
 """A stateful environment: an environment module (envs/world.py) run in a sandbox session per
 episode (rlvr_jax/sandbox/session.py), its final state judged in a separate box.
 
-    open    a session per episode, all at once (spares make it ~ a pipe round trip); the
-            world runs the module, then `setup(**context["setup"])`
+    open    a session per episode, all at once: a spare whose world has the module loaded
+            already runs `setup(**context["setup"])` (~ a pipe round trip and the setup)
     step    every episode's call at once: read and validated on the host (a bad call is an
             observation), run in its own session, where the state of earlier calls is
     finish  the declared ARTIFACTS are read out of each session (after its processes are
@@ -48,7 +48,8 @@ class SessionEnvironment:
         self.observation_prefix = call_format.observation_prefix
         self.observation_suffix = call_format.observation_suffix
         self.limits = limits
-        self._sessions = SessionPool(limits, max_live=max_live, spares=spares)
+        self._sessions = SessionPool(Spec(world.session_source, self.tools), limits,
+                                     max_live=max_live, spares=spares)
         self._check = None
         if world.check_source is not None:
             from rlvr_jax.envs import world_check  # registers the kind
@@ -63,9 +64,7 @@ class SessionEnvironment:
 
     # ------------------------------------------------------------------ lifecycle
     def open(self, contexts: Sequence[dict]) -> list[Episode]:
-        specs = [Spec(self.world.session_source, self.tools, dict(c.get("setup", {})))
-                 for c in contexts]
-        sessions = self._sessions.open(specs)
+        sessions = self._sessions.open([dict(c.get("setup", {})) for c in contexts])
         return [Episode(dict(c), s, "" if s.state == "open" else (s.error or "not opened"))
                 for c, s in zip(contexts, sessions)]
 

@@ -7,16 +7,18 @@ writable tmpfs, /tmp, the workspace. Its pid 1 is session_server.py; the episode
 (the environment's tool module, run once at open, then every call) is its child. Nothing is
 shared between sessions: two rows of one group get two sandboxes.
 
-    pool = SessionPool(SessionLimits(), max_live=64)
-    sessions = pool.open([Spec(tools_source, ("python",), context)] * 4)   # concurrently
+    pool = SessionPool(Spec(tools_source, ("python",)), SessionLimits(), max_live=64)
+    sessions = pool.open([context] * 4)                      # concurrently
     replies = pool.call(sessions, [("python", {"code": "x = 2"}), ...])    # concurrently
     files = pool.collect(sessions, [("answer.txt",)] * 4)   # the final state, read out
     pool.close(sessions)                                    # idempotent, every path
 
-Start-up. A sandbox (bwrap, the system interpreter) takes tens of milliseconds to start, so
-the pool keeps `spares` sandboxes started ahead (each has done nothing but say ready, so no
-episode's state is in it): opening a session takes a spare and sends it the world, and new
-spares are started in the background (their start is read at the next open).
+Start-up. A sandbox (bwrap, the system interpreter, the environment's module loaded into a
+forked world) takes tens of milliseconds to start, so the pool keeps `spares` sandboxes
+started ahead, each loaded and waiting for an episode (no episode's state is in it): opening
+a session takes a spare and sends it the episode's `setup` context; new spares are started
+when sessions close (an episode batch ends: the update runs next) and become ready in the
+background. Size `spares` to the rows a process opens at once.
 
 What is whose. Everything the world does (loops, exits, runs out of memory, kills itself,
 garbles its pipe) is the agent's doing: the server reports it (`timeout`, `died`,
@@ -78,13 +80,12 @@ class SessionLimits:
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
-    """What a session's world is: the tool module's source (stdlib only: it runs under the
-    sandbox's system interpreter), the tools a call may name, and the `setup(**context)`
-    arguments (the task's seed for this episode)."""
+    """What every world of a pool is: the environment module's source (stdlib only: it runs
+    under the sandbox's system interpreter) and the tools a call may name. An episode's
+    `setup(**context)` arguments come with `open`."""
 
     tools: str
     names: tuple[str, ...]
-    context: dict = dataclasses.field(default_factory=dict)
 
 
 class Session:
@@ -128,39 +129,43 @@ class SessionPool:
     _live = 0  # sessions of this process not yet closed, every pool's
     _lock = threading.Lock()
 
-    def __init__(self, limits: SessionLimits = SessionLimits(), *, max_live: int = 64,
-                 spares: int = 2):
+    def __init__(self, spec: Spec, limits: SessionLimits = SessionLimits(), *,
+                 max_live: int = 64, spares: int = 2):
         bwrap.check_available()
         bwrap.Cgroup.remove_stale()
-        self.limits, self.max_live, self.spares = limits, max_live, spares
+        self.spec, self.limits, self.max_live, self.spares = spec, limits, max_live, spares
         self._spares: list[Session] = []
         self._all: list[Session] = []  # every session made and not yet reaped
         self._made = 0
+        self._want = 0  # the largest batch opened so far
         self.samples = {"start_s": [], "call_s": []}
         self.counts = {"opened": 0, "failed": 0, "calls": 0}
         self._refill()
+        self._check_loads()
 
     # ------------------------------------------------------------------ lifecycle
-    def open(self, specs: Sequence[Spec]) -> list[Session]:
-        """A session per spec, opened concurrently. A session that fails to start is
+    def open(self, contexts: Sequence[dict]) -> list[Session]:
+        """A session per `setup` context, opened concurrently. A session that fails to start is
         returned failed (`state == "failed"`, `error` says why): the caller masks its
         episode. Raises ValueError if the live cap would be passed (a configuration error:
         more rows per process than `max_live`)."""
         with SessionPool._lock:
-            if SessionPool._live + len(specs) > self.max_live:
-                raise ValueError(f"{len(specs)} sessions would pass the live-session cap "
+            if SessionPool._live + len(contexts) > self.max_live:
+                raise ValueError(f"{len(contexts)} sessions would pass the live-session cap "
                                  f"({SessionPool._live} live, max_live={self.max_live}): "
                                  "raise env.max_live_sessions or lower the rows per process")
-            SessionPool._live += len(specs)
+            SessionPool._live += len(contexts)
         t0 = time.monotonic()
-        take = min(len(specs), len(self._spares))
-        sessions = self._spares[:take] + [self._spawn() for _ in range(len(specs) - take)]
+        # Spares grow to the largest batch opened: the next batch of that size opens from
+        # ready sandboxes (each spare costs its memory while it waits: bench/sessions.py).
+        self._want = max(self._want, len(contexts))
+        take = min(len(contexts), len(self._spares))
+        sessions = self._spares[:take] + [self._spawn() for _ in range(len(contexts) - take)]
         self._spares = self._spares[take:]
         for s in sessions:
             s.counted = True
         self._await_ready(sessions, t0 + START_TIMEOUT_S)
-        msgs = [{"op": "open", "tools": spec.tools, "names": list(spec.names),
-                 "context": spec.context, "limits": self.limits.server()} for spec in specs]
+        msgs = [{"op": "open", "context": dict(c)} for c in contexts]
         replies = self._exchange(sessions, msgs, self.limits.start_s + REPLY_MARGIN_S)
         now = time.monotonic()
         for s, r in zip(sessions, replies):
@@ -173,7 +178,6 @@ class SessionPool:
             self.samples["start_s"].append(now - t0)
         self.counts["opened"] += len(sessions)
         self.counts["failed"] += sum(s.state == "failed" for s in sessions)
-        self._refill()
         return sessions
 
     def call(self, sessions: Sequence[Session], calls: Sequence[tuple[str, dict]]) -> list[dict]:
@@ -218,11 +222,18 @@ class SessionPool:
         return out
 
     def close(self, sessions: Sequence[Session]) -> None:
-        """Kill each session's sandbox and remove its cgroup; idempotent."""
-        for s in sessions:
-            if s.state != "closed":
-                self._kill(s, s.error)
-                s.state = "closed"
+        """Kill each session's sandbox and remove its cgroup; idempotent. Every sandbox is
+        signalled first, so their teardowns overlap."""
+        todo = [s for s in sessions if s.state != "closed"]
+        for s in todo:
+            if s.proc is not None:
+                bwrap.signal_group(s.proc)
+        for s in todo:
+            self._kill(s, s.error)
+            s.state = "closed"
+        # New spares start now, when episodes end (the update runs next), so the next
+        # batch's sessions open from ready ones without starting sandboxes on its clock.
+        self._refill()
 
     def shutdown(self) -> None:
         """Close every session of this pool, spares included."""
@@ -267,11 +278,30 @@ class SessionPool:
             return s
         s = Session(proc, cgroup)
         self._all.append(s)
+        try:  # the module to load: read by the server as soon as it starts
+            s.proc.stdin.write((json.dumps({"tools": self.spec.tools,
+                                            "names": list(self.spec.names),
+                                            "limits": self.limits.server()}) + "\n").encode())
+            s.proc.stdin.flush()
+        except OSError:
+            self._kill(s, "the sandbox's pipe closed")
         return s
+
+    def _check_loads(self) -> None:
+        """The environment's module must load in a session: a module that raises there is
+        one clear error now, never a masked episode per row."""
+        if not self._spares:
+            return
+        self._await_ready(self._spares[:1], time.monotonic() + START_TIMEOUT_S)
+        first = self._spares[0]
+        if first.state == "failed" and first.error.startswith("the environment's module"):
+            self.shutdown()
+            raise ValueError(first.error)
 
     def _refill(self) -> None:
         self._all = [s for s in self._all if s.state != "closed"]
-        while len(self._spares) < self.spares:
+        want = min(max(self.spares, self._want), max(self.max_live - SessionPool._live, 0))
+        while len(self._spares) < want:
             self._spares.append(self._spawn())
 
     def _await_ready(self, sessions: Sequence[Session], deadline: float) -> None:
@@ -284,8 +314,13 @@ class SessionPool:
             for fd in ready:
                 s = waiting[fd]
                 lines, closed = s.lines()
-                if any(_json(line).get("ready") == 1 for line in lines):
+                said = [_json(line) for line in lines if "ready" in _json(line)]
+                if said and said[0]["ready"] == 1:
                     s.state = "spare"
+                    del waiting[fd]
+                elif said:
+                    self._kill(s, "the environment's module failed in its session: "
+                                  f"{said[0].get('detail', '')}")
                     del waiting[fd]
                 elif closed:
                     self._kill(s, "the sandbox exited while starting")

@@ -4,14 +4,17 @@ beside the one-shot worker (/opt/rlvr/worker.py), whose helpers it uses.
 
 Two processes. This one (trusted, pid 1: the kernel drops what the namespace sends it) talks
 JSON lines with the host and owns the limits; the *world* (untrusted) is a child forked from
-it that holds the episode's state: the environment's tool module, executed once at `open`
-(its `setup(**context)` seeds the world), then one call after another in the same
+it that holds the episode's state: the environment's tool module, executed once when the
+session starts (a spare, before any episode is given to it), then `setup(**context)` at
+`open` (the episode's seed), then one call after another in the same
 interpreter, so variables, imports and files persist between calls. The world holds only its
 own pipes (none of the host's), its stdout and stderr go to a pipe this process drains and
 caps, and it runs under rlimits (address space, processes, file size, open files, CPU per
 world) with the OOM killer's first choice on it.
 
-    host -> {"op": "open", "tools": src, "names": [...], "context": {...}, "limits": {...}}
+    host -> {"tools": src, "names": [...], "limits": {...}}       (with the spawn: the world
+         <- {"ready": 1} | {"ready": 0, "detail": ...}            is forked and loads it)
+    host -> {"op": "open", "context": {...}}                      (the episode starts)
          <- {"status": "ok"} | {"status": "setup_error", "detail": ...}
     host -> {"op": "call", "tool": name, "arguments": {...}}
          <- {"status": "ok", "value"|"error": ..., "stdout": ..., "restarted"?: true}
@@ -46,9 +49,11 @@ import worker as box  # noqa: E402  the one-shot worker's helpers (signals, reap
 WORKSPACE = "/tmp"  # the session's writable, size-capped tmpfs, and the world's cwd
 MAX_REPLY_BYTES = 1 << 20  # a world's reply line past this is the agent's error
 INTERRUPT_GRACE_S = 0.3  # after SIGINT at a call's deadline, before the world is killed
+PRELOAD = ("ast", "base64", "collections", "fnmatch", "functools", "itertools", "math",
+           "random", "re", "sqlite3", "subprocess", "tempfile", "traceback")
 
 
-def _world_main(tools, names, context, lim, req_r, rep_w, out_w):
+def _world_main(tools, names, lim, req_r, rep_w, out_w):
     """The world: never returns."""
     signal.signal(signal.SIGINT, signal.default_int_handler)  # a call's deadline interrupts
     null = os.open("/dev/null", os.O_RDONLY)
@@ -87,11 +92,17 @@ def _world_main(tools, names, context, lim, req_r, rep_w, out_w):
 
     me = os.getpid()
     scope = {"__name__": "__session__"}
-    try:
+    try:  # loaded ahead of its episode (a spare): only the setup waits for the episode
         exec(compile(tools, "<tools>", "exec"), scope)
+    except BaseException as e:  # the environment's own code: the host masks the episode
+        reply({"setup_error": f"{type(e).__name__}: {e}"[:2000]})
+        os._exit(0)
+    reply({"loaded": 1})
+    try:
+        context = json.loads(requests.readline())["setup"]
         if callable(scope.get("setup")):
             scope["setup"](**context)
-    except BaseException as e:  # the environment's own code: the host masks the episode
+    except BaseException as e:
         reply({"setup_error": f"{type(e).__name__}: {e}"[:2000]})
         os._exit(0)
     reply({"ready": 1})
@@ -118,8 +129,13 @@ def _world_main(tools, names, context, lim, req_r, rep_w, out_w):
     os._exit(0)
 
 
+class SetupError(Exception):
+    """The environment's module or its setup failed (its code, not the agent's)."""
+
+
 class World:
-    """The world process as pid 1 sees it."""
+    """The world process as pid 1 sees it: forked and loaded with the environment's module
+    ahead of its episode; `setup(context)` starts the episode."""
 
     def __init__(self, spec):
         self.spec = spec
@@ -129,8 +145,8 @@ class World:
         self.pid = os.fork()
         if self.pid == 0:
             try:
-                _world_main(spec["tools"], set(spec["names"]), spec.get("context", {}),
-                            spec["limits"], req_r, rep_w, out_w)
+                _world_main(spec["tools"], set(spec["names"]), spec["limits"], req_r, rep_w,
+                            out_w)
             finally:
                 os._exit(70)
         for fd in (req_r, rep_w, out_w):
@@ -184,6 +200,20 @@ class World:
             return {"error": "the session's reply was garbled (the agent wrote to it)"}
         return msg if isinstance(msg, dict) else {"error": "the session's reply was garbled"}
 
+    def wait_for(self, key):
+        """Wait for the world's `key` reply ("loaded", "ready"); raise SetupError if not."""
+        lim = self.spec["limits"]
+        got = self.read_reply(time.monotonic() + lim["start_s"], lim["output_bytes"])
+        self.take_output(0)
+        if not (isinstance(got, dict) and key in got):
+            detail = got.get("setup_error") if isinstance(got, dict) else got
+            raise SetupError(str(detail or f"the world did not start within {lim['start_s']} s"))
+
+    def setup(self, context):
+        self.context = context
+        self.send({"setup": context})
+        self.wait_for("ready")
+
     def close(self):
         for fd in (self.req_w, self.rep_r, self.out_r):
             try:
@@ -207,11 +237,8 @@ def _restart(world):
     world.close()
     box._kill_others()
     fresh = World(world.spec)
-    ready = fresh.read_reply(time.monotonic() + world.spec["limits"]["start_s"],
-                             world.spec["limits"]["output_bytes"])
-    if not isinstance(ready, dict) or "ready" not in ready:
-        raise RuntimeError(f"the world did not restart: {ready!r}")
-    fresh.take_output(0)
+    fresh.wait_for("loaded")
+    fresh.setup(world.context)
     return fresh
 
 
@@ -316,23 +343,35 @@ def main():
     os.dup2(devnull, 2)
     os.chdir(WORKSPACE)
     box._warm()
-    out.write('{"ready": 1}\n')
+    # What environment modules commonly import, loaded before the session is ready (off
+    # the clock of its start): each world is forked from here and finds them loaded.
+    for module in PRELOAD:
+        try:
+            __import__(module)
+        except ImportError:
+            pass
+    # The first line is the environment's module (sent with the spawn): the world is
+    # forked and loads it before this session says ready.
     world = None
+    try:
+        world = World(json.loads(sys.stdin.readline()))
+        world.wait_for("loaded")
+        out.write('{"ready": 1}\n')
+    except Exception as e:  # SetupError included: the environment's module does not load
+        detail = str(e) if isinstance(e, SetupError) else f"{type(e).__name__}: {e}"
+        out.write(json.dumps({"ready": 0, "detail": detail[:2000]}) + "\n")
+        return
     for line in sys.stdin:
         req = {}
         try:
             req = json.loads(line)
             op = req.get("op")
             if op == "open":
-                world = World(req)
-                got = world.read_reply(time.monotonic() + req["limits"]["start_s"],
-                                       req["limits"]["output_bytes"])
-                if isinstance(got, dict) and "ready" in got:
-                    world.take_output(0)
+                try:
+                    world.setup(req.get("context", {}))
                     reply = {"status": "ok"}
-                else:
-                    detail = got.get("setup_error") if isinstance(got, dict) else got
-                    reply = {"status": "setup_error", "detail": str(detail or "no reply")}
+                except SetupError as e:
+                    reply = {"status": "setup_error", "detail": str(e)}
             elif op == "call":
                 if world is None:
                     raise RuntimeError("a call before open")

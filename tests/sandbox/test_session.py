@@ -28,14 +28,15 @@ def setup(seed: str = ""):
 
 @pytest.fixture(scope="module")
 def pool():
-    p = SessionPool(SessionLimits(call_s=1.0, output_bytes=1000), max_live=64, spares=2)
+    p = SessionPool(Spec(REPL, ("python",)), SessionLimits(call_s=1.0, output_bytes=1000),
+                    max_live=64, spares=2)
     yield p
     p.shutdown()
     assert p.leaked() == 0
 
 
 def _open(pool, n=1, **context):
-    return pool.open([Spec(REPL, ("python",), context)] * n)
+    return pool.open([context] * n)
 
 
 def _run(pool, sessions, *codes):
@@ -117,21 +118,23 @@ def test_close_leaves_no_process_or_cgroup_and_is_idempotent(pool):
 
 
 def test_the_live_cap_is_a_clear_error(pool):
-    small = SessionPool(SessionLimits(), max_live=SessionPool._live + 2, spares=0)
+    small = SessionPool(Spec(REPL, ("python",)), max_live=SessionPool._live + 2, spares=0)
     try:
-        two = small.open([Spec(REPL, ("python",))] * 2)
+        two = small.open([{}] * 2)
         with pytest.raises(ValueError, match="live-session cap"):
-            small.open([Spec(REPL, ("python",))])
+            small.open([{}])
         small.close(two)
-        small.close(small.open([Spec(REPL, ("python",))]))  # room again after close
+        small.close(small.open([{}]))  # room again after close
     finally:
         small.shutdown()
 
 
-def test_a_broken_setup_or_sandbox_is_the_sessions_failure(pool, monkeypatch):
-    bad, = pool.open([Spec("def python(code: str):\n    pass\ndef setup():\n    1 / 0\n",
-                           ("python",))])
-    assert bad.state == "failed" and "ZeroDivisionError" in bad.error
+def test_a_broken_module_setup_or_sandbox_is_clear(pool, monkeypatch):
+    with pytest.raises(ValueError, match="the environment's module failed in its session: "
+                                         "NameError"):
+        SessionPool(Spec("def python(code: str):\n    pass\nundefined_name\n", ("python",)))
+    bad, = pool.open([{"seed": 1 / 2, "nope": 1}])  # setup() got an unexpected argument
+    assert bad.state == "failed" and "TypeError" in bad.error
     pool.close([bad])
     monkeypatch.setattr(session_lib.bwrap, "spawn", lambda **_: (_ for _ in ()).throw(
         OSError("bwrap could not start")))
