@@ -182,21 +182,23 @@ def extra_sets(setup: TaskSetup, v) -> list:
 def environment(e: EnvConfig):
     """The multi-turn environment of `env` (tools in the sandbox, their own worker pool), or
     None for one turn. The caller closes it."""
+    from rlvr_jax.envs import registry
+
     if e.kind == "none":
         return None
     if e.kind == "tools":
-        return envs.make_environment(e.tools, e.call_format, workers=e.workers,
-                                     timeout_s=e.timeout_s, batch_timeout_s=e.batch_timeout_s,
-                                     mode=e.mode, turn_rewards=dict(e.turn_rewards))
-    if ":" in e.kind:  # a host-side environment (an experiment's control)
-        from rlvr_jax.envs import registry
-
-        return registry.factory(e.kind)(e)
-    s = e.session
-    return envs.make_session_environment(
-        e.kind, e.call_format, limits=s.limits(), max_live=s.max_live, spares=s.spares,
-        turn_rewards=dict(e.turn_rewards), check_workers=e.workers,
-        check_timeout_s=s.check_timeout_s, mode=e.mode)
+        env = envs.make_environment(e.tools, e.call_format, workers=e.workers,
+                                    timeout_s=e.timeout_s, batch_timeout_s=e.batch_timeout_s,
+                                    mode=e.mode, turn_rewards=dict(e.turn_rewards))
+    elif ":" in e.kind:  # a host-side environment of the user's
+        env = registry.factory(e.kind)(e)
+    else:
+        s = e.session
+        env = envs.make_session_environment(
+            e.kind, e.call_format, limits=s.limits(), max_live=s.max_live, spares=s.spares,
+            turn_rewards=dict(e.turn_rewards), check_workers=e.workers,
+            check_timeout_s=s.check_timeout_s, mode=e.mode, max_calls=s.max_calls)
+    return registry.factory(e.wrap, "env.wrap")(env, e) if e.wrap else env
 
 
 # ------------------------------------------------------------------ generators

@@ -72,15 +72,24 @@ def demonstration_batch(task: Task, tokenizer, *, seed: int, batch_index: int,
 
 
 def _tool_demonstration(task: Task, problem, tools: ToolDemos, tokenizer, rng):
-    """(ids, trained): the call, the observation (untrained), the answer and EOS."""
-    tool, arguments, output, answer = task.tool_demonstration(problem, rng)
+    """(ids, trained): each call, its observation (untrained), then the answer and EOS. A
+    task's `tool_demonstration` gives one call, (tool, arguments, output, answer), or
+    several, {"calls": [(tool, arguments, output), ...], "answer": answer}."""
+    demo = task.tool_demonstration(problem, rng)
+    if isinstance(demo, dict):
+        calls, answer = demo["calls"], demo["answer"]
+    else:
+        tool, arguments, output, answer = demo
+        calls = [(tool, arguments, output)]
     encode = lambda text: tokenizer.encode(text, add_special_tokens=False)
-    call = encode(tools.render_call(tool, arguments))
-    observation, _ = tools.glue.ids(output, tools.observation_tokens)
+    ids, trained = [], []
+    for tool, arguments, output in calls:
+        call = encode(tools.render_call(tool, arguments))
+        observation, _ = tools.glue.ids(output, tools.observation_tokens)
+        ids += call + observation
+        trained += [1.0] * len(call) + [0.0] * len(observation)
     final = encode(answer) + [tokenizer.eos_token_id]
-    ids = call + observation + final
-    trained = [1.0] * len(call) + [0.0] * len(observation) + [1.0] * len(final)
-    return ids, trained
+    return ids + final, trained + [1.0] * len(final)
 
 
 def run_warmup(sft_step: Callable, state, make_batch: Callable[[int], SFTBatch], steps: int,

@@ -3,6 +3,7 @@ the record are the environment's text tokenized alone), budgets and the reasons 
 end, special-token strings in tool output staying text. The environment here is scripted
 (the real tools in the sandbox: tests/envs/test_tool_env.py)."""
 
+import dataclasses
 import functools
 
 import jax
@@ -205,3 +206,15 @@ def test_an_environment_verdict_overrules_and_a_failed_open_masks_its_episode():
     assert e.verdicts[3].status == Status.SANDBOX_ERROR and "no sandbox" in e.verdicts[3].detail
     assert all(v.status == Status.PASS for r, v in enumerate(e.verdicts) if r != 3)
     assert env.closed == env.opened
+
+
+def test_a_huge_observation_is_cut_before_it_is_tokenized_with_the_same_ids():
+    """Only the first (limit + 1) x (the longest token's characters) of a reply are
+    tokenized: the ids are those of tokenizing it whole, for replies of any size."""
+    tok, _, _ = _setup()
+    glue = episodes.Glue.of(tok, "[", "]")
+    for text in ("12" * 50_000, "a b " * 30_000, "x" * 5):
+        whole = dataclasses.replace(glue, token_chars=10 ** 9)
+        assert glue.ids(text, 12) == whole.ids(text, 12)
+    ids, cut = glue.ids("9" * (10 << 20), 12)  # 10 MB: a bounded slice is encoded
+    assert cut and len(ids) == 12

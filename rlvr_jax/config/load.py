@@ -29,10 +29,20 @@ def warmstart_key(cfg: "RunConfig") -> str:
            "task": dataclasses.asdict(cfg.task), "max_new_tokens": cfg.sampling.max_new_tokens}
     if cfg.env.kind != "none":  # the demonstrations call tools (keys of one-turn runs kept)
         e = cfg.env
-        key["env"] = {"tools": list(e.tools), "call_format": str(e.call_format),
+        key["env"] = {"tools": _env_tools(e), "call_format": str(e.call_format),
                       "demo_tool_fraction": e.demo_tool_fraction,
                       "observation_tokens": e.observation_tokens}
     return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _env_tools(e) -> list:
+    """The tools the warm start's demonstrations may call (the world's, for a stateful
+    environment; a wrapper changes none)."""
+    from rlvr_jax.envs import registry
+
+    if e.kind in ("tools",) or ":" in e.kind:
+        return list(e.tools)
+    return list(registry.world(e.kind).tools)
 
 
 def run_dirname(overrides: str, max_chars: int = 120) -> str:

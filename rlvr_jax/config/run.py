@@ -157,6 +157,7 @@ class SessionConfig:
 
     call_s: float = 5.0  # one call's wall clock (then interrupted; killed if it won't stop)
     episode_s: float = 300.0  # an episode's wall clock from its start
+    max_calls: int = 0  # tool calls per episode (more are answered "spent"); 0: max_turns
     memory_mb: int = 512  # the world process's address space
     cpu_s: int = 60  # the world's CPU seconds
     processes: int = 32  # the world's processes
@@ -175,6 +176,7 @@ class SessionConfig:
                      "max_live"):
             _check(getattr(self, name) >= 1, f"{key}.{name}", "must be >= 1")
         _check(self.spares >= 0, f"{key}.spares", "must be >= 0")
+        _check(self.max_calls >= 0, f"{key}.max_calls", "must be >= 0 (0: no cap)")
 
     def limits(self):
         from rlvr_jax.sandbox.session import SessionLimits
@@ -196,6 +198,10 @@ class EnvConfig:
     host-side environment, e.g. an experiment's control, called with this config)."""
 
     kind: str = "none"
+    # `package.module:wrap`, called as wrap(environment, this config) -> environment: a
+    # host-side wrapper around the environment built (an experiment's control, which never
+    # becomes an option of a production environment); "" (the default): none
+    wrap: str = ""
     tools: List[str] = field(default_factory=lambda: ["calculator"])  # kind=tools only
     call_format: CallFormat = CallFormat["tag"]  # envs/calls.py: tag | hermes
     max_turns: int = 4  # policy turns per episode; a call in the last one is not run
@@ -219,6 +225,8 @@ class EnvConfig:
         from rlvr_jax.verify.toolbox import SCHEMAS
 
         registry.check_kind(self.kind, f"{key}.kind")
+        _check(not self.wrap or (":" in self.wrap and self.kind != "none"), f"{key}.wrap",
+               "must be package.module:function, with an environment (env.kind) to wrap")
         _check(self.max_turns >= 1, f"{key}.max_turns", "must be >= 1")
         _check(self.observation_tokens >= 4, f"{key}.observation_tokens", "must be >= 4")
         _check(0.0 <= self.demo_tool_fraction <= 1.0, f"{key}.demo_tool_fraction",

@@ -29,7 +29,7 @@ def make_environment(tools, call_format: str, *, workers: int, timeout_s: float,
 def make_session_environment(name: str, call_format: str, *, limits, max_live: int = 256,
                              spares: int = 2, turn_rewards: dict | None = None,
                              check_workers: int = 2, check_timeout_s: float = 30.0,
-                             mode: str = "forkserver") -> Environment:
+                             mode: str = "forkserver", max_calls: int = 0) -> Environment:
     """The stateful environment `name` (envs/registry.py), a sandbox session per episode."""
     from rlvr_jax.envs import registry
     from rlvr_jax.envs.session_env import SessionEnvironment
@@ -37,4 +37,4 @@ def make_session_environment(name: str, call_format: str, *, limits, max_live: i
     return SessionEnvironment(registry.world(name), CALL_FORMATS[call_format], limits=limits,
                               max_live=max_live, spares=spares, turn_rewards=turn_rewards,
                               check_workers=check_workers, check_timeout_s=check_timeout_s,
-                              mode=mode)
+                              mode=mode, max_calls=max_calls)

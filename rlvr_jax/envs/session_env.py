@@ -40,7 +40,8 @@ MAX_VALUE_CHARS = 20_000  # of a returned value's text (the driver cuts it to to
 class SessionEnvironment:
     def __init__(self, world: World, call_format: CallFormat, *, limits: SessionLimits,
                  max_live: int = 64, spares: int = 2, turn_rewards: Optional[dict] = None,
-                 check_workers: int = 2, check_timeout_s: float = 30.0, mode: str = "forkserver"):
+                 check_workers: int = 2, check_timeout_s: float = 30.0, mode: str = "forkserver",
+                 max_calls: int = 0):
         self.world, self.format = world, call_format
         self.tools = world.tools
         self.turn_rewards = dict(turn_rewards or {})
@@ -48,6 +49,7 @@ class SessionEnvironment:
         self.observation_prefix = call_format.observation_prefix
         self.observation_suffix = call_format.observation_suffix
         self.limits = limits
+        self.max_calls = max_calls  # per episode; 0: only env.max_turns bounds them
         self._sessions = SessionPool(Spec(world.session_source, self.tools), limits,
                                      max_live=max_live, spares=spares)
         self._check = None
@@ -71,6 +73,10 @@ class SessionEnvironment:
     def step(self, episodes: Sequence[Episode], turns: Sequence[str]) -> list[Reply]:
         replies: list = [turn_reading.read(self.format, t, self.tools, self.world.schemas)
                          for t in turns]
+        for i, r in enumerate(replies):
+            if isinstance(r, tuple) and self.max_calls and episodes[i].calls >= self.max_calls:
+                replies[i] = Reply(f"error: the episode's tool-call budget ({self.max_calls}) is "
+                                   "spent", TOOL_ERROR, r[0])
         runs = [i for i, r in enumerate(replies) if isinstance(r, tuple)]
         got = self._sessions.call([episodes[i].handle for i in runs],
                                   [replies[i] for i in runs])

@@ -139,7 +139,7 @@ class SessionPool:
         self._made = 0
         self._want = 0  # the largest batch opened so far
         self.samples = {"start_s": [], "call_s": []}
-        self.counts = {"opened": 0, "failed": 0, "calls": 0}
+        self.counts = {"opened": 0, "failed": 0, "calls": 0, "peak": 0}
         self._refill()
         self._check_loads()
 
@@ -177,6 +177,7 @@ class SessionPool:
             s.state, s.deadline = "open", now + self.limits.episode_s
             self.samples["start_s"].append(now - t0)
         self.counts["opened"] += len(sessions)
+        self.counts["peak"] = max(self.counts["peak"], self.live)
         self.counts["failed"] += sum(s.state == "failed" for s in sessions)
         return sessions
 
@@ -249,10 +250,13 @@ class SessionPool:
         return sum(s.state == "open" for s in self._all)
 
     def stats(self) -> dict:
-        """Per step, then reset: sessions live, opened, failed, start and call latency."""
+        """Since the last call: the most sessions live at once, sessions opened, the share
+        that failed (infrastructure), those left alive after close (must be 0), session start
+        and call round-trip latency (p50 / p99 seconds)."""
         import numpy as np
 
-        row = {"session/live": float(self.live), "session/opened": float(self.counts["opened"]),
+        row = {"session/live_peak": float(self.counts["peak"]),
+               "session/opened": float(self.counts["opened"]),
                "session/failure_rate": self.counts["failed"] / max(self.counts["opened"], 1),
                "session/leaked": float(self.leaked())}
         for k, xs in self.samples.items():

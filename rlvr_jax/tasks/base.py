@@ -54,7 +54,8 @@ class Task(Protocol[ProblemT]):
 
 
 # Optional, for multi-turn tool use (rlvr_jax/envs/): `tool_demonstration(problem, rng) -> (tool,
-# arguments, the tool's output, the final answer)`, a warm-start episode that calls a tool;
+# arguments, the tool's output, the final answer)`, a warm-start episode that calls a tool (or
+# {"calls": [(tool, arguments, output), ...], "answer": ...}, one that calls several);
 # `tool_context(problem) -> {"_key": value}`, what the tools of an episode on it are given
 # (a database, the visible tests; verify/toolbox.py).
 

@@ -22,9 +22,9 @@ pytestmark = [pytest.mark.xdist_group("sandbox"),
 LIMITS = SessionLimits(call_s=1.5, output_bytes=4000)
 
 
-def _env(name, call_format="hermes"):
+def _env(name, call_format="hermes", **options):
     return make_session_environment(name, call_format, limits=LIMITS, max_live=64, spares=2,
-                                    check_timeout_s=20.0)
+                                    check_timeout_s=20.0, **options)
 
 
 @pytest.fixture(scope="module")
@@ -91,11 +91,16 @@ def test_the_attack_corpus_in_sessions_is_contained_and_the_next_episodes_are_cl
 def test_bad_calls_are_observations(repl):
     e, = repl.open([{}])
     try:
-        hermes = _env("python_repl")
+        hermes = _env("python_repl", max_calls=1)
         try:
             wrong_type, unknown, garbled = hermes.step(
                 [e] * 3, [hermes.render_call("python", {"code": 5}),
                           hermes.render_call("shell", {"cmd": "ls"}), "<tool_call>{</tool_call>"])
+            h, = hermes.open([{}])
+            first, spent = (hermes.step([h], [hermes.render_call("python", {"code": "1"})])[0]
+                            for _ in range(2))
+            assert first.text == "1" and "tool-call budget (1) is spent" in spent.text
+            hermes.close_episodes([h])
         finally:
             hermes.close()
         assert wrong_type.outcome == MALFORMED and "must be a string, not int" in wrong_type.text

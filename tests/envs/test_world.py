@@ -69,3 +69,43 @@ def test_the_shipped_environments_and_bad_names():
         registry.factory("no_such.module:make")
     with pytest.raises(ConfigError, match=r"has no 'nope'"):
         registry.factory("rlvr_jax.envs.registry:nope")
+
+
+@pytest.mark.xdist_group("sandbox")
+def test_the_documented_example_environment_works_as_written(tmp_path, monkeypatch):
+    """conf/README.md's kv_env module, as written: read, registered by name, its calls run in
+    sessions (state kept, a bad key an observation), its final state judged by its check in
+    a fresh box (a goal met passes, another fails)."""
+    import re
+
+    from rlvr_jax.config import conf_dir
+    from rlvr_jax.envs import make_session_environment
+    from rlvr_jax.envs.base import OK, TOOL_ERROR
+    from rlvr_jax.sandbox.session import SessionLimits
+    from rlvr_jax.types import Status
+    from tests.helpers import UNAVAILABLE
+
+    if UNAVAILABLE:
+        pytest.skip(UNAVAILABLE)
+    text = open(f"{conf_dir()}/README.md").read()
+    code = re.search(r"```python\n# my_package/kv_env.py[^\n]*\n(.*?)```", text, re.S).group(1)
+    (tmp_path / "kv_env.py").write_text(code)
+    monkeypatch.setitem(registry._cache, "paths", dict(registry.worlds(),
+                                                       kv=str(tmp_path / "kv_env.py")))
+    registry.check_kind("kv")
+    env = make_session_environment("kv", "hermes", limits=SessionLimits(), spares=1)
+    try:
+        eps = env.open([{"setup": {"initial": {"a": "1"}}, "goal": {"store": {"a": "1", "b": "2"}}},
+                        {"setup": {}, "goal": {"store": {"b": "2"}}}])
+        put = env.step(eps, [env.render_call("put", {"key": "b", "value": "2"})] * 2)
+        got = env.step(eps, [env.render_call("get", {"key": "a"})] * 2)
+        assert [r.outcome for r in put] == [OK, OK]
+        assert (got[0].outcome, got[0].text) == (OK, "1") and got[1].outcome == TOOL_ERROR
+        assert [v.status for v in env.finish(eps, ["", ""])] == [Status.PASS, Status.PASS]
+        env.close_episodes(eps)
+        other = env.open([{"setup": {}, "goal": {"store": {"b": "3"}}}])
+        env.step(other, [env.render_call("put", {"key": "b", "value": "2"})])
+        assert env.finish(other, [""])[0].status == Status.WRONG
+        env.close_episodes(other)
+    finally:
+        env.close()
