@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import os
+import dataclasses
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable, Optional, Sequence
@@ -186,7 +187,19 @@ def environment(e: EnvConfig):
 
     if e.kind == "none":
         return None
-    if e.kind == "tools":
+    if e.kind == "routed":  # each row's own environment (envs/routed.py)
+        from rlvr_jax.envs.routed import RoutedEnvironment
+
+        built = {}
+        try:
+            for name in e.routes:
+                built[name] = environment(dataclasses.replace(e, kind=name, routes=[], wrap=""))
+        except BaseException:
+            for env in built.values():
+                env.close()
+            raise
+        env = RoutedEnvironment(built)
+    elif e.kind == "tools":
         env = envs.make_environment(e.tools, e.call_format, workers=e.workers,
                                     timeout_s=e.timeout_s, batch_timeout_s=e.batch_timeout_s,
                                     mode=e.mode, turn_rewards=dict(e.turn_rewards))

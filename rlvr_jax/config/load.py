@@ -40,6 +40,8 @@ def _env_tools(e) -> list:
     environment; a wrapper changes none)."""
     from rlvr_jax.envs import registry
 
+    if e.kind == "routed":
+        return [t for name in e.routes for t in _env_tools(dataclasses.replace(e, kind=name))]
     if e.kind in ("tools",) or ":" in e.kind:
         return list(e.tools)
     return list(registry.world(e.kind).tools)

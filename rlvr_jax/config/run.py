@@ -198,6 +198,9 @@ class EnvConfig:
     host-side environment, e.g. an experiment's control, called with this config)."""
 
     kind: str = "none"
+    # kind=routed: the environments rows may name (a row's context "environment"; the first
+    # by default), e.g. [python_repl, api]; they share call_format and the settings below
+    routes: List[str] = field(default_factory=list)
     # `package.module:wrap`, called as wrap(environment, this config) -> environment: a
     # host-side wrapper around the environment built (an experiment's control, which never
     # becomes an option of a production environment); "" (the default): none
@@ -224,7 +227,15 @@ class EnvConfig:
         from rlvr_jax.envs import registry
         from rlvr_jax.verify.toolbox import SCHEMAS
 
-        registry.check_kind(self.kind, f"{key}.kind")
+        if self.kind == "routed":
+            _check(bool(self.routes), f"{key}.routes", "env.kind=routed needs env.routes, "
+                   "e.g. [python_repl, api]")
+            for i, name in enumerate(self.routes):
+                _check(name not in ("none", "routed"), f"{key}.routes",
+                       f"{name!r} cannot be a route")
+                registry.check_kind(name, f"{key}.routes[{i}]")
+        else:
+            registry.check_kind(self.kind, f"{key}.kind")
         _check(not self.wrap or (":" in self.wrap and self.kind != "none"), f"{key}.wrap",
                "must be package.module:function, with an environment (env.kind) to wrap")
         _check(self.max_turns >= 1, f"{key}.max_turns", "must be >= 1")

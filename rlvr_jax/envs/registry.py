@@ -1,6 +1,7 @@
 """Environments by name, for `env.kind` and for a data row's `environment`:
 
   none, tools               one turn; the stateless built-in tools (envs/tool_env.py)
+  routed                    each row's own environment among `env.routes` (envs/routed.py)
   python_repl, workspace, api, ...
                             stateful environment modules (envs/world.py): those of
                             rlvr_jax/envs/worlds/ (a new file there is found) and those named
@@ -23,7 +24,7 @@ from importlib import metadata
 from rlvr_jax.config.choices import ConfigError
 from rlvr_jax.envs import world as world_module
 
-BUILTIN = ("none", "tools")
+BUILTIN = ("none", "tools", "routed")
 _WORLDS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worlds")
 _cache: dict = {}
 

@@ -23,6 +23,11 @@ What each kind reads as its ground truth:
                   scorer for the dataset named by `dataset` / metadata.source_dataset /
                   data_source, in the sandbox
 
+A row may name the environment its episodes run in (`environment`: python_repl, api, ...,
+with `env.kind=routed env.routes=[...]`) and give that environment's context
+(`environment_context`: {"setup": ..., "goal": ...}); a row whose environment judges its
+final state (api, workspace) needs no answer (its environment's verdict overrules).
+
 Per-source metrics: every problem carries its data_source (training: `source/<name>/...`;
 evaluation: `by_source`). The stream and splits are the dataset task's (tasks/dataset.py).
 """
@@ -33,7 +38,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, Sequence
 
-from rlvr_jax.config.choices import OnBadRow, _check
+from rlvr_jax.config.choices import ConfigError, OnBadRow, _check
 from rlvr_jax.data import code_tests, loaders
 from rlvr_jax.tasks import dataset
 from rlvr_jax.tasks.base import Job, check_pairs
@@ -84,6 +89,8 @@ class MixedProblem:
     data_source: str
     kind: str  # its verifier kind
     job: Any  # the kind's ground-truth fields (a JSON-able dict, frozen as items)
+    environment: str = ""  # the environment its episodes run in (env.kind=routed), or ""
+    env_context: str = "{}"  # JSON: that environment's {"setup": ..., "goal": ...}
 
 
 def _messages(row: dict) -> tuple:
@@ -138,6 +145,18 @@ def parse_row(row: object, where: str, default_source: str, sources: dict,
         source = str(row.get("data_source", default_source))
         by_source = sources.get(source) or SOURCE_KINDS.get(source) or (
             "reasoning_gym" if source in gym_names else None)
+        environment = row.get("environment", "")
+        if environment:
+            from rlvr_jax.envs import registry
+
+            if not isinstance(environment, str):
+                raise ValueError("'environment' must be an environment's name")
+            try:
+                registry.check_kind(environment, "environment")
+            except ConfigError as e:  # one the install does not know: the row's error
+                raise ValueError(str(e).replace("config key 'environment': ", "")) from None
+            # A row judged by its environment's final state needs no verifier of its own.
+            by_source = by_source or ("exact" if "answer" not in row else None)
         kind = row.get("kind") or by_source
         if row.get("kind") and "data_source" in row and by_source and by_source != kind:
             # e.g. a GSM8K-labelled row routed to a reasoning-gym scorer that evals answers
@@ -157,6 +176,7 @@ def parse_row(row: object, where: str, default_source: str, sources: dict,
                     else last_boxed(text) or text.strip())
             answer, job = gold, {"gold": gold}
         elif kind == "exact":
+            truth = truth if truth is not row else "(the environment's final state decides)"
             answer, job = str(truth).strip(), {"answer": str(truth).strip()}
         elif kind == "code":
             answer, job = "", code_tests.tests_of(truth, where)
@@ -174,9 +194,14 @@ def parse_row(row: object, where: str, default_source: str, sources: dict,
         if not answer and kind != "code":
             raise ValueError("empty answer")
         json.dumps(job)  # what crosses to a worker is JSON
+        context = row.get("environment_context", {})
+        if not isinstance(context, dict) or set(context) - {"setup", "goal"}:
+            raise ValueError("'environment_context' must be {\"setup\": {...}, \"goal\": ...}")
+        context_json = json.dumps(context)
     except (KeyError, TypeError, ValueError, json.JSONDecodeError) as e:
         raise loaders.row_error(e, where) from None
-    return MixedProblem(where, messages, answer, source, kind, tuple(sorted(job.items())))
+    return MixedProblem(where, messages, answer, source, kind, tuple(sorted(job.items())),
+                        environment, context_json)
 
 
 class MixedTask(dataset.DatasetTask):
@@ -190,6 +215,13 @@ class MixedTask(dataset.DatasetTask):
     @staticmethod
     def answer_of(completion: str) -> str | None:
         return answer_in_tag(completion) or extract_answer(completion)
+
+    @staticmethod
+    def tool_context(problem: MixedProblem) -> dict:
+        """The row's environment and its context (env.kind=routed), else nothing."""
+        if not problem.environment:
+            return {}
+        return {**json.loads(problem.env_context), "environment": problem.environment}
 
     @staticmethod
     def verify_jobs(problems: Sequence[MixedProblem], completions: Sequence[str]) -> list[Job]:

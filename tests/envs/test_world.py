@@ -62,7 +62,7 @@ def test_the_shipped_environments_and_bad_names():
                  "experiments.agentic.controls:off_by_one"):
         registry.check_kind(name)
     with pytest.raises(ConfigError, match=r"config key 'env.kind': unknown environment "
-                                          r"'pyhton_repl' \(known: none, tools, api"):
+                                          r"'pyhton_repl' \(known: none, tools, routed, api"):
         registry.check_kind("pyhton_repl")
     with pytest.raises(ConfigError, match=r"'env.kind': module 'no_such.module' cannot be "
                                           r"imported"):
@@ -109,3 +109,57 @@ def test_the_documented_example_environment_works_as_written(tmp_path, monkeypat
         env.close_episodes(other)
     finally:
         env.close()
+
+
+def test_mixed_rows_name_their_environment_and_bad_names_are_their_lines(tmp_path):
+    import json
+
+    from rlvr_jax.data.loaders import DatasetError
+    from rlvr_jax.tasks.mixed import MixedTask, parse_row
+
+    row = {"prompt": "sell every apple", "environment": "api",
+           "environment_context": {"setup": {"products": [["a1", "apple", 1, 5]]},
+                                   "goal": {"products": [["a1", "apple", 1, 0]]}}}
+    p = parse_row(row, "f.jsonl:3", "", {}, set())
+    assert p.kind == "exact" and MixedTask.tool_context(p) == {
+        **row["environment_context"], "environment": "api"}
+    plain = parse_row({"prompt": "2+2", "kind": "exact", "answer": "4"}, "f.jsonl:4", "", {},
+                      set())
+    assert MixedTask.tool_context(plain) == {}
+    with pytest.raises(DatasetError, match=r"f.jsonl:5: unknown environment 'apy'"):
+        parse_row(dict(row, environment="apy"), "f.jsonl:5", "", {}, set())
+    with pytest.raises(DatasetError, match=r"f.jsonl:6: 'environment_context' must be"):
+        parse_row(dict(row, environment_context={"goals": 1}), "f.jsonl:6", "", {}, set())
+    assert json.loads(p.env_context)["goal"]["products"][0][3] == 0
+
+
+@pytest.mark.xdist_group("sandbox")
+def test_a_routed_environment_sends_each_episode_to_its_own():
+    from rlvr_jax.config import EnvConfig
+    from rlvr_jax.build import environment
+    from rlvr_jax.types import Status
+    from tests.helpers import UNAVAILABLE
+
+    if UNAVAILABLE:
+        pytest.skip(UNAVAILABLE)
+    e = EnvConfig(kind="routed", routes=["python_repl", "api"], call_format="hermes")
+    e.check()
+    env = environment(e)
+    try:
+        goal = {"products": [["a1", "apple", 1, 0]]}
+        eps = env.open([{}, {"environment": "api", "setup": {"products": [["a1", "apple", 1, 5]]},
+                             "goal": goal}])
+        assert [ep.route for ep in eps] == ["python_repl", "api"]
+        replies = env.step(eps, [env.render_call("python", {"code": "6 * 7"}),
+                                 env.render_call("sell", {"sku": "a1", "quantity": 5})])
+        assert [r.text for r in replies][0] == "42" and '"stock": 0' in replies[1].text
+        wrong_route = env.step(eps[:1], [env.render_call("sell", {"sku": "a1", "quantity": 1})])
+        assert "not available" in wrong_route[0].text
+        got = env.finish(eps, ["", ""])
+        assert got[0] is None and got[1].status == Status.PASS
+        env.close_episodes(eps)
+        assert env.stats()["session/api/opened"] == 1.0
+    finally:
+        env.close()
+    with pytest.raises(ConfigError, match=r"env.routes\[1\]': unknown environment 'apy'"):
+        EnvConfig(kind="routed", routes=["python_repl", "apy"]).check()
