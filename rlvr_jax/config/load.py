@@ -116,6 +116,11 @@ def validate(cfg: RunConfig) -> RunConfig:
     _check(m.lora_rank == 0 or cfg.job == "rl", "model.lora_rank",
            f"job={cfg.job} trains full weights (LoRA adapters train the RL policy only): set "
            "model.lora_rank=0")
+    if spec.environment:
+        e = cfg.env
+        _check(e.kind == spec.environment or (e.kind == "routed" and spec.environment in
+                                              e.routes), "env.kind",
+               f"task={t.name} runs in env.kind={spec.environment}, not {e.kind}")
     if not spec.demonstrations:
         _check(bool(m.path) or w.steps == 0, "model.path",
                f"task={t.name} has no demonstrations for a warm start: set model.path to a "

@@ -50,14 +50,16 @@ class SessionEnvironment:
         self.observation_suffix = call_format.observation_suffix
         self.limits = limits
         self.max_calls = max_calls  # per episode; 0: only env.max_turns bounds them
-        self._sessions = SessionPool(Spec(world.session_source, self.tools), limits,
+        self._sessions = SessionPool(Spec(world.session_source, self.tools, world.workspace),
+                                     limits,
                                      max_live=max_live, spares=spares)
         self._check = None
         if world.check_source is not None:
             from rlvr_jax.envs import world_check  # registers the kind
             from rlvr_jax.sandbox.pool import VerifierPool
 
-            self._check = VerifierPool(world_check.KIND, workers=check_workers,
+            self._check = VerifierPool(world_check.kind_for(world.workspace),
+                                       workers=check_workers,
                                        timeout_s=check_timeout_s,
                                        batch_timeout_s=check_timeout_s * 4, mode=mode)
 

@@ -5,6 +5,7 @@ A stateful environment is one Python module that runs inside the episode's sandb
 rlvr_jax. The host only parses it (`ast`), so nothing of it runs in the trainer:
 
     ARTIFACTS = ["answer.txt"]    # optional: files of the workspace read out at the end
+    WORKSPACE = "/app"            # optional: the writable directory (default /tmp)
 
     def setup(n_rows: int = 3):   # optional: seeds the world from the task (runs first)
         ...
@@ -32,12 +33,15 @@ from __future__ import annotations
 import ast
 import importlib.util
 import os
+import re
 from dataclasses import dataclass
 from typing import Optional
 
 from rlvr_jax.config.choices import ConfigError
 
 RESERVED = ("setup", "check")
+_SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc", "/proc", "/dev", "/opt",
+                "/sys", "/run", "/var", "/root", "/home", "/boot", "/srv", "/mnt", "/media")
 _ANNOTATIONS = {"str": "string", "int": "integer", "float": "number", "bool": "boolean",
                 "list": "array", "dict": "object"}
 
@@ -52,6 +56,7 @@ class World:
     check_source: Optional[str]  # the module with `check` and no tools, or None without one
     schemas: dict  # tool -> JSON schema (with "description")
     artifacts: tuple[str, ...]
+    workspace: str = "/tmp"  # the session's writable directory and the world's cwd
 
     @property
     def tools(self) -> tuple[str, ...]:
@@ -108,7 +113,7 @@ def read(name: str, path: str) -> World:
                           f"{e.msg}") from None
     except OSError as e:
         raise ConfigError(f"{path}: environment {name!r} cannot be read: {e}") from None
-    schemas, check, artifacts = {}, None, ()
+    schemas, check, artifacts, workspace = {}, None, (), "/tmp"
     for node in tree.body:
         if isinstance(node, ast.AsyncFunctionDef):
             raise ConfigError(f"{_where(path, node)}: tool {node.name!r} is async")
@@ -117,6 +122,16 @@ def read(name: str, path: str) -> World:
                 check = node
             elif node.name != "setup" and not node.name.startswith("_"):
                 schemas[node.name] = _schema(path, node)
+        elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "WORKSPACE" for t in node.targets):
+            try:
+                workspace = ast.literal_eval(node.value)
+            except ValueError:
+                workspace = None
+            if not (isinstance(workspace, str) and re.fullmatch(r"/[a-z][a-z0-9_]*", workspace)
+                    and workspace not in _SYSTEM_DIRS):
+                raise ConfigError(f"{_where(path, node)}: WORKSPACE must be a new top-level "
+                                  "directory such as '/app' (a literal)")
         elif isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == "ARTIFACTS" for t in node.targets):
             try:
@@ -138,7 +153,7 @@ def read(name: str, path: str) -> World:
         keep = [n for n in tree.body if not isinstance(n, ast.FunctionDef)
                 or n is check or n.name.startswith("_")]
         check_source = ast.unparse(ast.Module(keep, type_ignores=[]))
-    return World(name, path, ast.unparse(session), check_source, schemas, artifacts)
+    return World(name, path, ast.unparse(session), check_source, schemas, artifacts, workspace)
 
 
 def module_path(module: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import sys
+import types
 
 from rlvr_jax.sandbox import codecs
 from rlvr_jax.types import Status, Verdict
@@ -61,3 +62,17 @@ def neutral_reply(job: dict) -> dict:
 
 
 codecs.register(KIND, sys.modules[__name__])
+
+
+def kind_for(workspace: str) -> str:
+    """The check's kind for an environment whose workspace is `workspace`: the plain one for
+    /tmp; else one whose boxes also have that directory, /tests and /logs writable (a
+    Harbor task's tests/test.sh expects them), one box per check (nothing is emptied)."""
+    if workspace == "/tmp":
+        return KIND
+    kind = f"{KIND}:{workspace}"
+    if codecs.codec(kind) is None:
+        codecs.register(kind, types.SimpleNamespace(
+            wire=wire, verdict=verdict, neutral_reply=neutral_reply,
+            TMPFS=tuple(dict.fromkeys((workspace, "/tests", "/logs")))))
+    return kind

@@ -243,11 +243,12 @@ class TrainerPython:
 
 def bwrap_argv(once: bool, script_fd: int, tmp_mb: int = 64,
                seccomp: Optional[int] = None, python: Optional[TrainerPython] = None,
-               binds: Sequence[tuple[str, str]] = (), session_fd: Optional[int] = None
-               ) -> list[str]:
+               binds: Sequence[tuple[str, str]] = (), session_fd: Optional[int] = None,
+               tmpfs: Sequence[str] = ()) -> list[str]:
     """`binds`: (source on the host, path in the sandbox) pairs, read-only (the trainer's
     Python when `python` is set). `session_fd`: run a session's server (session.py) instead
-    of the one-shot worker, with the system interpreter."""
+    of the one-shot worker, with the system interpreter. `tmpfs`: more writable top-level
+    directories (e.g. /app, a Harbor task's workspace), each a tmpfs capped as /tmp is."""
     argv = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
             "--new-session", "--as-pid-1", "--clearenv", "--cap-drop", "ALL",
             "--ro-bind", "/usr", "/usr"]
@@ -268,6 +269,7 @@ def bwrap_argv(once: bool, script_fd: int, tmp_mb: int = 64,
              # /dev/shm: its own capped tmpfs; /dev itself read-only (its tmpfs had no cap).
              "--size", str(SHM_MB << 20), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
              "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
+             *[arg for path in tmpfs for arg in ("--size", str(tmp_mb << 20), "--tmpfs", path)],
              # bwrap's root is a tmpfs the sandbox could write (e.g. create /var/tmp): make
              # everything but /tmp read-only.
              "--remount-ro", "/",
@@ -602,7 +604,8 @@ def _pids(cgroup_path: str) -> list[int]:
 
 
 def spawn(once: bool, cgroup: Optional[Cgroup] = None, tmp_mb: int = 64,
-          python: Optional[TrainerPython] = None, session: bool = False) -> subprocess.Popen:
+          python: Optional[TrainerPython] = None, session: bool = False,
+          tmpfs: Sequence[str] = ()) -> subprocess.Popen:
     """Start a sandboxed worker; its stdin/stdout speak the JSON-lines protocol. With a
     working cgroup, a shell joins it and execs bwrap, so nothing runs outside it. bwrap starts
     a session (and process group) of its own: `kill` takes the whole group, so a bwrap child
@@ -613,7 +616,8 @@ def spawn(once: bool, cgroup: Optional[Cgroup] = None, tmp_mb: int = 64,
     sfd = worker_fd(SESSION_SCRIPT) if session else None
     fds = tuple(f for f in (fd, filt, sfd) if f is not None)
     argv, drop = _launch(bwrap_argv(once, fd, tmp_mb, seccomp=filt, python=python,
-                                    binds=_binds(python), session_fd=sfd), python, cgroup)
+                                    binds=_binds(python), session_fd=sfd, tmpfs=tmpfs),
+                         python, cgroup)
     try:
         return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, bufsize=0, pass_fds=fds,

@@ -77,8 +77,10 @@ class _Worker:
                 [sys.executable, "-m", codecs.trusted_worker(kind), kind], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0, env=env)
         else:
+            codec = codecs.codec(kind)
             self.proc = bwrap.spawn(once=mode == "fresh", cgroup=cgroup,
-                                      python=getattr(codecs.codec(kind), "PYTHON", None))
+                                    python=getattr(codec, "PYTHON", None),
+                                    tmpfs=getattr(codec, "TMPFS", ()))
         self.mode, self.cgroup = mode, cgroup
         self.fd = self.proc.stdout.fileno()
         self.buf = bytearray()
@@ -151,6 +153,8 @@ class VerifierPool:
         mode = mode or ("forkserver" if sandboxed else "none")
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
+        if getattr(codecs.codec(kind), "TMPFS", ()) and mode == "forkserver":
+            mode = "fresh"  # its extra directories are not emptied between jobs
         if sandboxed and mode == "none":
             raise ValueError(f"kind {kind!r} runs untrusted code: it needs a sandbox mode "
                              "(forkserver or fresh), never none")

@@ -86,6 +86,7 @@ class Spec:
 
     tools: str
     names: tuple[str, ...]
+    workspace: str = "/tmp"  # its writable directory (another top-level one gets a tmpfs)
 
 
 class Session:
@@ -274,7 +275,9 @@ class SessionPool:
         cgroup = bwrap.Cgroup(f"{os.getpid()}_{id(self)}_s{self._made}",
                               lim.session_memory_mb << 20, lim.session_pids)
         try:
-            proc = bwrap.spawn(once=False, cgroup=cgroup, tmp_mb=lim.workspace_mb, session=True)
+            extra = () if self.spec.workspace == "/tmp" else (self.spec.workspace,)
+            proc = bwrap.spawn(once=False, cgroup=cgroup, tmp_mb=lim.workspace_mb, session=True,
+                               tmpfs=extra)
         except OSError as e:
             cgroup.remove(timeout_s=0.5)
             s = Session.__new__(Session)
@@ -285,6 +288,7 @@ class SessionPool:
         try:  # the module to load: read by the server as soon as it starts
             s.proc.stdin.write((json.dumps({"tools": self.spec.tools,
                                             "names": list(self.spec.names),
+                                            "workspace": self.spec.workspace,
                                             "limits": self.limits.server()}) + "\n").encode())
             s.proc.stdin.flush()
         except OSError:

@@ -46,7 +46,8 @@ import time
 sys.path.insert(0, "/opt/rlvr")
 import worker as box  # noqa: E402  the one-shot worker's helpers (signals, reaping, dumping)
 
-WORKSPACE = "/tmp"  # the session's writable, size-capped tmpfs, and the world's cwd
+WORKSPACE = "/tmp"  # the session's writable, size-capped tmpfs, and the world's cwd (or the
+                    # environment's own top-level directory, e.g. /app, given at load)
 MAX_REPLY_BYTES = 1 << 20  # a world's reply line past this is the agent's error
 INTERRUPT_GRACE_S = 0.3  # after SIGINT at a call's deadline, before the world is killed
 PRELOAD = ("ast", "base64", "collections", "fnmatch", "functools", "itertools", "math",
@@ -333,6 +334,7 @@ def collect(world, req):
 
 
 def main():
+    global WORKSPACE
     if os.getpid() != 1:
         sys.exit("session_server.py runs only as pid 1 of a bubblewrap sandbox (--as-pid-1)")
     box._immune_to_signals()
@@ -354,7 +356,10 @@ def main():
     # forked and loads it before this session says ready.
     world = None
     try:
-        world = World(json.loads(sys.stdin.readline()))
+        load = json.loads(sys.stdin.readline())
+        WORKSPACE = load.get("workspace", WORKSPACE)
+        os.chdir(WORKSPACE)
+        world = World(load)
         world.wait_for("loaded")
         out.write('{"ready": 1}\n')
     except Exception as e:  # SetupError included: the environment's module does not load

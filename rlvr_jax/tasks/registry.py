@@ -32,6 +32,7 @@ class TaskSpec:
     build: Callable[[Any, Any], Any]  # (task config, tokenizer) -> Task (tasks/base.py)
     verifiers: tuple[str, ...]  # verifier.kind values that can check its jobs (first: default)
     demonstrations: bool = True  # has warm-start demonstrations (else model.path is needed)
+    environment: str = ""  # the env.kind its episodes need (its verdicts come from it), or ""
 
 
 _SPECS: dict[str, TaskSpec] = {}
