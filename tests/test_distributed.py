@@ -177,17 +177,17 @@ def test_a_sweep_through_the_submitit_launcher_writes_both_runs(tmp_path):
 
 
 def test_multi_turn_episodes_over_two_processes_equal_one(tmp_path):
-    """Tool calls in the sandbox over 2 processes (each runs its own rows' calls, the
-    observations are gathered) == 1 process with 4 devices: the same episodes and rewards."""
+    """Episodes in a stateful environment (python_repl: a sandbox session per episode) over
+    2 processes (each opens, steps, finishes and closes its own rows' episodes, the
+    observations are gathered) == 1 process with 4 devices: the same episodes and rewards.
+    (The stateless tools take the same driver; their runs: test_loop, test_end_to_end.)"""
     from tests.helpers import UNAVAILABLE
 
     if UNAVAILABLE:
         pytest.skip(f"no sandbox: {UNAVAILABLE}")
     one, two = tmp_path / "one", tmp_path / "two"
-    args = [*COMMON, "num_steps=1", "task.operators=[*]", "task.operand_digits=3",
-            "task.zero_pad_operands=false", "env.kind=tools", "env.workers=1",
-            "env.demo_tool_fraction=1.0",
-            "sampling.max_new_tokens=64", "warmup.steps=40",
+    args = ["+experiment=repl_agent", *SMALL, "num_steps=1", "env.workers=1",
+            "sampling.max_new_tokens=80", "warmup.steps=40", "env.session.spares=8",
             f"warmup.shared_dir={tmp_path / 'warm'}"]
     _finish(_start(one, args, 1))
     _finish(_start(two, args, 2))

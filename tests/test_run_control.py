@@ -28,9 +28,9 @@ def _train(args, cwd=ROOT, timeout=600, **kw):
                           capture_output=True, text=True, timeout=timeout, **kw)
 
 
-def _cmd(tmp_path, steps=4):
+def _cmd(tmp_path, steps=4, preset="math_grpo"):
     """A tiny run; its directory is Hydra's, from the overrides (no hydra.run.dir)."""
-    return ["+experiment=math_grpo", f"num_steps={steps}", *TINY,
+    return [f"+experiment={preset}", f"num_steps={steps}", *TINY,
             "verifier.reward_scheme=format_penalty", f"warmup.shared_dir={tmp_path / 'warm'}",
             f"name=t{os.getpid()}"]
 
@@ -97,19 +97,32 @@ def test_a_command_that_fails_on_its_config_leaves_no_directory(tmp_path):
     assert left == []
 
 
-@pytest.mark.parametrize("extra", [[], ["rollout.off_policy_steps=1",
-                                         "algo.loss.correction=token"]],
-                         ids=["sync", "async"])
+ASYNC = ["rollout.off_policy_steps=1", "algo.loss.correction=token"]
+# A stateful environment (a sandbox session per episode, python_repl), asynchronous: the
+# episodes in flight at the signal are closed and run again from their start on resume.
+STATEFUL = ["preset=repl_agent", *ASYNC, "warmup.steps=60", "env.session.spares=16"]
+
+
+@pytest.mark.parametrize("extra", [[], ASYNC, STATEFUL], ids=["sync", "async", "stateful"])
 def test_sigterm_checkpoints_and_the_rerun_matches_an_uninterrupted_run(tmp_path, extra):
     """SIGTERM after step 2 of 6: exit 0 with one line, a checkpoint, no orbax temp files;
     the rerun ends bitwise where a run without the signal ends. Asynchronous: the batch in
     flight at the signal is abandoned and sampled again from its checkpointed snapshot."""
+    if extra is STATEFUL:
+        from tests.helpers import UNAVAILABLE
+
+        if UNAVAILABLE:
+            pytest.skip(f"no sandbox: {UNAVAILABLE}")
+    preset = "repl_agent" if extra is STATEFUL else "math_grpo"
+    extra = [x for x in extra if not x.startswith("preset=")]
     steps = 6
     whole = tmp_path / "whole"
-    assert _train(_cmd(tmp_path, steps) + extra + [f"hydra.run.dir={whole}"]).returncode == 0
+    assert _train(_cmd(tmp_path, steps, preset) + extra +
+                  [f"hydra.run.dir={whole}"]).returncode == 0
     cut = tmp_path / "cut"
-    proc = subprocess.Popen([sys.executable, "-m", "rlvr_jax.train", *_cmd(tmp_path, steps),
-                             *extra, f"hydra.run.dir={cut}"], cwd=ROOT, env=ENV,
+    proc = subprocess.Popen([sys.executable, "-m", "rlvr_jax.train",
+                             *_cmd(tmp_path, steps, preset), *extra, f"hydra.run.dir={cut}"],
+                            cwd=ROOT, env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:  # wait for step 2's row
@@ -125,11 +138,16 @@ def test_sigterm_checkpoints_and_the_rerun_matches_an_uninterrupted_run(tmp_path
     assert not list(cut.rglob("*.orbax-checkpoint-tmp*"))
     if extra:
         assert (cut / "checkpoints" / str(stopped_at) / "behind").is_dir()
-    rerun = _train(_cmd(tmp_path, steps) + extra + [f"hydra.run.dir={cut}"])
+    rerun = _train(_cmd(tmp_path, steps, preset) + extra + [f"hydra.run.dir={cut}"])
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
                  _final_params(cut, steps), _final_params(whole, steps))
     assert _steps(cut)[0] == list(range(1, steps + 1))
+    if preset == "repl_agent":  # the sessions were used, and none was left behind
+        rows = [json.loads(line) for line in (cut / "metrics.jsonl").read_text().splitlines()]
+        steps_rows = [r for r in rows if "session/opened" in r]
+        assert any(r["episode/tool_calls_mean"] > 0 for r in steps_rows)
+        assert all(r["session/leaked"] == 0 for r in steps_rows)
 
 
 def test_a_second_run_on_a_locked_directory_stops_at_once(tmp_path):
