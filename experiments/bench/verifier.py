@@ -28,8 +28,11 @@ import sys
 import tempfile
 import time
 
-import rlvr_jax.verify  # noqa: F401 - registers the graders' kinds with the sandbox package
-from rlvr_jax.sandbox.pool import VerifierPool, child_processes
+try:
+    import rlvr_jax.verify  # noqa: F401 - registers the graders' kinds with the sandbox package
+    from rlvr_jax.sandbox.pool import VerifierPool, child_processes
+except ImportError:  # a --baseline checkout from before the sandbox package
+    from rlvr_jax.verify.pool import VerifierPool, child_processes
 
 TRIVIAL = "def f(x):\n    return x"
 FIVE = ("def f(x):\n    s = 0\n    for i in range(x):\n        s += i * i\n    return s")

@@ -79,7 +79,7 @@ def test_metadata_and_keys_are_denied_and_cannot_poison_the_next_jobs(mode):
 def test_without_the_filter_the_wipe_resets_the_roots_metadata(monkeypatch):
     """A host without the seccomp filter (an architecture it does not list): the attributes
     can be set, and the cleanup removes them (and probes the roots) before the next job."""
-    monkeypatch.setattr(sandbox, "seccomp_fd", lambda: None)
+    monkeypatch.setattr(bwrap, "seccomp_fd", lambda: None)
     with VerifierPool("code", workers=1, timeout_s=10.0, mode="forkserver") as p:
         for k in range(3):
             got = p.verify([_call(POISON + f"# {k}", [None]), *_honest_batch(k)])

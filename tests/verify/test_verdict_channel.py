@@ -233,7 +233,7 @@ def test_close_leaves_no_process_and_no_cgroup(mode, monkeypatch):
         launched.add(proc.pid)
         return proc
 
-    monkeypatch.setattr(sandbox, "spawn", recorded)
+    monkeypatch.setattr(bwrap, "spawn", recorded)
     _, groups_before = _sandbox_leftovers(launched)
 
     def leftovers():
