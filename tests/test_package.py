@@ -4,6 +4,8 @@ are siblings: none imports another, and the run scaffold below them imports none
 
 import ast
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -67,18 +69,28 @@ def test_the_wheel_lists_every_subpackage():
     tomllib = pytest.importorskip("tomllib", reason="Python >= 3.11 parses TOML itself")
     listed = set(tomllib.loads((PKG.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
                  ["packages"])
-    found = {"rlvr_jax"} | {f"rlvr_jax.{p.parent.name}" for p in PKG.glob("*/__init__.py")}
+    found = {"rlvr_jax"} | {"rlvr_jax." + ".".join(p.parent.relative_to(PKG).parts)
+                            for p in PKG.glob("**/__init__.py") if p.parent != PKG}
     assert found | {"rlvr_jax.conf"} == listed
 
 
 def test_the_environment_side_never_imports_jax():
-    """envs/ is host code: text in, text out; it reaches only the verifier side and types."""
-    for path in (PKG / "envs").glob("*.py"):
+    """envs/ and sandbox/ are host code: text in, text out; envs reaches only the sandbox,
+    the verifier side, types and config errors; the sandbox none of its plug-ins (graders,
+    environments); importing all of them loads no JAX."""
+    for path in [*(PKG / "envs").rglob("*.py"), *(PKG / "sandbox").glob("*.py")]:
         mods = _imports(path)
         assert not any(m == "jax" or m.startswith("jax.") for m in mods), path.name
         ours = {m for m in mods if m.startswith("rlvr_jax")}
-        assert all(m.startswith(("rlvr_jax.envs", "rlvr_jax.verify", "rlvr_jax.types"))
-                   for m in ours), (path.name, ours)
+        allowed = (("rlvr_jax.sandbox", "rlvr_jax.types") if path.parent.name == "sandbox" else
+                   ("rlvr_jax.envs", "rlvr_jax.sandbox", "rlvr_jax.verify", "rlvr_jax.types",
+                    "rlvr_jax.config.choices"))
+        assert all(m.startswith(allowed) for m in ours), (path.name, ours)
+    code = ("import sys, rlvr_jax.envs.session_env, rlvr_jax.envs.routed, rlvr_jax.envs.registry,"
+            " rlvr_jax.sandbox.session, rlvr_jax.sandbox.pool; print('jax' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
 
 
 def test_models_and_samplers_see_tokens_only():

@@ -113,7 +113,7 @@ def test_sampler_eos_masks_logp_and_single_compile():
     for i in range(3):
         ro = sample(params, prompt, pmask, jax.random.key(i))
     assert len(traces) == 1, "the sampler recompiled for an unchanged batch shape"
-    tokens, logp, mask, loss_mask = map(np.asarray, ro)
+    tokens, logp, mask, loss_mask = map(np.asarray, ro[:4])
     np.testing.assert_array_equal(loss_mask, mask)  # one turn: every token is the policy's
     # Masks are a prefix of ones that ends at (and includes) the first EOS.
     for row_t, row_m in zip(tokens, mask):
@@ -179,7 +179,7 @@ def test_loop_stops_when_every_row_is_done():
     prompt = jax.random.randint(jax.random.key(6), (4, 3), 2, 20)
     ro = sample(params, prompt, jnp.ones_like(prompt),
                    jax.random.key(0))
-    tokens, logp, mask, loss_mask = map(np.asarray, ro)
+    tokens, logp, mask, loss_mask = map(np.asarray, ro[:4])
     np.testing.assert_array_equal(loss_mask, mask)  # one turn: every token is the policy's
     np.testing.assert_array_equal(tokens, np.tile([eos] + [pad] * (n - 1), (4, 1)))
     np.testing.assert_array_equal(mask, np.tile([1.0] + [0.0] * (n - 1), (4, 1)))

@@ -77,7 +77,7 @@ def test_multi_turn_logp_equal_the_trainers_forward_and_masks_are_apart():
     assert sorted(set(traces)) == ["turn_decode", "turn_extend", "turn_start"]
     assert len(traces) == 3, traces  # one compile each, over episodes of 1..4 turns
     assert len(seen_turns) >= 2, seen_turns
-    tokens, logp, mask, loss_mask = map(np.asarray, sampler.rollout(state))
+    tokens, logp, mask, loss_mask = map(np.asarray, sampler.rollout(state)[:4])
     obs = (mask == 1) & (loss_mask == 0)
     assert obs.any() and (loss_mask == 1).any()
     assert np.all(logp[obs] == 0) and np.all(loss_mask <= mask)

@@ -1,5 +1,6 @@
 """The kinds of job a pool runs, registered by their plug-ins (graders in rlvr_jax/verify/,
-environments' tools in rlvr_jax/envs/): the sandbox package imports none of them.
+environments' checks in rlvr_jax/envs/): the sandbox package imports none of them by name;
+an unknown kind makes it import the modules named by `rlvr_jax.kinds` entry points.
 
 A sandboxed kind is a codec, the host side of its jobs, behind the verdict firewall
 (firewall.py): what a job sends into the sandbox (`wire(job)`), what a worker's reply means
@@ -38,16 +39,40 @@ def register_trusted(kinds, worker_module: str) -> None:
         _TRUSTED[kind] = worker_module
 
 
+_discovered = False
+
+
+def _discover() -> None:
+    """Import the modules that register kinds, named by the `rlvr_jax.kinds` entry points
+    of installed packages (this one names rlvr_jax.verify: pyproject.toml), once: a pool
+    made before any of them was imported still finds its kind, and this package names no
+    plug-in itself."""
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    import importlib
+    from importlib import metadata
+
+    for entry in metadata.entry_points(group="rlvr_jax.kinds"):
+        importlib.import_module(entry.value.split(":")[0])
+
+
 def codec(kind: str) -> Optional[Any]:
     """The sandboxed kind's codec, or None for a trusted kind."""
+    if kind not in _SANDBOXED and kind not in _TRUSTED:
+        _discover()
     return _SANDBOXED.get(kind)
 
 
 def trusted_worker(kind: str) -> Optional[str]:
+    if kind not in _SANDBOXED and kind not in _TRUSTED:
+        _discover()
     return _TRUSTED.get(kind)
 
 
 def known() -> list[str]:
+    _discover()
     return sorted(set(_SANDBOXED) | set(_TRUSTED))
 
 

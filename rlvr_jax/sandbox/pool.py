@@ -52,8 +52,6 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Optional, Sequence
 
-import numpy as np
-
 from rlvr_jax.types import Status, Verdict
 from rlvr_jax.sandbox import bwrap, codecs
 from rlvr_jax.sandbox.codecs import verdict, wire  # the firewall's side of a reply
@@ -500,16 +498,6 @@ def _cache_key(job: dict) -> Optional[str]:
         return json.dumps(job, sort_keys=True)
     except (TypeError, ValueError, RecursionError):
         return None
-
-
-def to_arrays(verdicts: Sequence[Verdict], scheme: str = "binary") -> dict[str, np.ndarray]:
-    """Verdicts -> numpy arrays for the jitted step: rewards (the scheme's table in
-    rlvr_jax/rewards.py), status codes and loss weights (0 for SANDBOX_ERROR)."""
-    from rlvr_jax import rewards
-
-    return {"rewards": rewards.from_verdicts(verdicts, scheme),
-            "status": np.array([int(v.status) for v in verdicts], np.int32),
-            "weights": rewards.loss_weights(verdicts)}
 
 
 def child_processes() -> list[tuple[int, str]]:

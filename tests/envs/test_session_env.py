@@ -22,8 +22,8 @@ pytestmark = [pytest.mark.xdist_group("sandbox"),
 LIMITS = SessionLimits(call_s=1.5, output_bytes=4000)
 
 
-def _env(name, call_format="hermes", **options):
-    return make_session_environment(name, call_format, limits=LIMITS, max_live=64, spares=2,
+def _env(name, call_format="hermes", limits=LIMITS, **options):
+    return make_session_environment(name, call_format, limits=limits, max_live=64, spares=2,
                                     check_timeout_s=20.0, **options)
 
 
@@ -163,7 +163,7 @@ WORKSPACE_TASK = {
 
 
 def test_workspace_hidden_tests_judge_the_final_files_and_cannot_be_reached_or_forged():
-    env = _env("workspace")
+    env = _env("workspace", limits=SessionLimits(call_s=20.0))  # its file walk, under load
     fix = env.render_call("edit_file", {"path": "solution.py", "old": "a - b", "new": "a + b"})
     forge = env.render_call("write_file", {"path": "solution.py", "content":
                                            "import os\nos._exit(0)\ndef add(a, b):\n    return 0\n"})
