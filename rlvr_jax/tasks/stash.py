@@ -15,12 +15,13 @@ in process as one exact integer (`verifier=inprocess`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Sequence
+from typing import Callable, ClassVar
 
 import numpy as np
 
 from rlvr_jax.config.choices import _check
-from rlvr_jax.tasks.base import Job, ProceduralSplit, check_pairs
+from rlvr_jax.tasks.arithmetic import ArithmeticTask
+from rlvr_jax.tasks.base import ProceduralSplit
 from rlvr_jax.tasks.registry import TaskSpec, register
 
 PRIMES = (53, 59, 61, 67, 71, 73, 79, 83, 89, 97)
@@ -89,13 +90,9 @@ class StashTask(ProceduralSplit[Problem]):
                           ("python", {"code": f"x%{problem.modulus}"}, str(problem.answer))],
                 "answer": str(problem.answer)}
 
-    def verify_jobs(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[Job]:
-        check_pairs(problems, completions)
-        return [{"completion": c, "answer": p.answer} for p, c in zip(problems, completions)]
-
-    @staticmethod
-    def answer_of(completion: str) -> str | None:
-        return completion.strip() or None
+    # One exact integer, checked as arithmetic's answers are (verifier=inprocess).
+    verify_jobs = ArithmeticTask.verify_jobs
+    answer_of = staticmethod(ArithmeticTask.answer_of)
 
 
 def build(t: StashTaskConfig, tokenizer) -> StashTask:

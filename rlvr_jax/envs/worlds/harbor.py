@@ -11,6 +11,9 @@ import base64
 import os
 import subprocess
 
+# A module here runs alone in its sessions (only its own source is shipped): its file tools
+# repeat workspace.py's rather than import them.
+
 WORKSPACE = "/app"
 ARTIFACTS = ["*"]
 _MAX_READ = 8000
