@@ -121,7 +121,8 @@ def evaluate_model(model: str, data: str | None, *, n: int, ks: list[int], tempe
                 out[f"sampled_T{temperature:g}_n{n}"] = evaluation.report(problems, v, texts, n,
                                                                           answer_of, ks)
             if env is not None:
-                out["tools"] = env_cfg.tools
+                out["environment"] = env_cfg.kind
+                out["tools"] = list(env.tools)
             return out
         finally:
             verifier.close()
@@ -130,7 +131,8 @@ def evaluate_model(model: str, data: str | None, *, n: int, ks: list[int], tempe
 
 
 def table(result: dict) -> str:
-    tools = f", tools {','.join(result['tools'])}" if result.get("tools") else ""
+    tools = (f", environment {result['environment']} (tools {','.join(result['tools'])})"
+             if result.get("tools") else "")
     rows = [f"{result['model']} on {result['data'] or 'its held-out set'}: "
             f"{result['problems']} problems{tools}"]
     for mode, r in result.items():

@@ -26,11 +26,12 @@ def test_pool_kills_hung_workers_retries_dead_ones_and_keeps_answering():
         assert [v.status for v in garbled] == [Status.SANDBOX_ERROR, Status.PASS]
         assert "malformed reply twice" in garbled[0].detail
         assert pool.restarts == 5
-    with VerifierPool("test_sleep", workers=1, timeout_s=5.0, batch_timeout_s=0.5) as pool:
+    with VerifierPool("test_sleep", workers=1, timeout_s=5.0, batch_timeout_s=1.0) as pool:
+        pool.verify([{"seconds": 0.0, "warm": 1}])  # started: the batch below runs at once
         t0 = time.monotonic()
         got = pool.verify([{"seconds": 3}, {"seconds": 0.01}])
-        assert time.monotonic() - t0 < 1.5
-        # The first used more than its share of the batch's time (0.25 s): its own timeout.
+        assert time.monotonic() - t0 < 2.5
+        # The first used more than its share of the batch's time (0.5 s): its own timeout.
         # The second runs after the worker's restart, or, if the restart took the rest of the
         # batch's time, never starts: masked (no verdict on it), never a scored timeout.
         assert got[0].status == Status.TIMEOUT and "share" in got[0].detail
