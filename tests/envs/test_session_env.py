@@ -16,7 +16,7 @@ from rlvr_jax.types import Status
 from tests.helpers import UNAVAILABLE
 from tests.verify.test_sandbox import SANDBOX_ATTACKS
 
-pytestmark = [pytest.mark.xdist_group("sandbox"),
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sandbox"),
               pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")]
 
 LIMITS = SessionLimits(call_s=1.5, output_bytes=4000)

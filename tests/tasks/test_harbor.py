@@ -57,6 +57,7 @@ def test_tasks_that_need_what_is_not_here_are_one_line(tmp_path):
     assert dict(ok.tests).keys() == {"test.sh"}
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("sandbox")
 @pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")
 def test_each_task_is_judged_by_its_own_tests_which_the_session_never_sees(tmp_path, capsys):
