@@ -92,12 +92,15 @@ class Spec:
 class Session:
     """One sandbox: `state` is spare -> open -> closed (or failed: its `error` says why)."""
 
-    def __init__(self, proc: subprocess.Popen, cgroup: Optional[bwrap.Cgroup]):
+    def __init__(self, proc: Optional[subprocess.Popen], cgroup: Optional[bwrap.Cgroup],
+                 error: str = ""):
+        """`proc` None: a sandbox that could not start (`error` says why)."""
         self.proc, self.cgroup = proc, cgroup
-        self.fd = proc.stdout.fileno()
+        self.fd = proc.stdout.fileno() if proc is not None else -1
         self.buf = bytearray()
-        self.state = "starting"
-        self.error = ""
+        self.state = "starting" if proc is not None else "failed"
+        self.error = error
+        self.counted = False  # in the live count (an opened session's, until closed)
         self.spawned = time.monotonic()
         self.deadline = float("inf")  # the episode's wall clock, set at open
         self._next = 0
@@ -280,9 +283,7 @@ class SessionPool:
                                tmpfs=extra)
         except OSError as e:
             cgroup.remove(timeout_s=0.5)
-            s = Session.__new__(Session)
-            s.proc, s.cgroup, s.state, s.error = None, None, "failed", f"could not start: {e}"
-            return s
+            return Session(None, None, f"could not start: {e}")
         s = Session(proc, cgroup)
         self._all.append(s)
         try:  # the module to load: read by the server as soon as it starts
@@ -383,7 +384,7 @@ class SessionPool:
     def _kill(self, s: Session, why: str) -> None:
         if s.state not in ("closed", "failed"):
             s.fail(why)
-        if getattr(s, "counted", False):
+        if s.counted:
             s.counted = False
             with SessionPool._lock:
                 SessionPool._live -= 1
