@@ -116,6 +116,8 @@ def _drive(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key, ma
     state = sampler.start(params, put(prompt_B_L), put(pmask_B_L), key,
                           put(np.asarray(rows_B, np.int32)))
     turn_rewards_B_R = np.zeros(state.tokens_B_R.shape, np.float32)  # shape only: no copy
+    state = _first_observations(sampler, glue, params, state, opened, mine, b, cut_B, put,
+                                tokenizer.pad_token_id)
     for turn in range(max_turns):
         live_before = ~np.asarray(distributed.to_host(state.done_B))
         state = sampler.decode(params, state)
@@ -175,6 +177,25 @@ def _drive(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key, ma
     row = stats(turns_B, calls_B_T_O, tools, reason_B, rollout, cut_B, pmask_B_L)
     row["episode/turn_reward_mean"] = float(turn_rewards_B_R.sum() / b)
     return Generated(rollout, final, verdicts, row)
+
+
+def _first_observations(sampler, glue, params, state, opened, mine, b, cut_B, put, pad_id):
+    """What the environment showed at reset (`Episode.observation`, e.g. a workspace's
+    listing), appended as ids before the first turn; the other rows start as they are. No
+    environment showed any (every stateless one): nothing runs."""
+    shown = [(r, e.observation) for r, e in zip(range(mine.start, mine.stop), opened)
+             if e.observation and not e.failed]
+    if not distributed.any_process(bool(shown)):
+        return state
+    o = sampler.observation_tokens
+    room = min(o, state.tokens_B_R.shape[1] - 1)  # a slot is left for the first turn
+    obs_B_O, len_B = np.full((b, o), pad_id, np.int32), np.zeros(b, np.int32)
+    for r, text in shown:
+        ids, cut = glue.ids(text, room)
+        cut_B[r] += cut
+        obs_B_O[r, :len(ids)], len_B[r] = ids, len(ids)
+    obs_B_O, len_B = (distributed.gather_rows(x[mine]) for x in (obs_B_O, len_B))
+    return sampler.extend(params, state, put(obs_B_O), put(len_B), put(np.zeros(b, bool)))
 
 
 def _gather_verdicts(local: list, mine: slice, b: int) -> list:

@@ -152,7 +152,8 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
 
     def extend(params, s: TurnState, obs_B_O, obs_len_B, end_B) -> TurnState:
         """Rows with obs_len_B > 0 get those observation ids appended and decode again; rows
-        with end_B end their episode (the host said so: a final answer, a budget)."""
+        with end_B end their episode (the host said so: a final answer, a budget). Before
+        the first decode (an episode's first observation) the other rows stay live."""
         on_trace("turn_extend")
         keep_B_O = jnp.arange(o)[None, :] < obs_len_B[:, None]
         cols_B_O = s.col_B[:, None] + jnp.arange(o)[None, :]
@@ -169,7 +170,7 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
             # Only a row that resumes starts a turn: a finished row keeps its last turn's
             # start (its final text, which the verifier reads).
             col_B=col_B, turn_start_B=jnp.where(resume_B, col_B, s.turn_start_B),
-            live_B=resume_B, done_B=s.done_B | end_B,
+            live_B=resume_B | (s.live_B & ~end_B & ~s.done_B), done_B=s.done_B | end_B,
             stop_B=jnp.where(resume_B, RUNNING, s.stop_B),
             tokens_B_R=put(s.tokens_B_R, obs_B_O), mask_B_R=put(s.mask_B_R, 1.0),
             logp_B_R=put(s.logp_B_R, 0.0), loss_mask_B_R=put(s.loss_mask_B_R, 0.0))

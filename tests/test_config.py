@@ -64,7 +64,8 @@ def test_every_group_option_composes(group):
                 "verifier=routed": ["task=mixed", "model.path=/m", "task.train_path=/a",
                                     "task.test_path=/b"],
                 "model=qwen2_5_7b": ["model.path=/m"],
-                "task=harbor": ["env.kind=harbor", "model.path=/m", "task.path=/tasks"]}
+                "task=harbor": ["env.kind=harbor", "model.path=/m", "task.path=/tasks"],
+                "task=inventory": ["env.kind=api"], "task=bugfix": ["env.kind=workspace"]}
     for path in glob.glob(f"{CONF_DIR}/{group}/*.yaml"):
         option = f"{group}={os.path.basename(path)[:-5]}"
         run_config([option, *partners.get(option, [])])

@@ -218,3 +218,36 @@ def test_a_huge_observation_is_cut_before_it_is_tokenized_with_the_same_ids():
         assert glue.ids(text, 12) == whole.ids(text, 12)
     ids, cut = glue.ids("9" * (10 << 20), 12)  # 10 MB: a bounded slice is encoded
     assert cut and len(ids) == 12
+
+
+class Shown(ScriptedEnv):
+    """Shows `text` at reset to the rows in `rows` (Episode.observation)."""
+
+    def __init__(self, text, rows):
+        super().__init__(["4"])
+        self.text, self.rows = text, set(rows)
+
+    def open(self, contexts):
+        eps = super().open(contexts)
+        for i, e in enumerate(eps):
+            e.observation = self.text if i in self.rows else ""
+        return eps
+
+
+def test_a_first_observation_precedes_the_first_turn_and_changes_no_other_row():
+    """What an environment shows at reset is its ids verbatim at the row's first columns
+    (attended, never trained on); rows shown nothing sample exactly what they sample in a
+    run where no row is shown anything."""
+    tok, glue, shown = _run(Shown("ls: a.py b.py", rows=range(0, 16, 2)), o=20)
+    _, _, plain = _run(Shown("", rows=()), o=20)
+    want, _ = glue.ids("ls: a.py b.py", 20)
+    a, p = shown.rollout, plain.rollout
+    for r in range(16):
+        if r % 2 == 0:
+            assert a.tokens_B_R[r, :len(want)].tolist() == want
+            assert a.loss_mask_B_R[r, :len(want)].sum() == 0
+            assert a.mask_B_R[r, :len(want)].all() and a.loss_mask_B_R[r, len(want)] == 1
+        else:
+            assert np.array_equal(a.tokens_B_R[r], p.tokens_B_R[r])
+            assert np.array_equal(a.logp_B_R[r], p.logp_B_R[r])
+    assert p.loss_mask_B_R[:, 0].all()

@@ -32,6 +32,7 @@ class Episode:
     handle: Any = None  # the environment's own: a sandbox session, or None (stateless)
     failed: str = ""  # why its infrastructure failed ("" if it did not): the episode is masked
     calls: int = 0  # calls answered
+    observation: str = ""  # the first observation, shown before the policy's first turn
     closed: bool = False
 
 

@@ -2,9 +2,10 @@
 
   hermes  <tool_call>{"name": "calculator", "arguments": {"expression": "2*3"}}</tool_call>
           Qwen2.5 / Hermes chat models' format; the turn ends on `</tool_call>`.
-  tag     <calculator>2*3</calculator>
-          For tools with one string argument: short enough for a tiny model; the turn ends on
-          the tool's closing tag.
+  tag     <calculator>2*3</calculator>   <restock>{"sku":"A7","quantity":3}</restock>
+          Short enough for a tiny model: a tool with one string argument takes it raw, any
+          other its arguments as a JSON object (empty for none); the turn ends on the tool's
+          closing tag.
 
 `parse` never raises: it returns (tool, arguments) or a reason the policy will read.
 `schemas` (tool -> JSON schema): the environment's tools, the built-in ones by default.
@@ -25,7 +26,7 @@ MAX_CALL_CHARS = 20_000  # a call longer than this is malformed (never parsed)
 class CallFormat:
     name: str
     stop_texts: Callable[..., tuple[str, ...]]  # (tools, schemas=None)
-    render: Callable[[str, dict], str]
+    render: Callable[..., str]  # (tool, arguments, schemas=None)
     parse: Callable[..., "tuple[str, dict] | str"]  # (turn, tools, schemas=None)
     observation_prefix: str
     observation_suffix: str
@@ -49,19 +50,28 @@ def _tag_parse(turn: str, tools: list[str], schemas=None):
             body = turn[start + len(tool) + 2: len(turn) - len(end)]
             if len(body) > MAX_CALL_CHARS:
                 return "the call is too long"
-            return tool, {_single_argument(tool, schemas): body}
+            raw = _single_argument(tool, schemas)
+            if raw is not None:
+                return tool, {raw: body}
+            if not body.strip():
+                return tool, {}
+            try:
+                arguments = json.loads(body)
+            except (ValueError, RecursionError) as e:
+                return (f"<{tool}> takes its arguments as a JSON object "
+                        f"(not valid JSON: {type(e).__name__})")
+            return tool, arguments  # not an object: check_call says so
     return "no tool call found"
 
 
-def _tag_render(tool: str, arguments: dict) -> str:
-    return f"<{tool}>{next(iter(arguments.values()))}</{tool}>"
+def _tag_render(tool: str, arguments: dict, schemas=None) -> str:
+    if _single_argument(tool, schemas) is not None:
+        return f"<{tool}>{next(iter(arguments.values()))}</{tool}>"
+    body = json.dumps(arguments, separators=(",", ":")) if arguments else ""
+    return f"<{tool}>{body}</{tool}>"
 
 
 def _tag_stops(tools: list[str], schemas=None) -> tuple[str, ...]:
-    bad = [t for t in tools if _single_argument(t, schemas) is None]
-    if bad:
-        raise ValueError(f"call format 'tag' needs tools with one string argument; {bad} "
-                         "have others (use env.call_format=hermes)")
     return tuple(f"</{t}>" for t in tools)
 
 
@@ -92,7 +102,7 @@ def _hermes_parse(turn: str, tools: list[str], schemas=None):
     return call["name"], arguments
 
 
-def _hermes_render(tool: str, arguments: dict) -> str:
+def _hermes_render(tool: str, arguments: dict, schemas=None) -> str:
     return f"{HERMES_OPEN}\n{json.dumps({'name': tool, 'arguments': arguments})}\n{HERMES_CLOSE}"
 
 

@@ -2,7 +2,8 @@
 episode (rlvr_jax/sandbox/session.py), its final state judged in a separate box.
 
     open    a session per episode, all at once: a spare whose world has the module loaded
-            already runs `setup(**context["setup"])` (~ a pipe round trip and the setup)
+            already runs `setup(**context["setup"])` (~ a pipe round trip and the setup);
+            what setup returns (if not None) is the episode's first observation
     step    every episode's call at once: read and validated on the host (a bad call is an
             observation), run in its own session, where the state of earlier calls is
     finish  the declared ARTIFACTS are read out of each session (after its processes are
@@ -64,12 +65,13 @@ class SessionEnvironment:
                                        batch_timeout_s=check_timeout_s * 4, mode=mode)
 
     def render_call(self, tool: str, arguments: dict) -> str:
-        return self.format.render(tool, arguments)
+        return self.format.render(tool, arguments, self.world.schemas)
 
     # ------------------------------------------------------------------ lifecycle
     def open(self, contexts: Sequence[dict]) -> list[Episode]:
         sessions = self._sessions.open([dict(c.get("setup", {})) for c in contexts])
-        return [Episode(dict(c), s, "" if s.state == "open" else (s.error or "not opened"))
+        return [Episode(dict(c), s, "" if s.state == "open" else (s.error or "not opened"),
+                        observation=_text(s.observation))
                 for c, s in zip(contexts, sessions)]
 
     def step(self, episodes: Sequence[Episode], turns: Sequence[str]) -> list[Reply]:

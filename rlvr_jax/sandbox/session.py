@@ -103,6 +103,7 @@ class Session:
         self.counted = False  # in the live count (an opened session's, until closed)
         self.spawned = time.monotonic()
         self.deadline = float("inf")  # the episode's wall clock, set at open
+        self.observation = None  # what the episode's setup returned (its first observation)
         self._next = 0
 
     @property
@@ -179,6 +180,7 @@ class SessionPool:
                 self._kill(s, f"the environment's setup failed: {r.get('detail', r)}")
                 continue
             s.state, s.deadline = "open", now + self.limits.episode_s
+            s.observation = r.get("observation")
             self.samples["start_s"].append(now - t0)
         self.counts["opened"] += len(sessions)
         self.counts["peak"] = max(self.counts["peak"], self.live)

@@ -15,7 +15,8 @@ world) with the OOM killer's first choice on it.
     host -> {"tools": src, "names": [...], "limits": {...}}       (with the spawn: the world
          <- {"ready": 1} | {"ready": 0, "detail": ...}            is forked and loads it)
     host -> {"op": "open", "context": {...}}                      (the episode starts)
-         <- {"status": "ok"} | {"status": "setup_error", "detail": ...}
+         <- {"status": "ok", "observation": what setup returned} | {"status": "setup_error",
+             "detail": ...}
     host -> {"op": "call", "tool": name, "arguments": {...}}
          <- {"status": "ok", "value"|"error": ..., "stdout": ..., "restarted"?: true}
             status "timeout": the call ran past `call_s` (interrupted with SIGINT: the state
@@ -101,12 +102,11 @@ def _world_main(tools, names, lim, req_r, rep_w, out_w):
     reply({"loaded": 1})
     try:
         context = json.loads(requests.readline())["setup"]
-        if callable(scope.get("setup")):
-            scope["setup"](**context)
+        first = scope["setup"](**context) if callable(scope.get("setup")) else None
     except BaseException as e:
         reply({"setup_error": f"{type(e).__name__}: {e}"[:2000]})
         os._exit(0)
-    reply({"ready": 1})
+    reply({"ready": 1, "value": first})  # what setup returns: the episode's first observation
     for line in requests:
         if os.getpid() != me:  # a fork of the world that returned from a call: only the
             os._exit(0)        # world answers (a fork bomb's children never read requests)
@@ -207,13 +207,15 @@ class World:
         got = self.read_reply(time.monotonic() + lim["start_s"], lim["output_bytes"])
         self.take_output(0)
         if not (isinstance(got, dict) and key in got):
-            detail = got.get("setup_error") if isinstance(got, dict) else got
+            detail = (got.get("setup_error") or got.get("error")) if isinstance(got, dict) else got
             raise SetupError(str(detail or f"the world did not start within {lim['start_s']} s"))
+        return got
 
     def setup(self, context):
+        """The episode's setup; -> what it returned (its first observation, or None)."""
         self.context = context
         self.send({"setup": context})
-        self.wait_for("ready")
+        return self.wait_for("ready").get("value")
 
     def close(self):
         for fd in (self.req_w, self.rep_r, self.out_r):
@@ -373,8 +375,7 @@ def main():
             op = req.get("op")
             if op == "open":
                 try:
-                    world.setup(req.get("context", {}))
-                    reply = {"status": "ok"}
+                    reply = {"status": "ok", "observation": world.setup(req.get("context", {}))}
                 except SetupError as e:
                     reply = {"status": "setup_error", "detail": str(e)}
             elif op == "call":

@@ -134,7 +134,7 @@ def check_call(name, arguments, allowed, schemas=None) -> str:
     if not isinstance(arguments, dict):
         return "the arguments must be a JSON object"
     schema = schemas[name]
-    missing = [k for k in schema["required"] if k not in arguments]
+    missing = [k for k in schema.get("required", ()) if k not in arguments]
     extra = [_short(k, 40) for k in arguments if k not in schema["properties"]]
     if missing or extra:
         return f"missing {missing} / unexpected {extra} arguments"

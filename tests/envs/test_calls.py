@@ -50,6 +50,35 @@ def test_bad_calls_are_named(name, args, why):
     assert why in check_call(name, args, TOOLS)
 
 
-def test_the_tag_format_needs_single_string_argument_tools():
-    with pytest.raises(ValueError, match="one string argument"):
-        CALL_FORMATS["tag"].stop_texts(["calculator", "sort"])
+SCHEMAS = {
+    "get": {"type": "object", "properties": {"sku": {"type": "string"}}, "required": ["sku"]},
+    "restock": {"type": "object", "properties": {"sku": {"type": "string"},
+                                                 "quantity": {"type": "integer"}},
+                "required": ["sku", "quantity"]},
+    "list": {"type": "object", "properties": {}, "required": []},
+}
+
+
+@pytest.mark.parametrize("tool,args,text", [
+    ("get", {"sku": 'A7 {"x"}'}, '<get>A7 {"x"}</get>'),  # one string argument: raw
+    ("restock", {"sku": "A7", "quantity": 3}, '<restock>{"sku":"A7","quantity":3}</restock>'),
+    ("list", {}, "<list></list>"),
+])
+def test_the_tag_format_takes_other_tools_arguments_as_json(tool, args, text):
+    f = CALL_FORMATS["tag"]
+    assert f.render(tool, args, SCHEMAS) == text
+    assert text.endswith(f.stop_texts(list(SCHEMAS), SCHEMAS)[list(SCHEMAS).index(tool)])
+    assert f.parse("ok " + text, list(SCHEMAS), SCHEMAS) == (tool, args)
+
+
+@pytest.mark.parametrize("text,why", [
+    ('<restock>{"sku": "A7", </restock>', "not valid JSON"),
+    ("<restock>[1, 2]</restock>", "must be a JSON object"),
+    ('<restock>{"sku": "A7", "quantity": "3"}</restock>', "must be an integer"),
+    ('<list>{"x": 1}</list>', "unexpected ['x']"),
+])
+def test_bad_tag_arguments_are_named(text, why):
+    got = CALL_FORMATS["tag"].parse(text, list(SCHEMAS), SCHEMAS)
+    if isinstance(got, tuple):
+        got = check_call(*got, list(SCHEMAS), SCHEMAS)
+    assert why in got, got

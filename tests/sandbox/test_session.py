@@ -23,6 +23,7 @@ def python(code: str):
     return _SCOPE.get("result")
 def setup(seed: str = ""):
     _SCOPE["seed"] = seed
+    return {"seeded": seed} if seed else None  # the episode's first observation
 '''
 
 
@@ -45,6 +46,7 @@ def _run(pool, sessions, *codes):
 
 def test_state_persists_within_a_session_and_never_crosses_sessions(pool):
     a, b = _open(pool, 2, seed="s")
+    assert a.observation == b.observation == {"seeded": "s"}  # what setup returned
     try:
         _run(pool, [a, b], "x = 41; open('/tmp/mine', 'w').write('a')", "y = 1")
         got = _run(pool, [a, b], "result = x + 1",
@@ -58,6 +60,7 @@ def test_state_persists_within_a_session_and_never_crosses_sessions(pool):
         pool.close([a, b])
     # The next session of the same pool (a spare the last one never touched) starts clean.
     c, = _open(pool)
+    assert c.observation is None  # setup returned nothing: no first observation
     try:
         got, = _run(pool, [c], "import os\nresult = [os.listdir('/tmp'), 'x' in globals()]")
         assert got["value"] == [[], False]
