@@ -235,6 +235,10 @@ def read_params(run_dir: str, step: Optional[int] = None) -> tuple[Any, int]:
         directory) else []
     if not steps:
         raise CheckpointError(f"no checkpoints in {directory}")
+    if step is not None and step not in steps:
+        shown = ", ".join(map(str, steps[-10:])) + (f" (and {len(steps) - 10} earlier)"
+                                                    if len(steps) > 10 else "")
+        raise CheckpointError(f"no checkpoint of step {step} in {directory}; its steps: {shown}")
     step = steps[-1] if step is None else step
     path = os.path.join(directory, str(step), "state")
     try:

@@ -15,6 +15,11 @@ same code (rlvr_jax/evaluation.py)."""
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # the command, not the library: before transformers is imported
+    from rlvr_jax import console
+
+    console.quiet_offline()
+
 import argparse
 import json
 import os
@@ -148,12 +153,30 @@ def table(result: dict) -> str:
     return "\n".join(rows)
 
 
+def _ks(ap: argparse.ArgumentParser, text: str | None, n: int) -> list[int]:
+    """--k as ints, each in 1..n (pass@k needs k samples); default: the powers of 2 <= n."""
+    if n < 0:
+        ap.error(f"--n {n}: must be >= 0")
+    if text is None:
+        return [2 ** i for i in range(max(n, 1).bit_length())]
+    try:
+        ks = [int(k) for k in text.split(",")]
+    except ValueError:
+        ap.error(f"--k {text!r}: comma-separated integers, e.g. 1,4")
+    bad = [k for k in ks if not 1 <= k <= max(n, 1)]
+    if bad:
+        ap.error(f"--k {','.join(map(str, bad))}: each k must be in 1..--n ({n}); pass@k and "
+                 f"maj@k need at least k samples per problem (raise --n)")
+    return ks
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
     ap.add_argument("--data", default=None)
     ap.add_argument("--n", type=int, default=4, help="sampled completions per problem")
-    ap.add_argument("--k", default="1,2,4", help="comma-separated k for pass@k / maj@k")
+    ap.add_argument("--k", default=None,
+                    help="comma-separated k for pass@k / maj@k, each <= n (default: 1,2,4,... <= n)")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--max-new-tokens", type=int, default=None,
                     help="response slots (default: a run's own, 512 for a HF directory)")
@@ -164,9 +187,10 @@ def main(argv=None) -> None:
     ap.add_argument("--step", type=int, default=None)
     ap.add_argument("--out", default=None, help="JSON results path")
     args = ap.parse_args(argv)
+    ks = _ks(ap, args.k, args.n)
     try:
         result = evaluate_model(args.model, args.data, n=args.n,
-                          ks=[int(k) for k in args.k.split(",")], temperature=args.temperature,
+                          ks=ks, temperature=args.temperature,
                           max_new_tokens=args.max_new_tokens, num_problems=args.num_problems,
                           batch=args.batch, seed=args.seed, step=args.step)
     except (CheckpointError, ConfigError, DatasetError, hf.HFImportError, ValueError) as e:

@@ -10,6 +10,11 @@ q/k/v biases and llama when it has none."""
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # the command, not the library: before transformers is imported
+    from rlvr_jax import console
+
+    console.quiet_offline()
+
 import argparse
 import dataclasses
 import json

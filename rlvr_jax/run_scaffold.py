@@ -62,6 +62,11 @@ def run(cfg: RunConfig, jobs: Mapping[str, Job]) -> dict:
         if done is not None:
             diff = changes.differences(recorded_config(cfg.run_dir) or as_dict(cfg),
                                        as_dict(cfg), resolved=False)
+            if diff and not cfg.allow_config_changes:  # never a silent no-op of a new command
+                raise ConfigError(
+                    f"config key '{diff[0][0]}': {cfg.run_dir} holds a finished run with other "
+                    f"values ({changes.describe(diff)}); use another run directory to run "
+                    "these, or rerun with the recorded values to see its results")
             print(finished_message(cfg, done, diff), flush=True)
             return done
         try:
@@ -98,8 +103,8 @@ def finished_message(cfg: RunConfig, done: dict, diff: list = ()) -> str:
     the run's (changes.differences), named so that a changed command is not silently a no-op."""
     where = os.path.abspath(cfg.run_dir)
     differ = (f"\nnote: this command differs from the finished run in "
-              f"{changes.describe(diff)}; it trained with the recorded values "
-              "(a new run directory runs the new ones)") if diff else ""
+              f"{changes.describe(diff)} (allow_config_changes=true); it trained with the "
+              "recorded values (a new run directory runs the new ones)") if diff else ""
     if "eval/greedy_accuracy_end" not in done:  # a reward model: no task accuracy
         return f"run {where} is complete: {json.dumps(done)}{differ}"
     table = format_table(done, cfg.eval.num_problems, cfg.eval.sampled_per_problem,

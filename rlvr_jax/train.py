@@ -14,10 +14,9 @@ import os
 import shutil
 import sys
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub lookups: they hang ~50 s offline
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-# transformers' advice that torch is missing: torch is only a test dependency here.
-os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+from rlvr_jax import console
+
+console.quiet_offline()
 
 import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
@@ -46,11 +45,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
 def main(cfg: DictConfig) -> float | None:
     global _COMPOSED
     _COMPOSED = True
-    # Hydra sets the root logger to INFO; JAX's backend probing ("no libtpu") is noise there.
-    # orbax logs every save step at INFO through absl.
-    # orbax also warns through absl about its own metadata files on every resume: noise too.
-    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
-    logging.getLogger("absl").setLevel(logging.ERROR)
+    # Hydra sets the root logger to INFO: the libraries' loggers are quieted again after it.
+    console.quiet_offline()
     OmegaConf.set_struct(cfg, False)
     hc = HydraConfig.get()
     cfg.run_dir = hc.runtime.output_dir

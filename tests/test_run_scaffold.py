@@ -6,8 +6,10 @@ message, and a job's step count from the config."""
 import json
 
 import numpy as np
+import pytest
 
 from rlvr_jax import run_scaffold
+from rlvr_jax.config import ConfigError
 from tests.helpers import TINY, run_config
 
 
@@ -153,6 +155,12 @@ def test_a_finished_run_rerun_with_another_value_names_it(tmp_path):
     summary = {"train/steps": cfg.num_steps, "rm/heldout_label_accuracy": 0.9}
     assert "differs from the finished run in algo.optim.learning_rate" in \
         run_scaffold.finished_message(other, summary, diff)
+    # Rerun: refused in one line naming the key (issue 38.3), not "nothing to do".
+    run_scaffold.write_summary(str(tmp_path), {"train/steps": other.total_steps})
+    with pytest.raises(ConfigError, match=r"config key 'algo.optim.learning_rate': .* "
+                                          r"finished run with other values \(algo.optim.lea"):
+        run_scaffold.run(other, {})
+    assert run_scaffold.run(cfg, {}) == {"train/steps": cfg.total_steps}  # same: its results
 
 
 def test_files_other_processes_read_are_never_seen_half_written(tmp_path):

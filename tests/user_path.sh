@@ -19,6 +19,12 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
   algo.microbatches=1 eval.num_problems=4 eval.sequences_per_batch=4 num_steps=1 \
   verifier.workers=1 logger.progress_bar=false hydra.run.dir=run
 test -f run/summary.json
+# Evaluate and export the run as documented, with no library advice on the console (torch is
+# not installed here: transformers' "PyTorch was not found"; orbax's metadata notes).
+"$work/venv/bin/python" -m rlvr_jax.evaluate run --n 2 --num-problems 4 --batch 4 > eval.txt 2>&1
+"$work/venv/bin/python" -m rlvr_jax.export run exported > export.txt 2>&1
+test -f exported/config.json
+if grep -E "PyTorch was not found|_CHECKPOINT_METADATA" eval.txt export.txt; then exit 1; fi
 # The optional `tasks` extra's documented path: a mixed-source file (maths, stdin/stdout code,
 # MBPP asserts, reasoning-gym rows) routed to its verifiers, one step (conf/README.md, Tasks).
 "$work/venv/bin/pip" install -q "$pkg[tasks]" 2> >(grep -v "^WARNING: Location" >&2)
