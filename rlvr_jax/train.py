@@ -9,7 +9,6 @@ directory in use) print one message and exit 2; tracebacks are for bugs (or HYDR
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import sys
