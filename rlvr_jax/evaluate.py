@@ -57,7 +57,8 @@ def _target(model: str, data: str | None) -> Target:
     env, budget, run_seed = EnvConfig(), None, None
     if os.path.exists(os.path.join(model, "run_config.json")):
         with open(os.path.join(model, "run_config.json")) as f:
-            run = to_run_config({k: v for k, v in json.load(f).items() if k != "run_dir"})
+            run = to_run_config({k: v for k, v in json.load(f).items()
+                                 if k not in ("run_dir", "host")})
         task, model_cfg, kind = run.task, run.model, run.verifier.kind
         env, budget, run_seed = run.env, run.sampling.max_new_tokens, run.seed
     else:

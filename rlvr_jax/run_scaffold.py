@@ -31,6 +31,7 @@ from rlvr_jax import distributed, run_control, tracking
 from rlvr_jax.checkpoint import Checkpointer, abstract_like
 from rlvr_jax.config import ConfigError, RunConfig, as_dict, warmstart_key
 from rlvr_jax.config import changes
+from rlvr_jax.sandbox import bwrap
 from rlvr_jax.types import LoopState
 
 
@@ -140,12 +141,15 @@ def eval_line(step: int, result: dict) -> str:
 
 
 # ---------------------------------------------------------------------- a job's outputs
+HOST = "host"  # run_config.json's record of the host (the sandbox's containment), not config
+
+
 def recorded_config(run_dir: str) -> dict | None:
     path = os.path.join(run_dir, "run_config.json")
     if not os.path.exists(path):
         return None
     with open(path) as f:
-        return json.load(f)
+        return {k: v for k, v in json.load(f).items() if k != HOST}
 
 
 def outputs(cfg: RunConfig) -> tuple[Checkpointer, tracking.Tracker]:
@@ -157,12 +161,14 @@ def outputs(cfg: RunConfig) -> tuple[Checkpointer, tracking.Tracker]:
                         os.path.join(w.shared_dir, warmstart_key(cfg)) if w.shared_dir else None)
     check_same_config(cfg, ckpt.latest_step() or 0)
     distributed.barrier("config_checked")  # every process has read the recorded config
+    sandbox = bwrap.containment()  # this host's, recorded with the run (not a config key)
     distributed.publish(os.path.join(cfg.run_dir, "run_config.json"),
-                        json.dumps(as_dict(cfg), indent=2))
+                        json.dumps(as_dict(cfg) | {HOST: {"sandbox": sandbox}}, indent=2))
     tracker = tracking.for_process(
         distributed.is_writer(), cfg.run_dir, mode=cfg.logger.mode, project=cfg.logger.project,
         entity=cfg.logger.entity, name=cfg.name, config=as_dict(cfg),
         total_steps=cfg.total_steps, progress_bar=cfg.logger.progress_bar)
+    tracker.write(f"sandbox: {sandbox}")
     return ckpt, tracker
 
 

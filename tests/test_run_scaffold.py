@@ -107,13 +107,14 @@ def _recorded(tmp_path, overrides):
     return cfg
 
 
-def test_a_resume_with_changed_results_is_refused_in_one_line(tmp_path):
+def test_a_resume_with_changed_results_is_refused_in_one_line(tmp_path, capsys, caplog):
     """Issue 26: a run stopped and rerun in its directory with another learning rate and
     group size resumed silently, and run_config.json no longer described its early steps."""
     import pytest
 
     from rlvr_jax.config import ConfigError
 
+    caplog.set_level("INFO")
     _recorded(tmp_path, [])
     changed = run_config(["+experiment=math_grpo", *TINY, "algo.optim.learning_rate=0.01",
                           "algo.samples_per_prompt=8"], tmp_path)
@@ -128,6 +129,16 @@ def test_a_resume_with_changed_results_is_refused_in_one_line(tmp_path):
     same = run_config(["+experiment=math_grpo", *TINY, "logger.progress_bar=true",
                        "verifier.workers=3", "checkpoint.every_steps=7", "stop_after_steps=1"],
                       tmp_path)
+    ckpt, tracker = run_scaffold.outputs(same)
+    tracker.close()
+    ckpt.close()
+    # The host's sandbox containment is recorded with the run (issue 38.6), never compared.
+    host = json.loads((tmp_path / "run_config.json").read_text())["host"]
+    from tests.helpers import UNAVAILABLE
+
+    assert host["sandbox"].startswith("unavailable" if UNAVAILABLE else "bubblewrap (no network")
+    said = capsys.readouterr().out + caplog.text  # and said at start
+    assert "sandbox: " + host["sandbox"] in said
     ckpt, tracker = run_scaffold.outputs(same)
     tracker.close()
     ckpt.close()

@@ -440,6 +440,26 @@ def check_available() -> None:
                                  f"(exit code {probe.returncode}; {PYTHON} inside it)")
 
 
+def containment() -> str:
+    """What a sandbox of this host gets, as the pools and sessions will make it: bubblewrap
+    (namespaces, no network, seccomp where the kernel has it) and the bound on its whole
+    process tree (a cgroup's kind and controllers, or per-process rlimits only); or why
+    there is no sandbox. Probed once (a bwrap start and a cgroup made and removed)."""
+    try:
+        check_available()
+    except SandboxUnavailable as e:
+        return f"unavailable: {e}"
+    probe = Cgroup(f"{os.getpid()}_containment", 64 << 20, 16)
+    try:
+        filt = seccomp_fd()
+        if filt is not None:
+            os.close(filt)
+        return (f"bubblewrap (no network, {'seccomp' if filt is not None else 'no seccomp'}), "
+                f"{probe.kind}")
+    finally:
+        probe.remove()
+
+
 class Cgroup:
     """Best effort: a cgroup bounding memory and pids of one sandbox's whole tree, with a CPU
     share of its own where the cpu controller is there.
