@@ -8,6 +8,7 @@ per mode; padded rows are dropped before scoring.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from typing import Callable, Optional, Sequence
 
@@ -24,10 +25,12 @@ from rlvr_jax.verify.verifiers import Verifier
 def sample_and_verify(generate: Callable, params, task: Task, tokenizer, problems: Sequence,
                       verifier: Verifier, *, samples_per_problem: int, prompt_len: int,
                       batch_size: int, key: jax.Array, put: Callable,
-                      score: Optional[Callable] = None):
+                      score: Optional[Callable] = None,
+                      on_batch: Callable[[int, int], None] = lambda done, total: None):
     """(verdicts, completions, scores), in problem-major order (n per problem); `scores` are
     `score(prompt_B_L, pmask_B_L, tokens_B_R, mask_B_R) -> r_B` of a reward model, or None.
-    `generate` (generate.py) gives every row's texts.
+    `generate` (generate.py) gives every row's texts; `on_batch(done, total)` after each
+    batch (sequences).
     Over several processes each verifies its block of every batch and the verdicts are
     gathered."""
     jobs = [p for p in problems for _ in range(samples_per_problem)]
@@ -51,6 +54,7 @@ def sample_and_verify(generate: Callable, params, task: Task, tokenizer, problem
         texts += batch_texts[: len(chunk)]
         if score is not None:
             scores += list(score(prompt, mask, tokens, resp_mask)[: len(chunk)])
+        on_batch(len(verdicts), len(jobs))
     return verdicts, texts, (np.asarray(scores) if score is not None else None)
 
 
@@ -78,21 +82,35 @@ def report(problems: Sequence, verdicts: Sequence, texts: Sequence[str], n: int,
 def held_out(generate_greedy: Callable, generate_sampled: Callable, params, task: Task, tokenizer,
              verifier: Verifier, *, num_problems: int, sampled_per_problem: int,
              sequences_per_batch: int, prompt_len: int, put: Callable, key: jax.Array,
-             score: Optional[Callable] = None) -> dict:
+             score: Optional[Callable] = None, say: Callable[[str], None] = lambda text: None,
+             label: str = "") -> dict:
     """Greedy and sampled (T=1) held-out accuracy, with pass@k / mean@k / maj@k for k up to
     `sampled_per_problem` and status counts: what the loop logs before, during and after RL.
     With a reward model's `score` (see sample_and_verify), also its mean score of the greedy
-    and the sampled responses (`*_learned_reward`): the proxy beside the gold accuracy."""
+    and the sampled responses (`*_learned_reward`): the proxy beside the gold accuracy.
+    `say` gets a progress line (`label`: which evaluation) after each batch of a long one."""
     problems = task.heldout_set(num_problems)
     common = dict(prompt_len=prompt_len, batch_size=sequences_per_batch, put=put, key=key,
                   score=score)
     n = sampled_per_problem
     ks = sorted({1, n} | {k for k in (2, 4, 8, 16) if k < n})
+    total = len(problems) * (1 + n)
+    started = time.perf_counter()
+
+    def progress(before: int):
+        def on_batch(done: int, _):
+            if before + done < total:  # the last batch's line is the result itself
+                say(f"evaluating{label}: {before + done}/{total} sequences "
+                    f"({time.perf_counter() - started:.0f}s)")
+        return on_batch
+
     v, texts, greedy_r = sample_and_verify(generate_greedy, params, task, tokenizer, problems,
-                                           verifier, samples_per_problem=1, **common)
+                                           verifier, samples_per_problem=1,
+                                           on_batch=progress(0), **common)
     greedy = report(problems, v, texts, 1, task.answer_of)
     v, texts, sampled_r = sample_and_verify(generate_sampled, params, task, tokenizer, problems,
-                                            verifier, samples_per_problem=n, **common)
+                                            verifier, samples_per_problem=n,
+                                            on_batch=progress(len(problems)), **common)
     sampled = report(problems, v, texts, n, task.answer_of, ks)
     learned = {} if score is None else {"greedy_learned_reward": float(greedy_r.mean()),
                                         "sampled_learned_reward": float(sampled_r.mean())}

@@ -105,7 +105,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
     warm = warmstart.warm_params(policy, setup, sft, warmup=w, seed=cfg.seed, ckpt=ckpt,
                                  tracker=tracker, should_stop=stop_requested, tools=tool_demos)
     held_out = partial(warmstart.held_out_accuracy, gens, setup, verifier, cfg.eval,
-                       sampler.put, score=eval_score, extra=extra_sets)
+                       sampler.put, score=eval_score, extra=extra_sets, say=tracker.write)
     eval_key = warmstart.eval_key(cfg.seed)
     fresh = warmstart.rl_state(policy, updates, warm, cfg.seed)
     ref_params = build.reference_params(warm, setup.model_cfg.compute_dtype)  # frozen
@@ -115,7 +115,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
     # The start evaluation runs the policy as every later one does (with LoRA: the base with
     # fresh adapters, the same values as the warm params), so the samplers compile once.
     eval_start = warmstart.start_evaluation(cfg.run_dir, tracker, lambda: held_out(
-        sampler_params(fresh.params), eval_key))
+        sampler_params(fresh.params), eval_key, label=" before RL"))
     if setup.model_cfg.lora_rank:
         tracker.write(lora_line(setup.model_cfg, fresh.params["policy"], warm))
     state, loop, wall_before = run_scaffold.resume(
@@ -221,7 +221,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
         if (cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0
                 and step + 1 < cfg.num_steps):  # the last step gets the final evaluation
             rollouts.settle(ahead)  # a producer thread's sampling first
-            result = held_out(sampler_params(state.params), eval_key)
+            result = held_out(sampler_params(state.params), eval_key, label=f" at step {step + 1}")
             tracker.log(step + 1, {f"eval/{k}": v for k, v in result.items()})
             tracker.write(run_scaffold.eval_line(step + 1, result))
 
@@ -233,7 +233,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
         return run_scaffold.stopped(ckpt, tracker, write_wall,
                                     wall_before + time.perf_counter() - t_start, last,
                                     session.stop_reason())
-    eval_end = held_out(sampler_params(state.params), eval_key)
+    eval_end = held_out(sampler_params(state.params), eval_key, label=" after RL")
     tracker.log(cfg.num_steps, {f"eval/{k}": v for k, v in eval_end.items()})
     ckpt.close()
     wall = wall_before + time.perf_counter() - t_start

@@ -84,7 +84,8 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
         evaluate = partial(warmstart.held_out_accuracy,
                            build.generators(policy, setup, cfg.sampling), setup, verifier,
                            cfg.eval, policy.put, key=warmstart.eval_key(cfg.seed),
-                           score=learned_reward.eval_scorer(learned, policy.put), extra=extra)
+                           score=learned_reward.eval_scorer(learned, policy.put), extra=extra,
+                           say=tracker.write)
         return _train(cfg, setup, policy, ckpt, tracker, session, traces, source,
                       _dpo_job(cfg, setup, policy, warm, traces, evaluate,
                                source.prompt_len))

@@ -33,12 +33,22 @@ def test_sample_and_verify_drops_the_padding_and_keeps_the_order(tmp_path):
             tokens[r, :len(row)], m[r, :len(row)] = row, 1
         return Rollout(tokens, np.zeros_like(m), m, m)
 
+    progress = []
     verdicts, texts, scores = evaluation.sample_and_verify(
         generate.single_turn(sample, tok, lambda x: x, every_row=True), None, task, tok,
         problems, TrustedVerifier(check_integer),
         samples_per_problem=2, prompt_len=8, batch_size=4, key=jax.random.key(0),
-        put=lambda x: x)
+        put=lambda x: x, on_batch=lambda done, total: progress.append((done, total)))
     assert seen == [4, 4, 4]  # 10 samples in batches of 4: the last one padded
+    assert progress == [(4, 10), (8, 10), (10, 10)]  # what an evaluation's progress lines say
+    lines = []
+    gen = generate.single_turn(sample, tok, lambda x: x, every_row=True)
+    evaluation.held_out(gen, gen, None, task, tok, TrustedVerifier(check_integer),
+                        num_problems=5, sampled_per_problem=2, sequences_per_batch=4,
+                        prompt_len=8, put=lambda x: x, key=jax.random.key(0), say=lines.append,
+                        label=" before RL")
+    assert [line.split(" (")[0] for line in lines] == [  # every batch but the last
+        f"evaluating before RL: {k}/15 sequences" for k in (4, 5, 9, 13)]
     assert len(verdicts) == len(texts) == 10 and scores is None
     # Rows alternate right/wrong within each batch of 4: samples 0, 2, 4, ... are right.
     assert [v.status for v in verdicts] == [Status.PASS, Status.WRONG] * 5
