@@ -58,7 +58,9 @@ def main(cfg: DictConfig) -> float | None:
 
         summary = jobs.run(run_cfg)
     except user_errors() as e:
-        if fresh and not _holds_a_run(cfg.run_dir):
+        from rlvr_jax.run_control import RunLocked
+
+        if fresh and not isinstance(e, RunLocked) and not _holds_a_run(cfg.run_dir):
             # A command that failed on its input leaves no run directory behind (only Hydra's
             # bookkeeping would be in it); a directory that holds a run is never touched.
             shutil.rmtree(cfg.run_dir, ignore_errors=True)
@@ -72,8 +74,9 @@ def main(cfg: DictConfig) -> float | None:
 
 
 _COMPOSED = False  # set once Hydra has composed a config and called main
-# What Hydra and this entry point write into a run directory before a run starts in it.
-_BOOKKEEPING = {".hydra", "train.log", "overrides.txt"}
+# What Hydra, this entry point and the run scaffold (its lock, the process count) write into
+# a run directory before a run starts in it (run_config.json, checkpoints, metrics).
+_BOOKKEEPING = {".hydra", "train.log", "overrides.txt", ".lock", "processes.txt"}
 
 
 def _holds_a_run(run_dir: str) -> bool:

@@ -86,12 +86,24 @@ def test_stop_after_steps_exits_0_and_the_plain_command_resumes(tmp_path):
     assert "RESUMING from checkpoint step 4" in longer.stdout + longer.stderr
 
 
-def test_a_command_that_fails_on_its_config_leaves_no_directory(tmp_path):
-    """Issue 26: every failed config attempt left a run directory (Hydra's files) behind."""
+@pytest.mark.parametrize("data", [False, True], ids=["config", "data"])
+def test_a_command_that_fails_on_its_input_leaves_no_directory(tmp_path, data):
+    """Issue 26: every failed config attempt left a run directory (Hydra's files) behind;
+    issue 38: one that failed loading its data, after the run took its lock, left one with
+    the lock and the process count."""
     cwd = tmp_path / "work"
     cwd.mkdir()
-    proc = _train(_cmd(tmp_path) + ["algo.samples_per_prompt=1"], cwd=cwd, timeout=120)
-    assert proc.returncode == 2 and "algo.samples_per_prompt" in proc.stderr
+    if data:
+        from tests.helpers import make_tiny_gsm8k
+
+        tiny = make_tiny_gsm8k(tmp_path / "tiny")
+        args, key = ["+experiment=gsm8k_grpo", f"model.path={tiny / 'model'}",
+                     f"task.train_path={tiny / 'data' / 'train.jsonl'}",
+                     "task.test_path=/no/such.jsonl"], "/no/such.jsonl"
+    else:
+        args, key = _cmd(tmp_path) + ["algo.samples_per_prompt=1"], "algo.samples_per_prompt"
+    proc = _train(args, cwd=cwd, timeout=120)
+    assert proc.returncode == 2 and key in proc.stderr
     left = [os.path.join(r, d) for r, ds, _ in os.walk(cwd / "runs") for d in ds
             if not os.listdir(os.path.join(r, d)) or ".hydra" in os.listdir(os.path.join(r, d))]
     assert left == []
