@@ -8,7 +8,9 @@ skipped). The table: job, steps done of the run's total, held-out accuracy (samp
 greedy) at the start and at the latest evaluation, the training accuracy over the last
 `--smooth` steps, a reward model's held-out pairwise accuracy, wall seconds and state. The
 PNG: held-out sampled (solid) and greedy (dashed) accuracy, and the training accuracy
-(smoothed, faint), against the step, one colour per run. A directory that holds no run is one
+(smoothed, faint), against the step, one colour per run. A run is named by its preset and
+the overrides its directory names (`repl_agent env.wrap=...`; the preset alone for its plain
+run), or by its path where two would share a name. A directory that holds no run is one
 error line (exit 2).
 """
 
@@ -50,6 +52,26 @@ def _json(path: str) -> Optional[dict]:
         return None
 
 
+def label(run_dir: str, cfg: dict) -> str:
+    """A run's name in the table and legend: its preset (the config's `name`) and its
+    directory, which names the overrides that change its result (`default` for none)."""
+    folder = os.path.basename(os.path.normpath(run_dir)) or run_dir
+    name = cfg.get("name")
+    if not name or name == folder:
+        return folder
+    return name if folder == "default" else f"{name} {folder}"
+
+
+def _distinct(runs: list[dict], dirs: list[str]) -> None:
+    """Runs that would share a label (the same preset and overrides elsewhere) are named by
+    their paths instead."""
+    for r, d in zip(runs, dirs):
+        if sum(o["run"] == r["run"] for o in runs) > 1:
+            r["path_label"] = os.path.relpath(d)
+    for r in runs:
+        r["run"] = r.pop("path_label", r["run"])
+
+
 def summarize(run_dir: str, smooth: int = 10) -> dict:
     """One run's row of the table (plain values; None where a run has no such number)."""
     rows = read_rows(run_dir)
@@ -67,7 +89,7 @@ def summarize(run_dir: str, smooth: int = 10) -> dict:
     pairwise = (summary or {}).get("rm/heldout_gold_accuracy",
                                    (summary or {}).get("rm/heldout_label_accuracy"))
     return {
-        "run": os.path.basename(os.path.normpath(run_dir)) or run_dir, "job": job,
+        "run": label(run_dir, cfg), "job": job,
         "steps": done, "total": total,
         "sampled": (evals[0]["eval/sampled_accuracy"], evals[-1]["eval/sampled_accuracy"])
         if evals else None,
@@ -149,6 +171,7 @@ def main(argv=None) -> int:
     except NotARun as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    _distinct(runs, args.runs)
     print(table(runs, args.smooth))
     out_dir = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(out_dir):
