@@ -59,11 +59,13 @@ def sample_and_verify(generate: Callable, params, task: Task, tokenizer, problem
 
 
 def report(problems: Sequence, verdicts: Sequence, texts: Sequence[str], n: int,
-           answer_of: Callable[[str], str | None], ks: Sequence[int] = (1,)) -> dict:
+           answer_of: Optional[Callable[[str], str | None]],
+           ks: Sequence[int] = (1,)) -> dict:
     """accuracy (mean over all samples), pass@k/mean@k/maj@k for k <= n, status counts; the
     same per data source (`problem.data_source`, when problems have one) under `by_source`."""
     correct = np.array([v.status == Status.PASS for v in verdicts]).reshape(len(problems), n)
-    answers = [[answer_of(t) for t in texts[i * n:(i + 1) * n]] for i in range(len(problems))]
+    answers = None if answer_of is None else [[answer_of(t) for t in texts[i * n:(i + 1) * n]]
+                                              for i in range(len(problems))]
     out = {"accuracy": float(correct.mean()), **pass_at_k.summarize(correct, answers, ks),
            **rewards.status_counts(verdicts)}
     sources = defaultdict(list)
@@ -72,7 +74,8 @@ def report(problems: Sequence, verdicts: Sequence, texts: Sequence[str], n: int,
     if len(sources) > 1 or None not in sources:
         out["by_source"] = {
             str(src): {"problems": len(idx), "accuracy": float(correct[idx].mean()),
-                       **pass_at_k.summarize(correct[idx], [answers[i] for i in idx], ks),
+                       **pass_at_k.summarize(correct[idx], None if answers is None else
+                                             [answers[i] for i in idx], ks),
                        **rewards.status_counts([verdicts[i * n + j] for i in idx
                                                 for j in range(n)])}
             for src, idx in sources.items()}

@@ -12,7 +12,7 @@ problems whose majority answer among the first k samples is correct.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -38,9 +38,10 @@ def majority(answers: Sequence[str | None], correct: Sequence[bool]) -> bool:
     return bool(correct[answers.index(winner)])
 
 
-def summarize(correct_P_G: np.ndarray, answers_P_G: Sequence[Sequence[str | None]],
+def summarize(correct_P_G: np.ndarray, answers_P_G: Optional[Sequence[Sequence[str | None]]],
               ks: Sequence[int]) -> dict[str, float]:
-    """pass@k, mean@k and maj@k over problems, for each k <= n."""
+    """pass@k, mean@k and maj@k over problems, for each k <= n; no maj@k without answers
+    (None: a task judged by its world's final state, whose texts give no answer to vote on)."""
     correct_P_G = np.asarray(correct_P_G, bool)
     p, n = correct_P_G.shape
     out = {}
@@ -49,6 +50,7 @@ def summarize(correct_P_G: np.ndarray, answers_P_G: Sequence[Sequence[str | None
             continue
         out[f"pass@{k}"] = float(np.mean([pass_at_k(n, int(c), k) for c in correct_P_G.sum(1)]))
         out[f"mean@{k}"] = float(correct_P_G.mean())
-        out[f"maj@{k}"] = float(np.mean([majority(list(answers_P_G[i][:k]), correct_P_G[i, :k])
-                                         for i in range(p)]))
+        if answers_P_G is not None:
+            out[f"maj@{k}"] = float(np.mean([majority(list(answers_P_G[i][:k]),
+                                                      correct_P_G[i, :k]) for i in range(p)]))
     return out

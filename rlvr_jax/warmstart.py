@@ -203,4 +203,7 @@ def start_evaluation(run_dir: str, tracker: Tracker, evaluate: Callable[[], dict
     result = evaluate()
     distributed.publish(path, json.dumps(result))
     tracker.log(0, {f"eval/{k}": v for k, v in result.items()})
+    if "greedy_accuracy" in result:
+        tracker.write(f"eval before RL: greedy {result['greedy_accuracy']:.3f}  sampled "
+                      f"{result['sampled_accuracy']:.3f}")
     return result

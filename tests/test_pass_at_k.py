@@ -46,3 +46,5 @@ def test_summarize_hand_computed():
     assert s["maj@4"] == pytest.approx((0 + 1 + 0) / 3)  # "4" wins problem 0
     assert s["mean@4"] == pytest.approx(5 / 12)
     assert "pass@8" not in s
+    # A task judged by its world's final state gives no answers: no maj@k (not a 0).
+    assert set(summarize(correct, None, ks=[1, 4])) == {"pass@1", "mean@1", "pass@4", "mean@4"}

@@ -15,10 +15,13 @@ from rlvr_jax.tokenizer import load_tokenizer, save_char_tokenizer
 
 class _Tracker:
     def __init__(self):
-        self.rows = []
+        self.rows, self.lines = [], []
 
     def log(self, step, row):
         self.rows.append((step, row))
+
+    def write(self, text):
+        self.lines.append(text)
 
 
 def test_demonstrations_are_pure_and_wrong_at_the_rate_asked(tmp_path):
@@ -54,9 +57,10 @@ def test_a_stop_request_abandons_the_warm_up():
 
 def test_the_start_evaluation_is_computed_once(tmp_path):
     tracker, calls = _Tracker(), []
-    evaluate = lambda: calls.append(1) or {"greedy_accuracy": 0.5}
+    evaluate = lambda: calls.append(1) or {"greedy_accuracy": 0.5, "sampled_accuracy": 0.25}
     first = warmstart.start_evaluation(str(tmp_path), tracker, evaluate)
     again = warmstart.start_evaluation(str(tmp_path), tracker, evaluate)
-    assert first == again == {"greedy_accuracy": 0.5} and calls == [1]
-    assert tracker.rows == [(0, {"eval/greedy_accuracy": 0.5})]  # logged once, at step 0
+    assert first == again == {"greedy_accuracy": 0.5, "sampled_accuracy": 0.25} and calls == [1]
+    assert tracker.rows == [(0, {"eval/greedy_accuracy": 0.5, "eval/sampled_accuracy": 0.25})]
+    assert tracker.lines == ["eval before RL: greedy 0.500  sampled 0.250"]  # said once
     assert json.loads((tmp_path / "eval_start.json").read_text()) == first

@@ -45,6 +45,8 @@ class Task(Protocol[ProblemT]):
     def answer_of(self, completion: str) -> str | None:
         """The final answer a completion gives (for majority voting), or None."""
         ...
+    # A task whose verdict is its world's final state (an environment's check) has no answer
+    # in the text: `answer_of = None`, and evaluations report no maj@k for it.
 
     def demonstration(self, problem: ProblemT, wrong: bool, rng: np.random.Generator,
                       max_offset: int) -> str:

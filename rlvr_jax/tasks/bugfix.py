@@ -132,9 +132,8 @@ class BugfixTask(ProceduralSplit[Problem]):
         check_pairs(problems, completions)
         return [{"completion": "", "answer": 0} for _ in problems]
 
-    @staticmethod
-    def answer_of(completion: str) -> str | None:
-        return None
+    # No answer in the text to vote on (maj@k is not reported): the world's state is judged.
+    answer_of = None
 
 
 def build(t: BugfixTaskConfig, tokenizer) -> BugfixTask:
