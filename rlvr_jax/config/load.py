@@ -76,6 +76,13 @@ def register_configs() -> None:
 
     for name, spec in registry.specs().items():
         cs.store(group="task", name=f"{name}_schema", node=spec.schema)
+        if not os.path.exists(os.path.join(conf_dir(), "task", f"{name}.yaml")):
+            # A task registered from outside the package (an `rlvr_jax.tasks` entry point) is
+            # selected by its name, `task=NAME`, with its schema's defaults: no conf file.
+            node = spec.schema()
+            if hasattr(node, "name"):
+                node.name = name
+            cs.store(group="task", name=name, node=node)
 
 
 def validate(cfg: RunConfig) -> RunConfig:

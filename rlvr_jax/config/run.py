@@ -342,8 +342,10 @@ class EvalConfig:
     sequences_per_batch: int = 512  # fixed eval batch shape (last batch padded)
     every_steps: int = 0  # 0: only after the warm start and at the end
     # Held-out sets beside the task's own, each reported under its name (e.g. [humaneval]:
-    # tasks/registry.py eval sets); their prompts share the run's prompt slots.
+    # tasks/registry.py eval sets), each with its own prompt slots and evaluation samplers
+    # (the training step's shapes stay the task's), `extra_problems` of each (0: all).
     extra_sets: List[str] = field(default_factory=list)
+    extra_problems: int = 0
     # > 0: one-turn evaluation by continuous batching (rlvr_jax/continuous.py) over this many
     # decode rows, refilled `insert_rows` at a time (0: decode_rows / 8) as rows finish; the
     # same tokens as static batches of sequences_per_batch, fewer idle row-steps. 0: static.
@@ -360,6 +362,7 @@ class EvalConfig:
         _check(self.num_problems >= 1 and self.sampled_per_problem >= 1, f"{key}.num_problems",
                "eval.num_problems and eval.sampled_per_problem must be >= 1")
         _check(self.sequences_per_batch >= 1, f"{key}.sequences_per_batch", "must be >= 1")
+        _check(self.extra_problems >= 0, f"{key}.extra_problems", "must be >= 0 (0: all)")
         _check(self.every_steps >= 0, f"{key}.every_steps", "must be >= 0")
         _check(self.decode_rows >= 0 and 0 <= self.insert_rows <= self.decode_rows,
                f"{key}.insert_rows", "needs 0 <= eval.insert_rows <= eval.decode_rows")

@@ -89,3 +89,13 @@ def test_the_documented_example_task_works_as_written(tmp_path):
     finally:
         verifier.close()
     assert got == ["PASS", "WRONG", "PASS"] or words[1] == words[1][::-1]
+    # Issue 38.1: selected by its name with no conf file of its own (as a task of another
+    # package, registered by an entry point, is), it trains a step with the README's command.
+    from rlvr_jax import jobs
+    from rlvr_jax.config import register_configs
+    from tests.helpers import TINY, run_config
+
+    command = re.search(r"python -m rlvr_jax.train (task=reverse .*)\n", text).group(1)
+    register_configs()  # as the CLI does once the entry point's module is imported
+    summary = jobs.run(run_config([*command.split(), *TINY, "num_steps=1"], tmp_path / "run"))
+    assert summary["train/steps"] == 1 and 0.0 <= summary["eval/sampled_accuracy_end"] <= 1.0
