@@ -3,7 +3,8 @@
     python -m rlvr_jax.export RUN_DIR OUT_DIR [--step N] [--family qwen2|llama]
 
 writes config.json, model.safetensors (float32) and the tokenizer files, which
-`transformers.AutoModelForCausalLM.from_pretrained(OUT_DIR)` and vLLM load. RUN_DIR is a run
+`transformers.AutoModelForCausalLM.from_pretrained(OUT_DIR)` and vLLM load (the export needs
+no torch; loading it with transformers does: `pip install -e '.[hf]'`). RUN_DIR is a run
 directory (it holds run_config.json and checkpoints/); the latest checkpoint is used unless
 --step is given. The family defaults to the imported model's, else qwen2 when the model has
 q/k/v biases and llama when it has none."""
