@@ -27,7 +27,7 @@ from typing import Callable, Mapping, NamedTuple
 import jax
 import numpy as np
 
-from rlvr_jax import distributed, run_control, tracking
+from rlvr_jax import distributed, perf, run_control, tracking
 from rlvr_jax.checkpoint import Checkpointer, abstract_like
 from rlvr_jax.config import ConfigError, RunConfig, as_dict, warmstart_key
 from rlvr_jax.config import changes
@@ -162,8 +162,12 @@ def outputs(cfg: RunConfig) -> tuple[Checkpointer, tracking.Tracker]:
     check_same_config(cfg, ckpt.latest_step() or 0)
     distributed.barrier("config_checked")  # every process has read the recorded config
     sandbox = bwrap.containment()  # this host's, recorded with the run (not a config key)
+    device = jax.devices()[0]  # the peak MFU is relative to; a CPU's probed now, before work
+    host = {"sandbox": sandbox, "device_kind": device.device_kind,
+            "peak_flops": perf.peak_flops(device.device_kind, device.platform),
+            "peak_flops_is": perf.peak_source(device.platform)}
     distributed.publish(os.path.join(cfg.run_dir, "run_config.json"),
-                        json.dumps(as_dict(cfg) | {HOST: {"sandbox": sandbox}}, indent=2))
+                        json.dumps(as_dict(cfg) | {HOST: host}, indent=2))
     tracker = tracking.for_process(
         distributed.is_writer(), cfg.run_dir, mode=cfg.logger.mode, project=cfg.logger.project,
         entity=cfg.logger.entity, name=cfg.name, config=as_dict(cfg),

@@ -92,3 +92,10 @@ def test_peaks_by_device_kind():
     cpu = jax.devices()[0]
     assert perf.peak_flops(cpu.device_kind, cpu.platform) > 1e8  # measured
     assert perf.mfu(1e9, 1.0, [cpu] * 2) == 1e9 / (2 * perf.peak_flops(cpu.device_kind, "cpu"))
+    # Issue 38.13: a probe under load underestimated the CPU and the update logged MFU 1.41.
+    # A rate above the probe's is the machine's peak from then on: MFU never exceeds 1.
+    peak = perf.peak_flops(cpu.device_kind, "cpu")
+    assert perf.mfu(3 * peak, 1.0, [cpu]) == 1.0
+    assert perf.peak_flops(cpu.device_kind, "cpu") == 3 * peak
+    assert perf.mfu(1.5 * peak, 1.0, [cpu]) == 0.5
+    assert "datasheet" in perf.peak_source("gpu") and "measured" in perf.peak_source("cpu")

@@ -137,6 +137,7 @@ def test_a_resume_with_changed_results_is_refused_in_one_line(tmp_path, capsys, 
     from tests.helpers import UNAVAILABLE
 
     assert host["sandbox"].startswith("unavailable" if UNAVAILABLE else "bubblewrap (no network")
+    assert host["peak_flops"] > 0 and "measured" in host["peak_flops_is"]  # what MFU is of
     said = capsys.readouterr().out + caplog.text  # and said at start
     assert "sandbox: " + host["sandbox"] in said
     ckpt, tracker = run_scaffold.outputs(same)
