@@ -13,7 +13,8 @@ One JSON object a line: `id`, `completion`, and the kind's reference fields
   retrieval: `document`, `answer` (string or list of accepted strings)
 Each output line is {"id", "status", "detail", "latency_s", "reward"} (reward: the binary
 table). A malformed line is reported on stderr with its line number and written as a
-`malformed` record with that reason; every other line is still scored.
+`malformed` record with that reason (and its own `id`, where it has one); every other line
+is still scored.
 """
 
 from __future__ import annotations
@@ -83,6 +84,15 @@ def _parse(line: str, kind: str) -> dict:
     return row
 
 
+def _own_id(line: str):
+    """A malformed line's own `id`, where it has one that is JSON (else None)."""
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return row.get("id") if isinstance(row, dict) else None
+
+
 def _positive(kind):
     def parse(text):
         value = kind(text)
@@ -102,9 +112,13 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=_positive(int), default=2)
     ap.add_argument("--timeout", type=_positive(float), default=10.0, help="seconds per job")
     args = ap.parse_args(argv)
-    rows, bad = [], {}
+    rows, bad, bad_ids = [], {}, {}
+    if os.path.isdir(args.input):
+        print(f"error: --input {args.input}: a directory, not a JSONL file (one job a line)",
+              file=sys.stderr)
+        return 2
     if not os.path.isfile(args.input):
-        print(f"error: {args.input}: no such file", file=sys.stderr)
+        print(f"error: --input {args.input}: no such file", file=sys.stderr)
         return 2
     out_dir = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(out_dir):
@@ -118,6 +132,7 @@ def main(argv=None) -> int:
                 rows.append((n, _parse(line, args.kind)))
             except (ValueError, json.JSONDecodeError) as e:
                 bad[n] = f"{args.input}:{n}: {e}"
+                bad_ids[n] = _own_id(line)
                 print(f"error: {bad[n]}", file=sys.stderr)
     mode = args.mode if args.kind in SANDBOXED else None
     try:
@@ -134,7 +149,7 @@ def main(argv=None) -> int:
         ids = {n: row["id"] for n, row in rows}
         for n in sorted(set(verdicts) | set(bad)):
             if n in bad:
-                rec = {"id": None, "line": n, "status": "malformed", "detail": bad[n],
+                rec = {"id": bad_ids[n], "line": n, "status": "malformed", "detail": bad[n],
                        "latency_s": 0.0, "reward": None}
             else:
                 v = verdicts[n]

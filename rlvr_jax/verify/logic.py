@@ -179,10 +179,18 @@ def check(job: dict) -> Verdict:
     claim_text = extract_claim(job["completion"])
     try:
         claim = parse(claim_text or "", max_tokens=MAX_TOKENS)
-        ok = entails(premises, claim) and (target is None or entails([claim], target))
+        entailed = entails(premises, claim)
+        implies = target is None or (entailed and entails([claim], target))
     except ParseError as e:
         return Verdict(Status.UNPARSEABLE, f"claim {claim_text!r}: {e}", time.perf_counter() - t0)
-    return Verdict(Status.PASS if ok else Status.WRONG,
-                   f"{claim_text!r} {'is' if ok else 'is not'} entailed"
-                   + ("" if target is None else " and implies the target"),
+    if not entailed:
+        detail = f"{claim_text!r} is not entailed by the premises"
+    elif target is None:
+        detail = f"{claim_text!r} is entailed by the premises"
+    elif implies:
+        detail = f"{claim_text!r} is entailed by the premises and implies the target"
+    else:
+        detail = (f"{claim_text!r} is entailed by the premises but does not imply the target "
+                  "(a tautology or a restated premise earns nothing)")
+    return Verdict(Status.PASS if entailed and implies else Status.WRONG, detail,
                    time.perf_counter() - t0)

@@ -25,8 +25,9 @@ def test_math_cli_scores_the_good_lines_and_names_the_bad(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "jobs.jsonl:3:" in proc.stderr and "jobs.jsonl:4: missing field(s) gold" in proc.stderr
     out = [json.loads(line) for line in dst.read_text().splitlines()]
+    # A malformed line keeps its own id where it has one (issue 38.10; line 3 is not JSON).
     assert [(r["id"], r["status"]) for r in out] == [(1, "pass"), (2, "pass"), (None, "malformed"),
-                                                      (None, "malformed"), (5, "unparseable")]
+                                                      (4, "malformed"), (5, "unparseable")]
     assert [r.get("line") for r in out if r["status"] == "malformed"] == [3, 4]
 
 
@@ -50,8 +51,8 @@ def test_code_cli_scores_the_rows_around_a_badly_shaped_one(tmp_path):
     assert "jobs.jsonl:2: field 'inputs' must be a list of argument lists" in proc.stderr
     assert "jobs.jsonl:3: field 'completion' must be a string" in proc.stderr
     out = [json.loads(line) for line in dst.read_text().splitlines()]
-    assert [(r["id"], r["status"]) for r in out] == [("a", "pass"), (None, "malformed"),
-                                                      (None, "malformed"), ("d", "wrong")]
+    assert [(r["id"], r["status"]) for r in out] == [("a", "pass"), ("b", "malformed"),
+                                                      ("c", "malformed"), ("d", "wrong")]
 
 
 @pytest.mark.parametrize("args,message", [
@@ -71,6 +72,11 @@ def test_a_missing_input_file_is_named(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "none.jsonl: no such file" in proc.stderr
     assert "Traceback" not in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "rlvr_jax.verify", "--kind", "math", "--input",
+                           str(tmp_path), "--output", str(tmp_path / "o")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"error: --input {tmp_path}: a directory, not a JSONL file (one job a line)")
 
 
 def test_an_output_in_a_missing_folder_is_named(tmp_path):

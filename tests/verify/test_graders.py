@@ -32,6 +32,18 @@ def test_logic(premises, target, claim, status):
                         "completion": claim}).status == status
 
 
+@pytest.mark.parametrize("claim,detail", [
+    ("r", "'r' is entailed by the premises and implies the target"),
+    ("p | ~p", "'p | ~p' is entailed by the premises but does not imply the target"),
+    ("~r", "'~r' is not entailed by the premises"),
+])
+def test_logic_details_say_what_held(claim, detail):
+    """Issue 38.10: a tautology was 'is not entailed and implies the target'."""
+    got = logic.check({"premises": ["p -> q", "q -> r", "p"], "target": "r",
+                       "completion": f"Conclusion: {claim}"}).detail
+    assert got.startswith(detail), got
+
+
 def test_logic_truth_table_against_brute_force():
     # (p -> q) -> r is not entailed by r -> p, but r & (p -> q) |= (p -> q) -> r.
     f = logic.parse("(p -> q) -> r")
