@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Submit one training run to Slurm over NODES nodes x GPUS GPUs:
-#   launch/slurm.sh EXPERIMENT [hydra overrides...]
+#   launch/slurm.sh [--dry-run] EXPERIMENT [hydra overrides...]
 #   e.g. NODES=2 GPUS=8 launch/slurm.sh gsm8k_grpo_7b model.path=/models/Qwen2.5-7B-Instruct ...
+#   --dry-run prints the batch script it would submit, and submits nothing; --help: this text.
 # Needs: Slurm (sbatch/srun), this repository on a filesystem every node sees (the run
 # directory must be shared too), the package installed (pip install -e '.[cuda]').
 # One task per node: each is one JAX process driving its node's GPUs; the processes join one
@@ -9,10 +10,20 @@
 # (rlvr_jax/distributed.py). Slurm sends SIGTERM 120 s before the time limit: the run
 # checkpoints, and the requeued job (same command) resumes it. Set PARTITION, NODES, GPUS, TIME.
 set -euo pipefail
-exp="${1:?usage: launch/slurm.sh EXPERIMENT [overrides...]}"; shift
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-mkdir -p "$repo/runs/slurm"
-sbatch <<SBATCH
+usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
+dry=0
+case "${1:-}" in
+  -h|--help) usage; exit 0 ;;
+  --dry-run) dry=1; shift ;;
+  ""|-*) usage >&2; exit 2 ;;
+esac
+exp="${1:?usage: launch/slurm.sh [--dry-run] EXPERIMENT [overrides...]}"; shift
+if [ ! -f "$repo/conf/experiment/$exp.yaml" ]; then
+  echo "error: no experiment '$exp' (conf/experiment/: $(cd "$repo/conf/experiment" && ls *.yaml | sed 's/\.yaml$//' | tr '\n' ' '))" >&2
+  exit 2
+fi
+script=$(cat <<SBATCH
 #!/usr/bin/env bash
 #SBATCH --job-name=rlvr-${exp}
 #SBATCH --partition=${PARTITION:-gpu}
@@ -27,3 +38,12 @@ cd "${repo}"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 srun --kill-on-bad-exit=1 python -m rlvr_jax.train +experiment=${exp} $*
 SBATCH
+)
+if [ "$dry" = 1 ]; then
+  echo "# would submit with sbatch (--dry-run: nothing submitted):"
+  echo "$script"
+  exit 0
+fi
+command -v sbatch >/dev/null || { echo "error: sbatch not found (Slurm is needed; --dry-run prints the script)" >&2; exit 2; }
+mkdir -p "$repo/runs/slurm"
+echo "$script" | sbatch
