@@ -107,6 +107,16 @@ def cli() -> None:
     """`main` as a command. Hydra reports a composition error (an unknown config group or
     key, a bad override) in one line and exits 1; that is the user's error, so exit 2 as for
     the others (1 stays for bugs)."""
+    from rlvr_jax.config import cli as cli_checks
+
+    args = sys.argv[1:]
+    if "--help" in args or "-h" in args:  # built from what is there (entry points included)
+        print(cli_checks.help_text())
+        sys.exit(0)
+    problem = cli_checks.unknown_override([a for a in args if not a.startswith("-")])
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     try:
         main()
     except SystemExit as e:

@@ -190,14 +190,48 @@ def test_run_dirname_is_short_flat_and_deterministic():
     assert run_dirname("") == "default"  # the plain command's run: a sibling of the others
 
 
-def test_help_lists_every_preset_and_group_option():
-    """`--help` names the presets and each group's options (not the schemas behind them)."""
-    import yaml
+def test_help_lists_every_preset_group_option_task_and_section():
+    """`--help` names the presets and each group's options (not the schemas behind them), and
+    (issue 38.8) env, rollout, job=, eval.extra_sets and tasks registered by entry points."""
+    import subprocess
+    import sys
 
-    help_text = yaml.safe_load(open(f"{CONF_DIR}/config.yaml"))["hydra"]["help"]["template"]
+    from rlvr_jax.config import cli
+    from rlvr_jax.tasks import registry
+
+    help_text = cli.help_text()
     for path in glob.glob(f"{CONF_DIR}/*/*.yaml"):
         assert os.path.basename(path)[:-5] in help_text, path
     assert "_schema" not in help_text
+    for word in ("env ", "rollout ", "job ", "extra_sets", "python_repl", "humaneval",
+                 *registry.specs()):
+        assert word in help_text, word
+    proc = subprocess.run([sys.executable, "-m", "rlvr_jax.train", "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == help_text.strip()
+
+
+@pytest.mark.parametrize("override,said", [
+    ("algo.lr=1", "config key 'algo.lr' does not exist (did you mean algo.optim.learning_rate"),
+    ("num_step=3", "(did you mean num_steps"),
+    ("env.session.call=1", "(did you mean env.session.call_s"),
+])
+def test_an_unknown_key_names_the_nearest_known_ones(override, said):
+    """Issue 38.8: Hydra's hint (`To append to your config use +algo.lr=1`) led to a second
+    error."""
+    import subprocess
+    import sys
+
+    from rlvr_jax.config import cli
+
+    assert said in cli.unknown_override([override])
+    for fine in ("algo.optim.learning_rate=1", "task.digits=3", "env.turn_rewards.ok=1",
+                 "+experiment=x", "task=stash", "hydra.run.dir=x", "hydra/launcher=local"):
+        assert cli.unknown_override([fine]) is None, fine
+    proc = subprocess.run([sys.executable, "-m", "rlvr_jax.train", override],
+                          capture_output=True, text=True, timeout=120)
+    line = f"error: {cli.unknown_override([override])}"
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [line]
 
 
 def test_compose_from_python_equals_the_command_line(tmp_path):
