@@ -1,4 +1,4 @@
-"""Prompt datasets from local JSONL or Parquet files, in the formats the field uses:
+"""Prompt datasets from local files, in the formats the field uses:
 
   gsm8k   {"question": str, "answer": "... #### 42"}
   math    {"problem": str, "solution": "... \\boxed{42} ..."}       (MATH / Hendrycks)
@@ -6,14 +6,22 @@
            "reward_model": {"ground_truth": str, ...}}             (verl's RL parquet rows)
 
 `format="auto"` picks the format per row from its keys. A malformed row raises a DatasetError
-naming the file and line (1-based; the row number for Parquet), or, with `on_error="skip"`,
-is skipped and counted.
+naming the file and line (1-based; the row number for Parquet and Arrow), or, with
+`on_error="skip"`, is skipped and counted.
+
+A data path (`data_files`) is a .jsonl, .parquet or .arrow file; a glob of them
+(`/data/gsm8k/main/train-*.parquet`); a directory written by Hugging Face `datasets`'
+`save_to_disk` (its state.json lists its Arrow files; a saved DatasetDict names its splits:
+point at one); or a folder of one split's shards, what a dataset downloaded elsewhere is.
+Read with pyarrow: `datasets` is not needed, and nothing is downloaded.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -36,29 +44,91 @@ class Problem:
     data_source: str
 
 
-def read_rows(path: str) -> Iterator[tuple[int, object]]:
-    """(line number, parsed row) for a .jsonl / .json-lines or .parquet file."""
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".arrow")
+
+
+def data_files(path: str) -> list[str]:
+    """The files a data path names (module docstring), in order; a DatasetError naming the
+    path and what to do when it names none, or several splits at once."""
+    if any(c in path for c in "*?["):
+        files = sorted(f for f in glob.glob(path) if os.path.isfile(f))
+        if not files:
+            raise DatasetError(f"{path}: matches no file")
+        return files
     if not os.path.exists(path):
         raise DatasetError(f"{path}: file not found")
-    if os.path.isdir(path):
-        raise DatasetError(f"{path}: is a directory, not a data file (a .jsonl or .parquet "
-                           "file: the split's own file, e.g. train.jsonl)")
-    if path.endswith(".parquet"):
+    if not os.path.isdir(path):
+        return [path]
+    meta = lambda name: os.path.join(path, name)
+    try:
+        if os.path.isfile(meta("dataset_dict.json")):
+            with open(meta("dataset_dict.json")) as f:
+                splits = list(json.load(f)["splits"])
+            raise DatasetError(f"{path}: a saved DatasetDict with splits {', '.join(splits)}: "
+                               f"name one split's directory, e.g. {meta(splits[0])}")
+        if os.path.isfile(meta("state.json")):  # Dataset.save_to_disk
+            with open(meta("state.json")) as f:
+                files = [meta(d["filename"]) for d in json.load(f)["_data_files"]]
+            missing = [f for f in files if not os.path.isfile(f)]
+            if missing:
+                raise DatasetError(f"{path}: state.json lists {missing[0]}, which is not there")
+            return files
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+        if isinstance(e, DatasetError):
+            raise
+        raise DatasetError(f"{path}: an unreadable datasets directory ({type(e).__name__}: "
+                           f"{e})") from None
+    shards = sorted(f for f in os.listdir(path) if f.endswith(DATA_SUFFIXES)
+                    and os.path.isfile(meta(f)))
+    if not shards:
+        raise DatasetError(f"{path}: a directory without data files (.jsonl, .parquet or "
+                           ".arrow shards, or a directory written by datasets' save_to_disk)")
+    splits = sorted({m.group(1) for m in (re.match(r"(.+?)-\d{5}-of-\d{5}\.", f)
+                                          for f in shards) if m})
+    if len(splits) > 1:
+        raise DatasetError(f"{path}: holds the shards of several splits ({', '.join(splits)}): "
+                           f"name one split's files, e.g. {meta(splits[0] + '-*')}"
+                           f"{os.path.splitext(shards[0])[1]}")
+    return [meta(f) for f in shards]
+
+
+def read_rows(path: str) -> Iterator[tuple[str, object]]:
+    """("file:line", parsed row) of every file the data path names (`data_files`)."""
+    for file in data_files(path):
+        for line, row in _file_rows(file):
+            yield f"{file}:{line}", row
+
+
+def _file_rows(path: str) -> Iterator[tuple[int, object]]:
+    """(line number, parsed row) of a .jsonl / .json-lines, .parquet or .arrow file."""
+    if path.endswith((".parquet", ".arrow")):
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         try:
-            table = pq.read_table(path)
+            if path.endswith(".parquet"):
+                table = pq.read_table(path)
+            else:  # datasets writes the Arrow IPC stream format; the file format also reads
+                with pa.memory_map(path) as source:
+                    try:
+                        table = pa.ipc.open_stream(source).read_all()
+                    except pa.ArrowInvalid:
+                        source.seek(0)
+                        table = pa.ipc.open_file(source).read_all()
         except Exception as e:
-            raise DatasetError(f"{path}: cannot read as Parquet ({e})") from e
+            kind = "Parquet" if path.endswith(".parquet") else "Arrow"
+            raise DatasetError(f"{path}: cannot read as {kind} ({e})") from e
         for i, row in enumerate(table.to_pylist(), start=1):
             yield i, row
         return
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, start=1):
-            if not line.strip():
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f, start=1):
+            if not raw.strip():
                 continue
             try:
-                yield i, json.loads(line)
+                yield i, json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                yield i, DatasetError(f"{path}:{i}: not UTF-8 text ({e.reason})")
             except json.JSONDecodeError as e:
                 yield i, DatasetError(f"{path}:{i}: not valid JSON ({e.msg})")
             except RecursionError:
@@ -136,11 +206,11 @@ def load_rows(path: str, parse, on_error: str = "raise") -> tuple[list, int]:
     `on_error="skip"`, is counted."""
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be raise or skip, got {on_error!r}")
-    default_source = os.path.splitext(os.path.basename(path))[0]
+    default_source = os.path.splitext(os.path.basename(os.path.normpath(path)))[0]
     out, skipped = [], 0
-    for line, row in read_rows(path):
+    for where, row in read_rows(path):
         try:
-            out.append(parse(row, f"{path}:{line}", default_source))
+            out.append(parse(row, where, default_source))
         except DatasetError:
             if on_error == "raise":
                 raise

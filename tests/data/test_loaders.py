@@ -60,10 +60,44 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 
 def test_a_directory_is_named_not_a_traceback(tmp_path):
-    """Issue 26: a data path that is a directory raised IsADirectoryError (34 lines)."""
+    """Issue 26: a data path that is a directory raised IsADirectoryError (34 lines); one
+    without data files is one line."""
     (tmp_path / "train").mkdir()
-    with pytest.raises(loaders.DatasetError, match="train: is a directory, not a data file"):
+    with pytest.raises(loaders.DatasetError, match="train: a directory without data files"):
         loaders.load(str(tmp_path / "train"))
+
+
+def test_hugging_face_datasets_on_disk_load_like_a_jsonl_file(tmp_path):
+    """Issue 38.15: what a user has after a download elsewhere, written here by `datasets`
+    itself: a save_to_disk directory, a saved DatasetDict's split, a folder of one split's
+    Parquet shards and a glob of them give the rows of the JSONL file, with the same format
+    detection; several splits at once, or a DatasetDict's root, are one line naming them."""
+    datasets = pytest.importorskip("datasets")
+    rows = [dict(GSM, question=f"What is {i}+4?", answer=f"so #### {i + 4}") for i in range(40)]
+    want = loaders.load(_jsonl(tmp_path / "plain.jsonl", rows))[0]
+    table = datasets.Dataset.from_list(rows)
+    table.save_to_disk(str(tmp_path / "saved"), num_shards=2)  # two Arrow files
+    datasets.DatasetDict({"train": table, "test": table}).save_to_disk(str(tmp_path / "dd"))
+    shards = tmp_path / "hub" / "main"
+    shards.mkdir(parents=True)
+    table.shard(2, 0, contiguous=True).to_parquet(str(shards / "train-00000-of-00002.parquet"))
+    table.shard(2, 1, contiguous=True).to_parquet(str(shards / "train-00001-of-00002.parquet"))
+    only_train = tmp_path / "train_only"
+    only_train.mkdir()
+    for f in shards.iterdir():
+        (only_train / f.name).write_bytes(f.read_bytes())
+    table.to_parquet(str(shards / "test-00000-of-00001.parquet"))
+    key = lambda ps: [(p.messages, p.answer) for p in ps]
+    for path in (tmp_path / "saved", tmp_path / "dd" / "train", only_train,
+                 shards / "train-*.parquet"):
+        got, skipped = loaders.load(str(path))
+        assert key(got) == key(want) and skipped == 0, path
+    with pytest.raises(loaders.DatasetError, match=r"dd: a saved DatasetDict with splits "
+                                                   r"train, test: name one split's directory"):
+        loaders.load(str(tmp_path / "dd"))
+    with pytest.raises(loaders.DatasetError, match=r"main: holds the shards of several splits "
+                                                   r"\(test, train\)"):
+        loaders.load(str(shards))
 
 
 def test_a_row_nested_past_the_parser_is_a_bad_row(tmp_path):
