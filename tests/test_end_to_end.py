@@ -90,9 +90,13 @@ def test_gsm8k_grpo_trains_exports_and_evaluates(tiny, tmp_path):
 
 
 @pytest.mark.slow
-def test_multi_turn_tool_use_on_the_chat_model(tiny, tmp_path):
+@pytest.mark.parametrize("env", [["env.kind=tools", "env.tools=[calculator,python]"],
+                                 ["env.kind=python_repl"]], ids=["tools", "session"])
+def test_multi_turn_tool_use_on_the_chat_model(tiny, tmp_path, env):
     """The real-checkpoint path with tools: Hermes-style calls on the tiny chat model (its
-    template's tool turn as the glue), two GRPO steps, one compile per sampler piece."""
+    template's tool turn as the glue), two GRPO steps, one compile per sampler piece; with
+    the stateless tools and with a stateful environment (a sandbox session per episode, every
+    one closed)."""
     from tests.helpers import UNAVAILABLE
 
     if UNAVAILABLE:
@@ -100,8 +104,8 @@ def test_multi_turn_tool_use_on_the_chat_model(tiny, tmp_path):
     run_dir = tmp_path / "run"
     overrides = ["+experiment=gsm8k_grpo", f"model.path={tiny / 'model'}",
                  f"task.train_path={tiny / 'data' / 'train.jsonl'}",
-                 f"task.test_path={tiny / 'data' / 'test.jsonl'}", *SMALL, "env.kind=tools",
-                 "env.call_format=hermes", "env.tools=[calculator,python]", "env.workers=1",
+                 f"task.test_path={tiny / 'data' / 'test.jsonl'}", *SMALL, *env,
+                 "env.call_format=hermes", "env.workers=1",
                  "sampling.max_new_tokens=24", "eval.every_steps=0"]
     summary = jobs.run(run_config(overrides, run_dir))
     assert summary["compiles"]["sampler_turn_decode"] == 1
@@ -109,6 +113,8 @@ def test_multi_turn_tool_use_on_the_chat_model(tiny, tmp_path):
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "reward/mean" in r]
     assert len(steps) == 2 and all("episode/turns_mean" in r for r in steps)
+    if "env.kind=python_repl" in env:
+        assert all(r["session/opened"] == 16 and r["session/leaked"] == 0 for r in steps)
 
 
 def test_a_reward_model_from_preference_files_then_rlhf_on_the_hf_model(tiny, tmp_path):
