@@ -11,6 +11,10 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from rlvr_jax import objectives
+from rlvr_jax.objectives.clip import clipped_surrogate  # noqa: F401 (re-exported)
+from rlvr_jax.objectives.gspo import gspo_surrogate  # noqa: F401
+
 
 def token_logp_and_entropy(logits_B_R_V: jax.Array, targets_B_R: jax.Array,
                            temperature: float = 1.0) -> tuple[jax.Array, jax.Array]:
@@ -126,56 +130,6 @@ def aggregate(x_B_R: jax.Array, mask_B_R: jax.Array, mode: str, norm_tokens: int
     raise ValueError(f"unknown aggregation {mode!r} (known: {', '.join(AGGREGATIONS)})")
 
 
-def clipped_surrogate(logp_B_R: jax.Array, old_logp_B_R: jax.Array, adv_B_R: jax.Array,
-                      eps_low: float, eps_high: float,
-                      dual_clip_c: float = 0.0) -> tuple[jax.Array, dict]:
-    """PPO clipped surrogate with decoupled bounds (DAPO clip-higher), per token, to minimise:
-
-        rho = exp(logp - old_logp)
-        L = max(-A * rho, -A * clip(rho, 1 - eps_low, 1 + eps_high))
-        L = min(L, -c * A)   where A < 0, if dual_clip_c = c > 1 (Ye et al. 2020,
-                             arXiv:1912.09729): a negative-advantage token whose ratio has
-                             run away cannot dominate the batch
-
-    Returns (L_B_R, indicators) with the float masks where a clip is active: `clip_low`
-    (A < 0 and rho < 1 - eps_low), `clip_high` (A > 0 and rho > 1 + eps_high) and `clip_dual`.
-    """
-    ratio_B_R = jnp.exp(logp_B_R - old_logp_B_R)
-    unclipped = -adv_B_R * ratio_B_R
-    clipped = -adv_B_R * jnp.clip(ratio_B_R, 1.0 - eps_low, 1.0 + eps_high)
-    loss_B_R = jnp.maximum(unclipped, clipped)
-    dual_B_R = jnp.zeros_like(loss_B_R, dtype=bool)
-    if dual_clip_c > 0.0:
-        dual_B_R = (adv_B_R < 0) & (loss_B_R > -dual_clip_c * adv_B_R)
-        loss_B_R = jnp.where(dual_B_R, -dual_clip_c * adv_B_R, loss_B_R)
-    indicators = {
-        "ratio": ratio_B_R,
-        "clip_low": ((adv_B_R < 0) & (ratio_B_R < 1.0 - eps_low)).astype(jnp.float32),
-        "clip_high": ((adv_B_R > 0) & (ratio_B_R > 1.0 + eps_high)).astype(jnp.float32),
-        "clip_dual": dual_B_R.astype(jnp.float32),
-    }
-    return loss_B_R, indicators
-
-
-def gspo_surrogate(logp_B_R: jax.Array, old_logp_B_R: jax.Array, adv_B: jax.Array,
-                   mask_B_R: jax.Array, eps_low: float, eps_high: float) -> tuple[jax.Array, dict]:
-    """GSPO (Zheng et al. 2025, arXiv:2507.18071, eq. 5-7): one importance ratio per sequence,
-    the geometric mean of its token ratios, clipped per sequence (the paper uses eps of order
-    3e-4 / 4e-4, since a length-normalised ratio moves far less than a token ratio):
-
-        s_b = exp( sum_t m (logp - old_logp) / sum_t m )
-        L_b = max(-A_b * s_b, -A_b * clip(s_b, 1 - eps_low, 1 + eps_high))
-
-    Returns (L_B per sequence, indicators)."""
-    m = mask_B_R.astype(jnp.float32)
-    log_s_B = jnp.sum((logp_B_R - old_logp_B_R) * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
-    s_B = jnp.exp(log_s_B)
-    loss_B = jnp.maximum(-adv_B * s_B, -adv_B * jnp.clip(s_B, 1.0 - eps_low, 1.0 + eps_high))
-    return loss_B, {"seq_ratio": s_B,
-                    "clip_low": ((adv_B < 0) & (s_B < 1.0 - eps_low)).astype(jnp.float32),
-                    "clip_high": ((adv_B > 0) & (s_B > 1.0 + eps_high)).astype(jnp.float32)}
-
-
 def behaviour_weights(prox_logp_B_R: jax.Array, behav_logp_B_R: jax.Array, mask_B_R: jax.Array,
                       cap: float, level: str,
                       total: Counts | None = None) -> tuple[jax.Array, dict]:
@@ -216,17 +170,19 @@ def policy_gradient_loss(logp_B_R: jax.Array, old_logp_B_R: jax.Array,
                          entropy_coef: float = 0.0,
                          total: Counts | None = None,
                          prox_logp_B_R: jax.Array | None = None,
-                         is_weights_B_R: jax.Array | None = None) -> tuple[jax.Array, dict]:
+                         is_weights_B_R: jax.Array | None = None,
+                         objective_options: tuple = ()) -> tuple[jax.Array, dict]:
     """The policy-gradient objective of the GRPO family (arXiv:2402.03300 eq. 3) and of PPO
     (arXiv:1707.06347), with the field's variants as named options:
 
         loss = agg_{b,t}( L_clip[b,t] + beta * KL_k[b,t] - c_H * H[b,t] )
 
     `advantages_B_R` is per token: an outcome advantage broadcast over its response (GRPO
-    family) or a GAE advantage (PPO). `policy_loss="clip"`: token ratios with decoupled clip
-    (and dual-clip if `dual_clip_c > 0`), aggregated by `loss_agg` (see `aggregate`).
-    `policy_loss="gspo"`: one clipped ratio per sequence with the sequence's mean advantage,
-    averaged over sequences. The KL term (`kl_estimator` k1/k2/k3) and the entropy bonus use the
+    family) or a GAE advantage (PPO). `policy_loss` names the objective (rlvr_jax/objectives:
+    `clip`, token ratios with decoupled clip and dual clip; `gspo`, one clipped ratio per
+    sequence; ...), its options from `eps_low`, `eps_high`, `dual_clip_c` and
+    `objective_options` ((name, value) pairs); per-token terms are aggregated by `loss_agg`
+    (see `aggregate`), per-sequence ones averaged over sequences. The KL term (`kl_estimator` k1/k2/k3) and the entropy bonus use the
     same aggregation. `ref_logp_B_R` may be None only when `kl_coef == 0` (the reference forward
     is skipped). `total`: the counts of the full batch when this is a microbatch; every metric
     is then this microbatch's share, so metrics sum over microbatches (except `*_max`: max).
@@ -244,26 +200,23 @@ def policy_gradient_loss(logp_B_R: jax.Array, old_logp_B_R: jax.Array,
                                      "seq-mean-token-mean", total=total)
     anchor_B_R = old_logp_B_R if prox_logp_B_R is None else prox_logp_B_R
     ratio_B_R = jnp.exp(logp_B_R - anchor_B_R)
-    if policy_loss == "clip":
-        pg_B_R, ind = clipped_surrogate(logp_B_R, anchor_B_R, advantages_B_R, eps_low,
-                                        eps_high, dual_clip_c)
-        if is_weights_B_R is not None:
-            pg_B_R = pg_B_R * is_weights_B_R
+    spec = objectives.get(policy_loss)
+    shared = {"clip_eps_low": eps_low, "clip_eps_high": eps_high, "dual_clip_c": dual_clip_c}
+    terms = spec.fn(objectives.Inputs(logp_B_R, anchor_B_R, advantages_B_R, mask_B_R),
+                    objectives.options_for(policy_loss, shared, dict(objective_options)))
+    if spec.level == "token":
+        pg_B_R = terms.loss if is_weights_B_R is None else terms.loss * is_weights_B_R
         pg_loss = agg(pg_B_R)
-        clip_metrics = {k: tok_mean(ind[k]) for k in ("clip_low", "clip_high", "clip_dual")}
-    elif policy_loss == "gspo":
-        m = mask_B_R.astype(jnp.float32)
-        adv_B = jnp.sum(advantages_B_R * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
-        pg_B, ind = gspo_surrogate(logp_B_R, old_logp_B_R, adv_B, mask_B_R, eps_low, eps_high)
-        pg_loss = seq_mean(pg_B)
-        clip_metrics = {"clip_low": seq_mean(ind["clip_low"]),
-                        "clip_high": seq_mean(ind["clip_high"])}
+        clip_metrics = {k: tok_mean(v) for k, v in terms.fractions.items()}
     else:
-        raise ValueError(f"unknown policy loss {policy_loss!r} (known: clip, gspo)")
+        if is_weights_B_R is not None:
+            raise ValueError(f"objective {policy_loss!r} takes no per-token importance weights")
+        pg_loss = seq_mean(terms.loss)
+        clip_metrics = {k: seq_mean(v) for k, v in terms.fractions.items()}
     entropy = tok_mean(entropy_B_R)
     metrics = {
         "pg_loss": pg_loss,
-        **{f"{k.replace('clip_', 'clip_frac_')}": v for k, v in clip_metrics.items()},
+        **clip_metrics,
         "ratio_mean": tok_mean(ratio_B_R),
         "ratio_max": jnp.max(jnp.where(mask_B_R > 0, ratio_B_R, 0.0)),
         "entropy": entropy,

@@ -35,6 +35,7 @@ class LossOptions(NamedTuple):
     # ratio clipped against the proximal policy (decoupled PPO).
     correction: str = "none"
     is_cap: float = 2.0
+    objective_options: tuple = ()  # the objective's own options, (name, value) pairs
 
 
 class CriticOptions(NamedTuple):

@@ -134,7 +134,7 @@ def test_bad_ppo_values_name_the_key(overrides, key):
 
 @pytest.mark.parametrize("override", [
     "verifier.reward_scheme=nope", "algo.adv_estimator=ppo", "algo.loss.agg=sum",
-    "algo.loss.kl_estimator=k4", "algo.loss.kind=dpo", "algo.ppo.critic=shared",
+    "algo.loss.kl_estimator=k4", "algo.ppo.critic=shared",
     "algo.optim.lr_schedule=linear", "logger.mode=loud", "model.compute_dtype=int8",
 ])
 def test_a_name_outside_its_choices_fails_at_composition_naming_the_key(override):
@@ -153,6 +153,22 @@ def test_choices_match_what_the_code_implements():
     assert {c.value for c in AdvEstimator} == set(advantages.ESTIMATORS) | {"gae"}
     assert {c.value for c in LossAgg} == set(losses.AGGREGATIONS)
     assert {c.value for c in RewardScheme} == set(rewards.REWARD_TABLES)
+
+
+def test_objectives_are_the_tables_and_their_options_are_checked():
+    """algo.loss.kind names an objective of the table (rlvr_jax/objectives, entry points
+    included); its own options (algo.loss.options) are its schema's fields, checked."""
+    from rlvr_jax import objectives
+
+    assert {"clip", "gspo"} <= set(objectives.specs())
+    for name in objectives.specs():
+        assert run_config([f"algo.loss.kind={name}"]).algo.loss.kind == name
+    with pytest.raises(ConfigError, match=r"'algo.loss.kind': unknown objective 'dpo' \(known:"):
+        run_config(["algo.loss.kind=dpo"])
+    with pytest.raises(ConfigError, match=r"'algo.loss.options.tau': objective clip has no such"):
+        run_config(["+algo.loss.options.tau=1.0"])
+    with pytest.raises(ConfigError, match="'algo.loss.correction'"):
+        run_config(["algo.loss.kind=gspo", "algo.loss.correction=token"])
 
 
 def test_python_dicts_compose_like_the_command_line():

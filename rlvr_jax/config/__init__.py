@@ -16,7 +16,7 @@ composition, the run's directory name).
 
 from rlvr_jax.config.choices import (AdvEstimator, Algorithm, Choice, ConfigError,
                                      CriticLayout, DataFormat, Dtype, KLEstimator, LoggerMode,
-                                     LossAgg, LRSchedule, OnBadRow, PolicyLoss, Remat,
+                                     LossAgg, LRSchedule, OnBadRow, Remat,
                                      RewardScheme, RewardSource, RopeScaling, SandboxMode,
                                      VerifierKind, choice)
 from rlvr_jax.config.load import (as_dict, compose, conf_dir, recorded_model_config,
@@ -61,7 +61,6 @@ __all__ = [
     "OnBadRow",
     "OptimConfig",
     "PPOConfig",
-    "PolicyLoss",
     "PolicyLossConfig",
     "Remat",
     "RewardScheme",

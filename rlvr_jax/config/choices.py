@@ -39,7 +39,6 @@ AdvEstimator = choice("AdvEstimator", "grpo", "drgrpo", "rloo", "batch_std", "re
                       "reinforce_pp_baseline", "gae")  # advantages.ESTIMATORS + gae
 LossAgg = choice("LossAgg", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                  "seq-mean-token-sum-norm")  # losses.AGGREGATIONS
-PolicyLoss = choice("PolicyLoss", "clip", "gspo")  # token ratios | one ratio per sequence
 KLEstimator = choice("KLEstimator", "k1", "k2", "k3")  # losses.kl_estimate
 ISCorrection = choice("ISCorrection", "none", "token", "sequence")  # losses.behaviour_weights
 LRSchedule = choice("LRSchedule", "constant", "cosine")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from rlvr_jax.config.choices import (AdvEstimator, Algorithm, CriticLayout, Dtype, ISCorrection,
-                                     KLEstimator, LossAgg, LRSchedule, PolicyLoss, Remat,
+                                     KLEstimator, LossAgg, LRSchedule, Remat,
                                      RopeScaling, _check)
 
 
@@ -135,7 +135,9 @@ class PolicyLossConfig:
     """The policy objective (`losses.policy_gradient_loss`): every knob the frameworks
     disagree on."""
 
-    kind: PolicyLoss = PolicyLoss["clip"]
+    # The objective (rlvr_jax/objectives: clip, gspo, ...; entry points add others); the
+    # knobs below are shared by those that declare them, `options` holds the rest.
+    kind: str = "clip"
     clip_eps_low: float = 0.2  # ratio clipped to [1 - low, 1 + high]
     clip_eps_high: float = 0.28
     dual_clip_c: float = 0.0  # > 1 caps the loss of negative-advantage tokens at c * |A|; 0: off
@@ -149,18 +151,32 @@ class PolicyLossConfig:
     # sequence truncated importance weights sampler -> proximal policy, capped at is_cap.
     correction: ISCorrection = ISCorrection["none"]
     is_cap: float = 2.0
+    options: Dict[str, Any] = field(default_factory=dict)  # the objective's own knobs
+
+    def objective_options(self, key: str = "algo.loss"):
+        """The objective's options, checked (objectives.options_for)."""
+        from rlvr_jax import objectives
+
+        return objectives.options_for(self.kind, {
+            "clip_eps_low": self.clip_eps_low, "clip_eps_high": self.clip_eps_high,
+            "dual_clip_c": self.dual_clip_c}, dict(self.options), key)
 
     def check(self, key: str) -> None:
+        from rlvr_jax import objectives
+
         _check(0 <= self.clip_eps_low < 1 and self.clip_eps_high >= 0, f"{key}.clip_eps_low",
                "need 0 <= clip_eps_low < 1 and clip_eps_high >= 0")
         _check(self.dual_clip_c == 0.0 or self.dual_clip_c > 1.0, f"{key}.dual_clip_c",
                "must be 0 (off) or > 1")
+        spec = objectives.get(self.kind, f"{key}.kind")
+        self.objective_options(key)
         _check(self.kl_coef >= 0 or self.kl_coef == -1, f"{key}.kl_coef",
                "must be >= 0, or -1 (by the reward source)")
         _check(self.entropy_coef >= 0, f"{key}.entropy_coef", "must be >= 0")
         _check(self.is_cap >= 1.0, f"{key}.is_cap", "must be >= 1")
-        _check(self.correction == "none" or self.kind == "clip", f"{key}.correction",
-               "the decoupled correction is for kind=clip (token ratios)")
+        _check(self.correction == "none" or spec.decoupled, f"{key}.correction",
+               f"objective {self.kind} takes no per-token importance weights (the decoupled "
+               "correction is for token-level objectives, e.g. kind=clip)")
 
 
 @dataclass
