@@ -73,3 +73,33 @@ def test_clip_and_gspo_through_the_table_equal_their_surrogates(name):
         alive = m.sum(1) > 0
         want = float(np.sum(np.asarray(per_seq)[alive]) / alive.sum())
     assert float(loss) == pytest.approx(want, rel=1e-6)
+
+
+def test_cispo_value_and_gradient_against_float64_numpy():
+    """L = -sg(clip(r, 1 - lo, 1 + hi)) A logp, token-mean: its value, and its gradient
+    -clip(r) A m / n (the weight is detached), against numpy in float64; on-policy (r = 1)
+    its gradient is the clipped surrogate's (REINFORCE's)."""
+    logp, old, adv, mask = _batch(3)
+    opts = (("eps_high_is", 0.1), ("eps_low_is", 0.5))
+
+    def loss(lp, anchor):
+        return losses.policy_gradient_loss(lp, anchor, None, adv, mask, jnp.zeros_like(lp),
+                                           eps_low=0.2, eps_high=0.28, kl_coef=0.0,
+                                           policy_loss="cispo", objective_options=opts)[0]
+
+    lp, o, a, m = (np.asarray(v, np.float64) for v in (logp, old, adv, mask))
+    w = np.clip(np.exp(lp - o), 0.5, 1.1)
+    n = m.sum()
+    assert float(loss(logp, old)) == pytest.approx(np.sum(-w * a * lp * m) / n, rel=1e-5)
+    np.testing.assert_allclose(np.asarray(jax.grad(loss)(logp, old)), -w * a * m / n,
+                               rtol=1e-5, atol=1e-8)
+    clip_grad = jax.grad(lambda lp: losses.policy_gradient_loss(
+        lp, jax.lax.stop_gradient(lp), None, adv, mask, jnp.zeros_like(lp), eps_low=0.2,
+        eps_high=0.28, kl_coef=0.0, policy_loss="clip")[0])(logp)
+    on_policy = jax.grad(lambda lp: loss(lp, jax.lax.stop_gradient(lp)))(logp)
+    np.testing.assert_allclose(np.asarray(on_policy), np.asarray(clip_grad), rtol=1e-6)
+    _, metrics = losses.policy_gradient_loss(logp, old, None, adv, mask, jnp.zeros_like(logp),
+                                             eps_low=0.2, eps_high=0.28, kl_coef=0.0,
+                                             policy_loss="cispo", objective_options=opts)
+    r = np.exp(lp - o)
+    assert float(metrics["clip_frac_high"]) == pytest.approx(np.sum((r > 1.1) * m) / n)

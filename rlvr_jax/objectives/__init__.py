@@ -8,6 +8,7 @@ terms, and the off-policy importance weights stay shared around it
 
     clip   PPO's clipped token ratios, dual clip, clip-higher (the default)
     gspo   one clipped ratio per sequence (GSPO)
+    cispo  a clipped, detached importance weight times A log pi (MiniMax-M1's CISPO)
 """
 
 from rlvr_jax.objectives.registry import (Inputs, ObjectiveSpec, Terms, get, options_for,
