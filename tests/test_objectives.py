@@ -103,3 +103,52 @@ def test_cispo_value_and_gradient_against_float64_numpy():
                                              policy_loss="cispo", objective_options=opts)
     r = np.exp(lp - o)
     assert float(metrics["clip_frac_high"]) == pytest.approx(np.sum((r > 1.1) * m) / n)
+
+
+def test_sapo_value_gradient_and_on_policy_identity():
+    """L = -A (4/tau) sigmoid(tau (r - 1)), tau by the sign of A: value and gradient
+    (-A 4 s (1 - s) r m / n) against float64 numpy; on-policy, the policy gradient."""
+    logp, old, adv, mask = _batch(4)
+    opts = (("tau_neg", 2.0), ("tau_pos", 0.5))
+
+    def loss(lp, anchor):
+        return losses.policy_gradient_loss(lp, anchor, None, adv, mask, jnp.zeros_like(lp),
+                                           eps_low=0.2, eps_high=0.28, kl_coef=0.0,
+                                           policy_loss="sapo", objective_options=opts)[0]
+
+    lp, o, a, m = (np.asarray(v, np.float64) for v in (logp, old, adv, mask))
+    r = np.exp(lp - o)
+    tau = np.where(a > 0, 0.5, 2.0)
+    s = 1.0 / (1.0 + np.exp(-tau * (r - 1.0)))
+    n = m.sum()
+    assert float(loss(logp, old)) == pytest.approx(np.sum(-a * 4 / tau * s * m) / n, rel=1e-5)
+    np.testing.assert_allclose(np.asarray(jax.grad(loss)(logp, old)),
+                               -a * 4 * s * (1 - s) * r * m / n, rtol=1e-4, atol=1e-7)
+    on_policy = jax.grad(lambda lp: loss(lp, jax.lax.stop_gradient(lp)))(logp)
+    np.testing.assert_allclose(np.asarray(on_policy), -a * m / n, rtol=1e-5, atol=1e-8)
+
+
+def test_gmpo_value_gradient_and_on_policy_identity():
+    """L_b = -A_b exp(mean_t c_t), c the sign-pessimistic log-clipped log-ratio: value against
+    float64 numpy; on-policy its gradient is -A_b m / n_b, averaged over sequences."""
+    logp, old, adv, mask = _batch(5)
+    opts = (("log_eps_high", 0.1), ("log_eps_low", 0.15))
+
+    def loss(lp, anchor):
+        return losses.policy_gradient_loss(lp, anchor, None, adv, mask, jnp.zeros_like(lp),
+                                           eps_low=0.2, eps_high=0.28, kl_coef=0.0,
+                                           policy_loss="gmpo", objective_options=opts)[0]
+
+    lp, o, a, m = (np.asarray(v, np.float64) for v in (logp, old, adv, mask))
+    n_b = np.maximum(m.sum(1), 1.0)
+    a_b = (a * m).sum(1) / n_b
+    d = lp - o
+    sg = np.sign(a_b)[:, None]
+    c = sg * np.minimum(sg * d, sg * np.clip(d, -0.15, 0.1))
+    alive = m.sum(1) > 0
+    want = np.sum((-a_b * np.exp((c * m).sum(1) / n_b))[alive]) / alive.sum()
+    assert float(loss(logp, old)) == pytest.approx(want, rel=1e-5)
+    on_policy = jax.grad(lambda lp: loss(lp, jax.lax.stop_gradient(lp)))(logp)
+    np.testing.assert_allclose(np.asarray(on_policy),
+                               (-a_b[:, None] * m / n_b[:, None]) / alive.sum(),
+                               rtol=1e-5, atol=1e-8)

@@ -9,6 +9,8 @@ terms, and the off-policy importance weights stay shared around it
     clip   PPO's clipped token ratios, dual clip, clip-higher (the default)
     gspo   one clipped ratio per sequence (GSPO)
     cispo  a clipped, detached importance weight times A log pi (MiniMax-M1's CISPO)
+    sapo   a smooth sigmoid gate on the token ratio, its temperature by the sign of A (SAPO)
+    gmpo   the geometric mean of a sequence's log-clipped token ratios (GMPO)
 """
 
 from rlvr_jax.objectives.registry import (Inputs, ObjectiveSpec, Terms, get, options_for,
