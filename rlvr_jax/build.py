@@ -365,7 +365,8 @@ def updates(policy: Policy, setup: TaskSetup, algo: AlgoConfig, temperature: flo
         kl_coef=0.0 if a.ppo.kl_in_reward else l.kl_coef, kl_estimator=l.kl_estimator,
         loss_agg=l.agg, norm_tokens=setup.max_new_tokens, dual_clip_c=l.dual_clip_c,
         policy_loss=l.kind, entropy_coef=l.entropy_coef, correction=l.correction,
-        is_cap=l.is_cap, objective_options=tuple(sorted(dict(l.options).items())))
+        is_cap=l.is_cap, is_bounds=(l.is_mask_low, l.is_mask_high),
+        objective_options=tuple(sorted(dict(l.options).items())))
     critic = (train_step.CriticOptions(layout, a.ppo.value_clip, a.ppo.vf_coef)
               if layout else None)
     rl_step = train_step.make_rl_step(

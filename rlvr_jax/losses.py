@@ -130,32 +130,58 @@ def aggregate(x_B_R: jax.Array, mask_B_R: jax.Array, mode: str, norm_tokens: int
     raise ValueError(f"unknown aggregation {mode!r} (known: {', '.join(AGGREGATIONS)})")
 
 
+MASKED = ("token_mask", "sequence_mask", "geo_mask")
+
+
 def behaviour_weights(prox_logp_B_R: jax.Array, behav_logp_B_R: jax.Array, mask_B_R: jax.Array,
-                      cap: float, level: str,
-                      total: Counts | None = None) -> tuple[jax.Array, dict]:
-    """Truncated importance weights from the behaviour policy (the sampler, which drew the
-    tokens) to the proximal policy (the trainer's params at the start of the update), for the
-    decoupled surrogate (Hilton et al. 2021, arXiv:2110.00641, "decoupled PPO"; truncated IS
-    for the sampler/trainer mismatch: Yao et al. 2025, "Your efficient RL framework secretly
-    brings you off-policy RL training"; Espeholt et al. 2018's truncation):
+                      cap: float, level: str, total: Counts | None = None,
+                      bounds: tuple[float, float] = (0.5, 2.0)) -> tuple[jax.Array, dict]:
+    """Importance weights from the behaviour policy mu (the sampler, which drew the tokens) to
+    the proximal policy (the trainer's params at the start of the update), for the decoupled
+    surrogate (Hilton et al. 2021, arXiv:2110.00641, "decoupled PPO"), with rho_t =
+    pi_prox(a_t) / mu(a_t) over the loss mask's tokens (0 elsewhere):
 
-        token:     w_t = min(pi_prox(a_t) / mu(a_t), C)
-        sequence:  w_b = min(prod_t pi_prox(a_t) / mu(a_t), C), the same for each token of b
+      truncated (Espeholt et al. 2018; Yao et al. 2025, "Your efficient RL framework secretly
+      brings you off-policy RL training"):
+        token           w_t = min(rho_t, C)
+        sequence        w_b = min(prod_t rho_t, C), the same for each token of b
+      masked, with bounds [lo, hi] (arXiv:2510.18855's IcePop; arXiv:2512.23075):
+        token_mask      w_t = rho_t if lo <= rho_t <= hi else 0: the token leaves the loss
+        sequence_mask   w_t = rho_t if lo <= prod_t rho_t <= hi else 0: the whole sequence
+        geo_mask        w_t = rho_t if lo <= (prod_t rho_t)^(1/n) <= hi else 0: the same by
+                        the geometric mean, which does not grow with the length
 
-    over the loss mask's tokens (0 elsewhere). No gradient flows through w (both policies are
-    fixed for the update). Returns (w_B_R, metrics: the weights' token-mean and max, and the
-    share of tokens whose weight was capped; `total` as in `policy_gradient_loss`)."""
+    A masked token keeps its place in the aggregation's denominators (it weighs 0). No
+    gradient flows through w (both policies are fixed for the update). Returns (w_B_R,
+    metrics: the weights' token-mean and max, the share of tokens whose weight was capped
+    (truncated modes) or masked (masked modes); `total` as in `policy_gradient_loss`)."""
     m = mask_B_R.astype(jnp.float32)
     log_w_B_R = jax.lax.stop_gradient(prox_logp_B_R - behav_logp_B_R) * m
+    n = (total or counts(mask_B_R)).num_tokens
+    if level in MASKED:
+        lo, hi = bounds
+        rho_B_R = jnp.exp(log_w_B_R)
+        if level == "token_mask":
+            test_B_R = log_w_B_R
+        else:
+            log_seq_B = jnp.sum(log_w_B_R, axis=1, keepdims=True)
+            if level == "geo_mask":
+                log_seq_B = log_seq_B / jnp.maximum(jnp.sum(m, axis=1, keepdims=True), 1.0)
+            test_B_R = jnp.broadcast_to(log_seq_B, m.shape)
+        keep_B_R = (test_B_R >= jnp.log(lo)) & (test_B_R <= jnp.log(hi))
+        w_B_R = jnp.where(keep_B_R, rho_B_R, 0.0) * m
+        return w_B_R, {"is_weight_mean": jnp.sum(w_B_R) / n,
+                       "is_weight_max": jnp.max(jnp.where(m > 0, rho_B_R, 0.0)),
+                       "is_masked_frac": jnp.sum((~keep_B_R) * m) / n}
     if level == "token":
         raw_B_R = jnp.exp(log_w_B_R)
     elif level == "sequence":
         raw_B_R = jnp.broadcast_to(jnp.exp(jnp.sum(log_w_B_R, axis=1, keepdims=True)),
                                    m.shape)
     else:
-        raise ValueError(f"unknown importance level {level!r} (known: token, sequence)")
+        raise ValueError(f"unknown importance level {level!r} (known: token, sequence, "
+                         f"{', '.join(MASKED)})")
     w_B_R = jnp.minimum(raw_B_R, cap) * m
-    n = (total or counts(mask_B_R)).num_tokens
     return w_B_R, {"is_weight_mean": jnp.sum(w_B_R) / n,
                    "is_weight_max": jnp.max(jnp.where(m > 0, raw_B_R, 0.0)),
                    "is_capped_frac": jnp.sum((raw_B_R > cap) * m) / n}

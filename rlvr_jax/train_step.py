@@ -35,6 +35,7 @@ class LossOptions(NamedTuple):
     # ratio clipped against the proximal policy (decoupled PPO).
     correction: str = "none"
     is_cap: float = 2.0
+    is_bounds: tuple = (0.5, 2.0)  # the masked corrections' [low, high]
     objective_options: tuple = ()  # the objective's own options, (name, value) pairs
 
 
@@ -122,6 +123,7 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
                                             temperature, group_size=g)
         options = loss._asdict()
         correction, cap = options.pop("correction"), options.pop("is_cap")
+        bounds = options.pop("is_bounds")
         decoupled, w_metrics = {}, {}
         if correction != "none":
             # The proximal policy: the step's starting params (filled before the updates when
@@ -130,7 +132,7 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
                     else mb.prox_logp_B_R)
             w_B_R, w_metrics = losses.behaviour_weights(prox, mb.old_logp_B_R,
                                                         mb.response_mask_B_R, cap, correction,
-                                                        total)
+                                                        total, bounds)
             decoupled = {"prox_logp_B_R": prox, "is_weights_B_R": w_B_R}
         total_loss, metrics = losses.policy_gradient_loss(
             logp_B_R, mb.old_logp_B_R, ref_logp_B_R, mb.advantages_B_R, mb.response_mask_B_R,

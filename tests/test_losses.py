@@ -281,6 +281,42 @@ def test_behaviour_weights_against_float64():
                                    rtol=1e-5)
 
 
+@pytest.mark.parametrize("level", ["token_mask", "sequence_mask", "geo_mask"])
+def test_masked_importance_weights_against_float64(level):
+    """Masked corrections (IcePop's token mask, the sequence and geometric-mean masks): a
+    token (sequence) whose weight (product, geometric mean) leaves [lo, hi] weighs 0, the
+    others rho; the masked share is reported; a mask that drops every token gives a zero
+    gradient, not NaN."""
+    rng = np.random.default_rng(1)
+    prox = np.log(rng.uniform(0.1, 0.9, (4, 5)))
+    behav = prox - rng.normal(0.0, 0.5, (4, 5))
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]],
+                    np.float64)
+    log_rho = (prox - behav) * mask
+    if level == "token_mask":
+        test = log_rho
+    else:
+        test = np.broadcast_to(log_rho.sum(1, keepdims=True)
+                               / (mask.sum(1, keepdims=True) if level == "geo_mask" else 1.0),
+                               mask.shape)
+    keep = (test >= np.log(0.7)) & (test <= np.log(1.4))
+    want = np.where(keep, np.exp(log_rho), 0.0) * mask
+    w, m = losses.behaviour_weights(jnp.asarray(prox, jnp.float32),
+                                    jnp.asarray(behav, jnp.float32),
+                                    jnp.asarray(mask, jnp.float32), 2.0, level,
+                                    bounds=(0.7, 1.4))
+    np.testing.assert_allclose(np.asarray(w), want, rtol=1e-5, atol=1e-7)
+    assert float(m["is_masked_frac"]) == pytest.approx(((~keep) * mask).sum() / mask.sum())
+    assert 0 < float(m["is_masked_frac"]) < 1, "the draw masks some tokens and keeps some"
+    logp = jnp.asarray(prox, jnp.float32)
+    zero = jnp.zeros_like(logp)
+    grad = jax.grad(lambda lp: losses.policy_gradient_loss(
+        lp, jnp.asarray(behav, jnp.float32), None, jnp.ones_like(lp), jnp.asarray(mask),
+        zero, eps_low=0.2, eps_high=0.28, kl_coef=0.0, prox_logp_B_R=logp,
+        is_weights_B_R=jnp.zeros_like(lp))[0])(logp)
+    assert np.all(np.asarray(grad) == 0.0)
+
+
 def test_the_decoupled_loss_values_and_gradients_against_float64():
     """L = w * max(-A r, -A clip(r)) with r = pi / pi_prox, w = min(pi_prox / mu, C): values
     and d/dlogp against float64; with pi_prox = mu it is the ordinary loss exactly."""

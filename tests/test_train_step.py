@@ -315,6 +315,14 @@ def test_the_off_policy_correction_in_the_update():
     multi, m3 = _step(tx, correction="token", is_cap=2.0, epochs=2, minibatches=2)(
         _state(tx)[0], ref, exact, key, 1.0)
     np.testing.assert_allclose(float(m3["is_weight_max"]), 1.0, rtol=1e-5)
+    # Masked (IcePop's token mask): the 3x-off sampler puts every token outside [0.5, 2],
+    # so every token is masked and nothing moves; matched log-probs keep them all.
+    masked, m4 = _step(tx, correction="token_mask")(_state(tx)[0], ref, far, key, 1.0)
+    assert float(m4["is_masked_frac"]) == 1.0
+    _close(masked.params, _state(tx)[0].params, rtol=0, atol=0)
+    kept, m5 = _step(tx, correction="geo_mask")(_state(tx)[0], ref, exact, key, 1.0)
+    assert float(m5["is_masked_frac"]) == 0.0
+    _close(kept.params, plain.params, rtol=1e-5, atol=1e-7)
 
 
 G = 4  # the grouped batch: P * G = B rows, B / G = 4 groups

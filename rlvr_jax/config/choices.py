@@ -40,7 +40,10 @@ AdvEstimator = choice("AdvEstimator", "grpo", "drgrpo", "rloo", "batch_std", "re
 LossAgg = choice("LossAgg", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                  "seq-mean-token-sum-norm")  # losses.AGGREGATIONS
 KLEstimator = choice("KLEstimator", "k1", "k2", "k3")  # losses.kl_estimate
-ISCorrection = choice("ISCorrection", "none", "token", "sequence")  # losses.behaviour_weights
+# losses.behaviour_weights: truncated (token, sequence) or masked (token_mask, sequence_mask,
+# geo_mask) importance weights from the sampler to the proximal policy
+ISCorrection = choice("ISCorrection", "none", "token", "sequence", "token_mask",
+                      "sequence_mask", "geo_mask")
 LRSchedule = choice("LRSchedule", "constant", "cosine")
 CriticLayout = choice("CriticLayout", "separate", "head")
 VerifierKind = choice("VerifierKind", "inprocess", "math", "code", "reasoning_gym",

@@ -148,9 +148,13 @@ class PolicyLossConfig:
     agg: LossAgg = LossAgg["token-mean"]
     entropy_coef: float = 0.0  # entropy bonus, aggregated like the policy loss
     # Off-policy correction (losses.behaviour_weights, decoupled PPO): none | token |
-    # sequence truncated importance weights sampler -> proximal policy, capped at is_cap.
+    # sequence truncated importance weights sampler -> proximal policy, capped at is_cap; or
+    # token_mask | sequence_mask | geo_mask: tokens (whole sequences) whose weight (product,
+    # geometric mean) is outside [is_mask_low, is_mask_high] leave the loss.
     correction: ISCorrection = ISCorrection["none"]
     is_cap: float = 2.0
+    is_mask_low: float = 0.5
+    is_mask_high: float = 2.0
     options: Dict[str, Any] = field(default_factory=dict)  # the objective's own knobs
 
     def objective_options(self, key: str = "algo.loss"):
@@ -174,6 +178,8 @@ class PolicyLossConfig:
                "must be >= 0, or -1 (by the reward source)")
         _check(self.entropy_coef >= 0, f"{key}.entropy_coef", "must be >= 0")
         _check(self.is_cap >= 1.0, f"{key}.is_cap", "must be >= 1")
+        _check(0.0 < self.is_mask_low <= 1.0 <= self.is_mask_high, f"{key}.is_mask_low",
+               "need 0 < is_mask_low <= 1 <= is_mask_high")
         _check(self.correction == "none" or spec.decoupled, f"{key}.correction",
                f"objective {self.kind} takes no per-token importance weights (the decoupled "
                "correction is for token-level objectives, e.g. kind=clip)")
