@@ -105,3 +105,16 @@ def test_the_maths_see_masks_not_turns():
         bad = {m for m in _imports(PKG / name) if m.startswith(
             ("rlvr_jax.envs", "rlvr_jax.episodes", "rlvr_jax.turn_sampler", "rlvr_jax.generate"))}
         assert not bad, (name, bad)
+
+
+def test_loading_an_export_names_what_it_needs():
+    """Issue 38.14: transformers loads an export only with torch, which `pip install -e .`
+    does not install: the docs say so where the export is, and the `hf` extra brings the CPU
+    build the tests pin."""
+    tomllib = pytest.importorskip("tomllib", reason="Python >= 3.11 parses TOML itself")
+    extras = tomllib.loads((PKG.parent / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert extras["hf"] == ["torch==2.13.0"] and "torch==2.13.0" in extras["test"]
+    conf = (PKG.parent / "conf" / "README.md").read_text()
+    export_doc = (PKG / "export.py").read_text()
+    assert "pip install -e '.[hf]'" in conf and "pip install -e '.[hf]'" in export_doc
