@@ -12,6 +12,11 @@ preference rows pair the correct answer (chosen) with one off by 1..5 (rejected)
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # the command, not the library: before transformers is imported
+    from rlvr_jax import console
+
+    console.quiet_offline()
+
 import argparse
 import json
 import os
