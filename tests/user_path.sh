@@ -12,8 +12,9 @@ python -m venv "$work/venv"
 "$work/venv/bin/pip" install -q "$pkg" 2> >(grep -v "^WARNING: Location" >&2)
 cd "$work"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
-"$work/venv/bin/python" -m rlvr_jax.tools.tiny_hf tiny --data gsm 2> tiny.err
-if grep "PyTorch was not found" tiny.err; then exit 1; fi
+"$work/venv/bin/python" -m rlvr_jax.tools.tiny_hf tiny --data gsm 2> tiny.err || {
+  cat tiny.err >&2; exit 1; }
+if grep "PyTorch was not found" tiny.err; then exit 1; fi  # no library advice on the console
 "$work/venv/bin/python" -m rlvr_jax.train +experiment=gsm8k_grpo model.path=tiny \
   task.train_path=gsm/train.jsonl task.test_path=gsm/test.jsonl model.compute_dtype=float32 \
   sampling.max_new_tokens=12 algo.prompts_per_step=2 algo.samples_per_prompt=4 \
