@@ -4,12 +4,10 @@ package's modules and `rlvr_jax.objectives` entry points are imported on first u
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import pkgutil
 from dataclasses import dataclass
-from importlib import metadata
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
+from rlvr_jax import plugins
 from rlvr_jax.config.choices import ConfigError
 
 if TYPE_CHECKING:  # the table is read, and configs checked, without importing JAX
@@ -72,11 +70,7 @@ def _discover() -> None:
     _discovered = True
     import rlvr_jax.objectives as package
 
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.name != "registry":
-            importlib.import_module(f"{package.__name__}.{info.name}")
-    for entry in metadata.entry_points(group="rlvr_jax.objectives"):
-        importlib.import_module(entry.value.split(":")[0])
+    plugins.import_all(package, "rlvr_jax.objectives", skip=("registry",))
 
 
 def specs() -> dict[str, ObjectiveSpec]:

@@ -62,6 +62,19 @@ class Task(Protocol[ProblemT]):
 # (a database, the visible tests; verify/toolbox.py).
 
 
+class JudgedByItsWorld:
+    """A task whose verdict is its environment's final-state check (TaskSpec.environment
+    names the environment): the verifier's jobs are placeholders that the environment's
+    verdict overrules (generate.overrule), and no answer is in the text to vote on (no
+    maj@k)."""
+
+    answer_of = None
+
+    def verify_jobs(self, problems: Sequence, completions: Sequence[str]) -> list[Job]:
+        check_pairs(problems, completions)
+        return [{"completion": "", "answer": 0} for _ in problems]
+
+
 class NoDemonstrations(ValueError):
     """The task has no warm-start demonstrations (start from model.path, or warmup.steps=0)."""
 

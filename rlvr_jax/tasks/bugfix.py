@@ -21,12 +21,12 @@ values the agent never sees; the verdict is the fraction that return the expecte
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Sequence
+from typing import Callable, ClassVar
 
 import numpy as np
 
 from rlvr_jax.config.choices import _check
-from rlvr_jax.tasks.base import Job, ProceduralSplit, check_pairs
+from rlvr_jax.tasks.base import JudgedByItsWorld, ProceduralSplit
 from rlvr_jax.tasks.registry import TaskSpec, register
 
 HIDDEN_XS = (-7, -2, 0, 1, 3, 8, 12, 25)
@@ -73,7 +73,7 @@ class Problem:
 
 
 @dataclass(frozen=True)
-class BugfixTask(ProceduralSplit[Problem]):
+class BugfixTask(JudgedByItsWorld, ProceduralSplit[Problem]):
     heldout_fraction: float = 0.1
     split_seed: int = 0
 
@@ -124,16 +124,6 @@ class BugfixTask(ProceduralSplit[Problem]):
                           ("edit_file", {"path": "solution.py", "old": problem.wrong,
                                          "new": problem.right}, "edited solution.py")],
                 "answer": "done"}
-
-    def verify_jobs(self, problems: Sequence[Problem], completions: Sequence[str]
-                    ) -> list[Job]:
-        """Placeholders: the workspace environment's final-state verdict overrules them
-        (TaskSpec.environment makes the run use it)."""
-        check_pairs(problems, completions)
-        return [{"completion": "", "answer": 0} for _ in problems]
-
-    # No answer in the text to vote on (maj@k is not reported): the world's state is judged.
-    answer_of = None
 
 
 def build(t: BugfixTaskConfig, tokenizer) -> BugfixTask:

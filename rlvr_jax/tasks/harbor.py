@@ -30,7 +30,7 @@ from typing import Callable, List, Optional, Sequence
 import numpy as np
 
 from rlvr_jax.config.choices import ConfigError, _check
-from rlvr_jax.tasks.base import Job, check_pairs, in_heldout
+from rlvr_jax.tasks.base import JudgedByItsWorld, in_heldout
 from rlvr_jax.tasks.registry import TaskSpec, register
 
 _DOCKER_OK = ("FROM", "WORKDIR", "COPY", "ADD", "#", "")
@@ -133,7 +133,7 @@ def load_dir(path: str) -> list[HarborProblem]:
 
 
 @dataclass(frozen=True)
-class HarborTask:
+class HarborTask(JudgedByItsWorld):
     train: tuple
     test: tuple
 
@@ -154,16 +154,6 @@ class HarborTask:
     def tool_context(problem: HarborProblem) -> dict:
         return {"setup": {"files": dict(problem.files)},
                 "goal": {"tests": dict(problem.tests), "timeout_s": problem.timeout_s}}
-
-    def verify_jobs(self, problems: Sequence[HarborProblem], completions: Sequence[str]
-                    ) -> list[Job]:
-        """Placeholders: the harbor environment's final-state verdict overrules them
-        (TaskSpec.environment makes the run use it)."""
-        check_pairs(problems, completions)
-        return [{"completion": "", "answer": 0} for _ in problems]
-
-    # No answer in the text to vote on (maj@k is not reported): the world's state is judged.
-    answer_of = None
 
 
 def build(t: HarborTaskConfig, tokenizer) -> HarborTask:

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Sequence
+from typing import Callable, ClassVar
 
 import numpy as np
 
 from rlvr_jax.config.choices import _check
-from rlvr_jax.tasks.base import Job, ProceduralSplit, check_pairs
+from rlvr_jax.tasks.base import JudgedByItsWorld, ProceduralSplit
 from rlvr_jax.tasks.registry import TaskSpec, register
 
 NAMES = ("bolt", "nut", "gear", "cog", "pin", "cam", "rod", "hub")
@@ -75,7 +75,7 @@ def product_json(sku: str, name: str, price: int, stock: int) -> str:
 
 
 @dataclass(frozen=True)
-class InventoryTask(ProceduralSplit[Problem]):
+class InventoryTask(JudgedByItsWorld, ProceduralSplit[Problem]):
     products: int = 3
     max_stock: int = 49
     heldout_fraction: float = 0.1
@@ -122,16 +122,6 @@ class InventoryTask(ProceduralSplit[Problem]):
                           (write, {"sku": sku, "quantity": stock},
                            product_json(sku, name, price, new))],
                 "answer": str(new)}
-
-    def verify_jobs(self, problems: Sequence[Problem], completions: Sequence[str]
-                    ) -> list[Job]:
-        """Placeholders: the api environment's final-state verdict overrules them
-        (TaskSpec.environment makes the run use it)."""
-        check_pairs(problems, completions)
-        return [{"completion": "", "answer": 0} for _ in problems]
-
-    # No answer in the text to vote on (maj@k is not reported): the world's state is judged.
-    answer_of = None
 
 
 def build(t: InventoryTaskConfig, tokenizer) -> InventoryTask:

@@ -16,12 +16,10 @@ composed); optional dependencies (reasoning-gym) are imported when the task is b
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Any, Callable
 
+from rlvr_jax import plugins
 from rlvr_jax.config.choices import ConfigError
 
 
@@ -56,10 +54,7 @@ def _discover() -> None:
     _discovered = True
     import rlvr_jax.tasks as package
 
-    for info in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{info.name}")
-    for entry in metadata.entry_points(group="rlvr_jax.tasks"):
-        importlib.import_module(entry.value.split(":")[0])
+    plugins.import_all(package, "rlvr_jax.tasks")
 
 
 def specs() -> dict[str, TaskSpec]:
