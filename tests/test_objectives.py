@@ -152,3 +152,35 @@ def test_gmpo_value_gradient_and_on_policy_identity():
     np.testing.assert_allclose(np.asarray(on_policy),
                                (-a_b[:, None] * m / n_b[:, None]) / alive.sum(),
                                rtol=1e-5, atol=1e-8)
+
+
+def test_kl_cov_penalises_exactly_the_top_covariance_tokens():
+    """KL-Cov: the ceil(ratio n) valid tokens of largest (logp - mean)(A - mean) get
+    beta |logp - anchor| on top of -A r; value against float64 numpy; ratio 0 is the plain
+    unclipped surrogate; on-policy the penalty's value and gradient are 0 (|d| at d = 0)."""
+    logp, old, adv, mask = _batch(6)
+    adv = adv + jnp.asarray(np.random.default_rng(7).normal(0, 0.1, adv.shape), jnp.float32)
+    opts = (("kl_cov_beta", 0.5), ("kl_cov_ratio", 0.2))
+
+    def loss(lp, anchor, options=opts):
+        return losses.policy_gradient_loss(lp, anchor, None, adv, mask, jnp.zeros_like(lp),
+                                           eps_low=0.2, eps_high=0.28, kl_coef=0.0,
+                                           policy_loss="kl_cov", objective_options=options)
+
+    lp, o, a, m = (np.asarray(v, np.float64) for v in (logp, old, adv, mask))
+    n = m.sum()
+    cov = (lp - (lp * m).sum() / n) * (a - (a * m).sum() / n)
+    k = int(np.ceil(0.2 * n))
+    top = np.argsort(np.where(m > 0, cov, -np.inf).ravel())[::-1][:k]
+    sel = np.zeros(m.size)
+    sel[top] = 1
+    sel = sel.reshape(m.shape)
+    d = lp - o
+    want = np.sum((-a * np.exp(d) + 0.5 * sel * np.abs(d)) * m) / n
+    value, metrics = loss(logp, old)
+    assert float(value) == pytest.approx(want, rel=1e-5)
+    assert float(metrics["kl_cov_frac"]) == pytest.approx(k / n)
+    plain = np.sum(-a * np.exp(d) * m) / n
+    assert float(loss(logp, old, (("kl_cov_ratio", 0.0),))[0]) == pytest.approx(plain, rel=1e-5)
+    on_policy = jax.grad(lambda lp: loss(lp, jax.lax.stop_gradient(lp))[0])(logp)
+    np.testing.assert_allclose(np.asarray(on_policy), -a * m / n, rtol=1e-5, atol=1e-8)

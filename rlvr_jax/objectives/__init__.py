@@ -11,6 +11,7 @@ terms, and the off-policy importance weights stay shared around it
     cispo  a clipped, detached importance weight times A log pi (MiniMax-M1's CISPO)
     sapo   a smooth sigmoid gate on the token ratio, its temperature by the sign of A (SAPO)
     gmpo   the geometric mean of a sequence's log-clipped token ratios (GMPO)
+    kl_cov a KL penalty on the tokens of highest log-prob x advantage covariance (KL-Cov)
 """
 
 from rlvr_jax.objectives.registry import (Inputs, ObjectiveSpec, Terms, get, options_for,
