@@ -10,19 +10,11 @@
 # (rlvr_jax/distributed.py). Slurm sends SIGTERM 120 s before the time limit: the run
 # checkpoints, and the requeued job (same command) resumes it. Set PARTITION, NODES, GPUS, TIME.
 set -euo pipefail
-repo="$(cd "$(dirname "$0")/.." && pwd)"
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
-dry=0
-case "${1:-}" in
-  -h|--help) usage; exit 0 ;;
-  --dry-run) dry=1; shift ;;
-  ""|-*) usage >&2; exit 2 ;;
-esac
+source "$(dirname "$0")/common.sh"
+launcher_args "$0" 11 "$@"
+set -- "${ARGS[@]}"
 exp="${1:?usage: launch/slurm.sh [--dry-run] EXPERIMENT [overrides...]}"; shift
-if [ ! -f "$repo/conf/experiment/$exp.yaml" ]; then
-  echo "error: no experiment '$exp' (conf/experiment/: $(cd "$repo/conf/experiment" && ls *.yaml | sed 's/\.yaml$//' | tr '\n' ' '))" >&2
-  exit 2
-fi
+check_experiment "$exp"
 script=$(cat <<SBATCH
 #!/usr/bin/env bash
 #SBATCH --job-name=rlvr-${exp}
@@ -39,7 +31,7 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 srun --kill-on-bad-exit=1 python -m rlvr_jax.train +experiment=${exp} $*
 SBATCH
 )
-if [ "$dry" = 1 ]; then
+if [ "$DRY" = 1 ]; then
   echo "# would submit with sbatch (--dry-run: nothing submitted):"
   echo "$script"
   exit 0

@@ -11,28 +11,20 @@
 # finds the slice's workers itself. A preempted slice sends SIGTERM: the run checkpoints, and
 # the same command (on a recreated slice) resumes it.
 set -euo pipefail
-here="$(cd "$(dirname "$0")/.." && pwd)"
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
-dry=0
-case "${1:-}" in
-  -h|--help) usage; exit 0 ;;
-  --dry-run) dry=1; shift ;;
-  ""|-*) usage >&2; exit 2 ;;
-esac
+source "$(dirname "$0")/common.sh"
+launcher_args "$0" 12 "$@"
+set -- "${ARGS[@]}"
 why="usage: launch/tpu_pod.sh [--dry-run] TPU_NAME ZONE EXPERIMENT [overrides...]"
 tpu="${1:?$why}"
 zone="${2:?$why}"
 exp="${3:?$why}"
 shift 3
-if [ ! -f "$here/conf/experiment/$exp.yaml" ]; then
-  echo "error: no experiment '$exp' (conf/experiment/: $(cd "$here/conf/experiment" && ls *.yaml | sed 's/\.yaml$//' | tr '\n' ' '))" >&2
-  exit 2
-fi
+check_experiment "$exp"
 repo="${REPO:-~/rlvr_jax}"
 runs="${RUNS:-$repo/runs}"
 remote="cd $repo && HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 python -m rlvr_jax.train \
 +experiment=$exp distributed.num_processes=-1 hydra.run.dir=$runs/$exp $*"
-if [ "$dry" = 1 ]; then
+if [ "$DRY" = 1 ]; then
   echo "# would run (--dry-run: nothing run):"
   printf 'gcloud compute tpus tpu-vm ssh %q --zone %q --worker=all --command %q\n' "$tpu" "$zone" "$remote"
   exit 0
