@@ -60,6 +60,45 @@ def rloo(rewards_P_G: jax.Array) -> jax.Array:
     return drgrpo(rewards_P_G) * (g / (g - 1))
 
 
+def maxrl(rewards_P_G: jax.Array, eps: float = 1e-6) -> jax.Array:
+    """MaxRL (Tajwar et al. 2026, arXiv:2602.02710, "Maximum Likelihood Reinforcement
+    Learning"): the group mean divides instead of the std,
+
+        A[p, g] = (r[p, g] - mean_g r[p, :]) / (mean_g r[p, :] + eps)
+
+    With 0/1 rewards and K of G samples right, sum_g A[p, g] grad log pi(y_g) / G =
+    (1/K) sum_{right} grad log pi - (1/G) sum_g grad log pi: an unbiased estimate of
+    grad log p_theta(x) truncated at G samples (RL's objective is E p_theta(x), maximum
+    likelihood's E log p_theta(x), whose gradient weighs a prompt by 1 / p_theta(x)): a hard
+    prompt's rare success counts G / K times. Defined for rewards >= 0 (a pass rate; the
+    config refuses reward schemes with negative rewards); a group with no success, or all
+    equal, gets exactly 0."""
+    assert rewards_P_G.ndim == 2 and rewards_P_G.shape[1] >= 2, rewards_P_G.shape
+    r = rewards_P_G.astype(jnp.float32)
+    return group_centred(r) / (jnp.maximum(jnp.mean(r, axis=1, keepdims=True), 0.0) + eps)
+
+
+def gdpo(components_P_G_C: jax.Array, weights_C, eps: float = 1e-6) -> jax.Array:
+    """GDPO (Group reward-Decoupled normalization Policy Optimization, arXiv:2601.05242): with several rewards, GRPO on their sum lets the widest one drown the
+    others (and distinct combinations collapse onto one advantage); GDPO normalises each
+    component within its group first, then sums and rescales over the batch:
+
+        A_c[p, g] = GRPO(r_c)[p, g]            (each component c, its own group mean / std)
+        S[p, g]   = sum_c w_c A_c[p, g]
+        A[p, g]   = S[p, g] / (std_{p,g} S + eps)
+
+    Each group's A_c sums to 0, so the batch mean of S is 0 and is not subtracted (its
+    rounding residue would move constant groups off 0). A group constant in every weighted
+    component gets exactly 0; one component constant within a group adds nothing to it."""
+    assert components_P_G_C.ndim == 3, components_P_G_C.shape
+    c = components_P_G_C.astype(jnp.float32)
+    s_P_G = jnp.zeros(c.shape[:2], jnp.float32)
+    for i, w in enumerate(weights_C):
+        if w != 0.0:
+            s_P_G = s_P_G + w * grpo(c[:, :, i], eps)
+    return s_P_G / (jnp.std(s_P_G) + eps)
+
+
 def batch_std(rewards_P_G: jax.Array, eps: float = 1e-6) -> jax.Array:
     """Group-mean baseline, scaled by the std of the whole batch instead of each group's:
 
@@ -196,11 +235,16 @@ def overlong_penalty(lengths_B: jax.Array, max_len: int, buffer_len: int,
     return factor * pen
 
 
-ESTIMATORS = ("grpo", "drgrpo", "rloo", "batch_std", "reinforce_pp", "reinforce_pp_baseline")
+ESTIMATORS = ("grpo", "drgrpo", "rloo", "batch_std", "reinforce_pp", "reinforce_pp_baseline",
+              "maxrl", "gdpo")
 
 
-def from_rewards(rewards_P_G: jax.Array, estimator: str, eps: float = 1e-6) -> jax.Array:
-    """Outcome advantages by name (the config's `algo.adv_estimator`)."""
+def from_rewards(rewards_P_G: jax.Array, estimator: str, eps: float = 1e-6,
+                 components_P_G_C: jax.Array | None = None, weights_C=()) -> jax.Array:
+    """Outcome advantages by name (the config's `algo.adv_estimator`); gdpo reads the reward
+    components and their weights instead of their sum."""
+    if estimator == "gdpo":
+        return gdpo(components_P_G_C, weights_C, eps)
     if estimator == "grpo":
         return grpo(rewards_P_G, eps)
     if estimator == "drgrpo":
@@ -213,4 +257,6 @@ def from_rewards(rewards_P_G: jax.Array, estimator: str, eps: float = 1e-6) -> j
         return reinforce_pp(rewards_P_G, eps)
     if estimator == "reinforce_pp_baseline":
         return reinforce_pp_baseline(rewards_P_G, eps)
+    if estimator == "maxrl":
+        return maxrl(rewards_P_G, eps)
     raise ValueError(f"unknown advantage estimator {estimator!r} (known: {', '.join(ESTIMATORS)})")

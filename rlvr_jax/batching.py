@@ -69,7 +69,7 @@ def truncated(tokens_B_R: np.ndarray, mask_B_R: np.ndarray, eos_id: int) -> np.n
 
 def groups_from_rollout(prompt_B_L, prompt_mask_B_L, tokens_B_R, logp_B_R, mask_B_R,
                         loss_mask_B_R, rewards_B, group_size: int,
-                        turn_rewards_B_R=None) -> Groups:
+                        turn_rewards_B_R=None, components_B_C=None) -> Groups:
     """Host arrays in P_G order -> Groups [B / G, G, ...] (no per-turn rewards: zeros). A
     group is G samples of one prompt: the sampler and the update compute it once per group."""
     def one_per_group(x_B_L) -> bool:
@@ -85,7 +85,8 @@ def groups_from_rollout(prompt_B_L, prompt_mask_B_L, tokens_B_R, logp_B_R, mask_
     return Groups(g(prompt_B_L).astype(np.int32), g(prompt_mask_B_L).astype(np.int32),
                   g(tokens_B_R).astype(np.int32), g(logp_B_R).astype(np.float32),
                   g(mask_B_R).astype(np.float32), g(loss_mask_B_R).astype(np.float32),
-                  g(rewards_B).astype(np.float32), g(turn_rewards_B_R).astype(np.float32))
+                  g(rewards_B).astype(np.float32), g(turn_rewards_B_R).astype(np.float32),
+                  None if components_B_C is None else g(components_B_C).astype(np.float32))
 
 
 def train_batch(groups: Groups, advantages_B=None) -> TrainBatch:
@@ -95,7 +96,9 @@ def train_batch(groups: Groups, advantages_B=None) -> TrainBatch:
     tokens = np.concatenate([f.prompt_P_G_L, f.tokens_P_G_R], axis=1)
     input_mask = np.concatenate([f.prompt_mask_P_G_L, f.mask_P_G_R.astype(np.int32)], axis=1)
     adv_B = np.zeros(len(tokens), np.float32) if advantages_B is None else advantages_B
-    adv_B_R = np.asarray(adv_B, np.float32)[:, None] * f.loss_mask_P_G_R
+    adv_B = np.asarray(adv_B, np.float32)
+    # Per sequence [B] (broadcast over its tokens) or already per token [B, R] (GiGPO).
+    adv_B_R = (adv_B if adv_B.ndim == 2 else adv_B[:, None]) * f.loss_mask_P_G_R
     return TrainBatch(tokens, input_mask, f.loss_mask_P_G_R, f.logp_P_G_R, adv_B_R)
 
 

@@ -318,9 +318,11 @@ def _settings(o, learning_rate: float, updates_per_step: int, num_steps: int):
 
 
 def updates(policy: Policy, setup: TaskSetup, algo: AlgoConfig, temperature: float,
-            num_steps: int, traces: Traces) -> Updates:
-    """The RL step (GRPO family or PPO) and PPO's prepare step, each jitted with its train
-    state's shardings as out_shardings (one compile)."""
+            num_steps: int, traces: Traces,
+            distill: Optional[train_step.Distill] = None) -> Updates:
+    """The RL step (GRPO family or PPO; with a distillation teacher, `distill`) and PPO's
+    prepare step, each jitted with its train state's shardings as out_shardings (one
+    compile)."""
     model, repl = policy.model, sharding.replicated(policy.mesh)
     a, o = algo, algo.optim
     group = a.samples_per_prompt if a.share_prompts else 1
@@ -372,7 +374,7 @@ def updates(policy: Policy, setup: TaskSetup, algo: AlgoConfig, temperature: flo
     rl_step = train_step.make_rl_step(
         model, rl_tx, rl_lr, prompt_len=setup.prompt_len, temperature=temperature, loss=loss,
         critic=critic, schedule=schedule, state_sharding=rl_state_sh, metrics_sharding=repl,
-        adapters=adapters, on_trace=counter(traces, "train_step"))
+        adapters=adapters, distill=distill, on_trace=counter(traces, "train_step"))
     ppo_prepare = None
     if layout:
         p = a.ppo

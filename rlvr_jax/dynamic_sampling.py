@@ -26,7 +26,8 @@ from rlvr_jax.types import Groups
 
 
 def concat(a: Groups, b: Groups) -> Groups:
-    return Groups(*(np.concatenate([x, y]) for x, y in zip(a, b)))
+    return Groups(*(None if x is None or y is None else np.concatenate([x, y])
+                    for x, y in zip(a, b)))
 
 
 def informative(groups: Groups) -> np.ndarray:
@@ -73,7 +74,7 @@ def to_json(groups: Optional[Groups]) -> Optional[dict]:
     if groups is None:
         return None
     return {k: {"dtype": str(v.dtype), "shape": list(v.shape), "data": v.ravel().tolist()}
-            for k, v in groups._asdict().items()}
+            for k, v in groups._asdict().items() if v is not None}
 
 
 def from_json(obj: Optional[dict]) -> Optional[Groups]:

@@ -22,9 +22,9 @@ from functools import partial
 
 import jax
 
-from rlvr_jax import (build, learned_reward, perf, rewards, rollouts, run_scaffold,
+from rlvr_jax import (build, distill, learned_reward, perf, rewards, rollouts, run_scaffold,
                       stages, warmstart)
-from rlvr_jax.config import ConfigError, RunConfig
+from rlvr_jax.config import ConfigError, RunConfig, reward_components
 from rlvr_jax.types import LoopState, StepTimes
 from rlvr_jax.verify.verifiers import make_verifier
 
@@ -62,7 +62,11 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
         raise ConfigError(f"config key 'algo.prompts_per_step': {per_chunk} prompts per "
                           f"sampler call do not split over {jax.process_count()} processes")
     sft = build.warmup(policy, setup, cfg.warmup, traces)  # the warm start's step
-    updates = build.updates(policy, setup, a, cfg.sampling.temperature, cfg.num_steps, traces)
+    teacher = (distill.load(cfg.distill.teacher, setup, policy) if cfg.distill.teacher
+               else None)  # on-policy distillation's frozen teacher
+    updates = build.updates(policy, setup, a, cfg.sampling.temperature, cfg.num_steps, traces,
+                            teacher and distill.options(teacher, cfg.distill.mode,
+                                                        cfg.distill.coef))
     learned = learned_reward.maybe_load(cfg.reward.reward_model_dir, setup, policy, traces)
     v = cfg.verifier
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
@@ -77,7 +81,7 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
     try:
         gens = generators(setup=setup)
         return _run(cfg, setup, policy, sampler, sft, updates, gens, env, verifier, learned,
-                    traces, session, extra)
+                    traces, session, extra, teacher)
     finally:
         for closing in [verifier] + [x.verifier for x in extra]:
             closing.close()  # worker processes, if any
@@ -89,11 +93,16 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
          sampler: build.Policy, sft: build.Warmup,
          updates: build.Updates, gens: build.Generators, env, verifier,
          learned: learned_reward.LearnedReward | None, traces: build.Traces,
-         session: run_scaffold.Session, extra_sets=()) -> dict:
+         session: run_scaffold.Session, extra_sets=(),
+         teacher: distill.Teacher | None = None) -> dict:
     a, w, P, G = cfg.algo, cfg.warmup, cfg.algo.prompts_per_step, cfg.algo.samples_per_prompt
     ckpt, tracker = run_scaffold.outputs(cfg)
     stop_requested, t_start = session.stop_requested, session.t_start
     tracker.write(f"resolved config: {os.path.abspath(os.path.join(cfg.run_dir, 'run_config.json'))}")
+    teacher_args = () if teacher is None else (teacher.params,)
+    if teacher is not None:
+        tracker.write(f"{teacher.describe}; distill.mode={cfg.distill.mode} "
+                      f"coef={cfg.distill.coef:g}")
     if learned is not None:
         tracker.write(f"reward model {os.path.abspath(cfg.reward.reward_model_dir)} (step "
                       f"{learned.steps}): reward.source={cfg.reward.source}, "
@@ -138,7 +147,9 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
                     learned_reward.train_scorer(learned), chunks=cfg.verifier.overlap_chunks,
                     samples_per_prompt=G)
     d, r = a.dapo, cfg.reward
-    score = partial(stages.score, source=r.source, learned_weight=r.reward_model_weight,
+    components = reward_components(cfg)
+    weights = rewards.component_weights(components, r.weights, r.reward_model_weight)
+    score = partial(stages.score, source=r.source, components=components, weights=weights,
                     eos_id=setup.tokenizer.eos_token_id,
                     reward_scheme=cfg.verifier.reward_scheme, samples_per_prompt=G,
                     max_new_tokens=setup.max_new_tokens,
@@ -151,7 +162,9 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
     select = partial(stages.select, dynamic=d.dynamic_sampling, prompts_per_step=P)
     with_advantages = partial(stages.with_advantages, put=policy.put,
                               ppo_prepare=updates.ppo_prepare, estimator=a.adv_estimator,
-                              eps=a.adv_eps)
+                              eps=a.adv_eps, weights=weights, step_weight=a.gigpo.weight,
+                              step_gamma=a.gigpo.gamma,
+                              step_scale_by_std=a.gigpo.scale_by_std)
     next_kl_coef = partial(stages.next_kl_coef, target=a.ppo.kl_target, horizon=a.ppo.kl_horizon)
     sampler_flops = perf.sampler_flops_per_row(policy.model, policy_params(
         state.params, ref_params), setup.prompt_len, setup.max_new_tokens)
@@ -182,7 +195,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
         batch, adv_row = with_advantages(kept.groups, kept.n_real, state.params, ref_params,
                                          loop.kl_coef)                                 # host | jit
         update_args = (state, ref_params, batch, jax.random.fold_in(update_key, step),
-                       float(step >= a.ppo.critic_warmup_steps))
+                       float(step >= a.ppo.critic_warmup_steps), *teacher_args)
         # Shapes are fixed for the run: count once, tracing before the call (which reuses it).
         update_flops = update_flops or perf.traced_flops(updates.rl_step, *update_args)
         t_rl = time.perf_counter()
@@ -194,6 +207,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
         kl_coef = next_kl_coef(loop.kl_coef, adv_row)                                  # host
         row = ({f"train/{k}": float(v) for k, v in metrics.items()}
                | rewards.summary(sampled.verdicts, made.groups.returns_P_G)
+               | rewards.component_summary(components, made.groups.components_P_G_C)
                | rewards.learned_summary(sampled.verdicts, sampled.learned_B)
                | rewards.by_source(stages.sources(made.problems, G), sampled.verdicts,
                                    made.groups.returns_P_G)

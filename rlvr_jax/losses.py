@@ -197,7 +197,8 @@ def policy_gradient_loss(logp_B_R: jax.Array, old_logp_B_R: jax.Array,
                          total: Counts | None = None,
                          prox_logp_B_R: jax.Array | None = None,
                          is_weights_B_R: jax.Array | None = None,
-                         objective_options: tuple = ()) -> tuple[jax.Array, dict]:
+                         objective_options: tuple = (),
+                         key: jax.Array | None = None) -> tuple[jax.Array, dict]:
     """The policy-gradient objective of the GRPO family (arXiv:2402.03300 eq. 3) and of PPO
     (arXiv:1707.06347), with the field's variants as named options:
 
@@ -216,7 +217,8 @@ def policy_gradient_loss(logp_B_R: jax.Array, old_logp_B_R: jax.Array,
     Decoupled (off-policy) form, with `prox_logp_B_R` (the proximal policy's log-probs) and
     `is_weights_B_R` (`behaviour_weights`): the ratio is taken to the proximal policy and each
     token's surrogate is weighted, L = w * max(-A r_prox, -A clip(r_prox)); without them
-    (None) the ratio is to `old_logp_B_R` and nothing is weighted, as before.
+    (None) the ratio is to `old_logp_B_R` and nothing is weighted, as before. `key`: for an
+    objective that samples (objectives.Inputs.key).
     """
     assert logp_B_R.ndim == 2 and advantages_B_R.shape == logp_B_R.shape
     total = counts(mask_B_R) if total is None else total
@@ -228,7 +230,7 @@ def policy_gradient_loss(logp_B_R: jax.Array, old_logp_B_R: jax.Array,
     ratio_B_R = jnp.exp(logp_B_R - anchor_B_R)
     spec = objectives.get(policy_loss)
     shared = {"clip_eps_low": eps_low, "clip_eps_high": eps_high, "dual_clip_c": dual_clip_c}
-    terms = spec.fn(objectives.Inputs(logp_B_R, anchor_B_R, advantages_B_R, mask_B_R),
+    terms = spec.fn(objectives.Inputs(logp_B_R, anchor_B_R, advantages_B_R, mask_B_R, key),
                     objectives.options_for(policy_loss, shared, dict(objective_options)))
     if spec.level == "token":
         pg_B_R = terms.loss if is_weights_B_R is None else terms.loss * is_weights_B_R

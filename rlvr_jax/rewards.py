@@ -38,6 +38,56 @@ REWARD_TABLES["graded"] = {Status.PASS: 1.0, Status.WRONG: 1.0,
 GRADED = {"graded"}
 
 
+# Reward components: each sample's reward is a weighted sum of named parts (reward.weights
+# overrides these defaults; a task's own parts, TaskSpec.reward_parts, default to 0: logged,
+# not rewarded, until weighted). `learned` takes reward.reward_model_weight.
+#   correct  the verdict's value in the scheme's table (what the reward was before parts)
+#   format   1 when an answer could be read (the status is not UNPARSEABLE), else 0
+#   learned  the reward model's score (reward.source reward_model / combined)
+#   length   DAPO's overlong penalty (algo.dapo.overlong_buffer_tokens > 0)
+#   turns    an environment's per-turn rewards, summed (they stay at their tokens for GAE)
+DEFAULT_WEIGHTS = {"correct": 1.0, "format": 0.0, "learned": 1.0, "length": 1.0, "turns": 1.0}
+
+
+def component_names(*, source: str, overlong: bool, episodes: bool,
+                    parts: Sequence[str] = ()) -> tuple[str, ...]:
+    """The run's components, in the order of Groups.components_P_G_C's last axis."""
+    names = ["correct", "format", *parts] if source != "reward_model" else []
+    names += ["learned"] * (source != "verifier") + ["length"] * overlong
+    return tuple(names + ["turns"] * episodes)
+
+
+def component_weights(names: Sequence[str], overrides: Mapping[str, float],
+                      learned_weight: float, key: str = "reward.weights") -> tuple[float, ...]:
+    """Each component's weight: `overrides`, else the default (learned: `learned_weight`;
+    a task's part: 0). A key naming no component of this run is refused, naming them."""
+    from rlvr_jax.config.choices import ConfigError
+
+    unknown = sorted(set(overrides) - set(names))
+    if unknown:
+        raise ConfigError(f"config key '{key}.{unknown[0]}': this run has no such reward "
+                          f"component (its components: {', '.join(names)})")
+    default = dict(DEFAULT_WEIGHTS, learned=learned_weight)
+    return tuple(float(overrides.get(n, default.get(n, 0.0))) for n in names)
+
+
+def formatted(verdicts: Sequence[Verdict]) -> np.ndarray:
+    """float32 [B]: 1 where an answer could be read (the `format` component)."""
+    return np.array([v.status != Status.UNPARSEABLE for v in verdicts], np.float32)
+
+
+def part(verdicts: Sequence[Verdict], name: str) -> np.ndarray:
+    """float32 [B]: each verdict's part `name` (0 where its grader gave none: a sandbox error,
+    a limit hit before the grader ran)."""
+    return np.array([dict(v.parts).get(name, 0.0) for v in verdicts], np.float32)
+
+
+def component_summary(names: Sequence[str], components_P_G_C: np.ndarray) -> dict:
+    """`reward/part/<name>`: each component's batch mean."""
+    c = np.asarray(components_P_G_C, np.float32).reshape(-1, len(names))
+    return {f"reward/part/{n}": float(c[:, i].mean()) for i, n in enumerate(names)}
+
+
 def from_verdicts(verdicts: Sequence[Verdict], scheme: str) -> np.ndarray:
     """float32 rewards, one per verdict, in order; 0 for a sandbox error (masked anyway)."""
     table = REWARD_TABLES[scheme]

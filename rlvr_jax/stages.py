@@ -12,7 +12,8 @@ from typing import Callable, NamedTuple, Optional, Sequence
 import jax
 import numpy as np
 
-from rlvr_jax import advantages, batching, distributed, dynamic_sampling, perf, rewards
+from rlvr_jax import (advantages, batching, distributed, dynamic_sampling, perf, rewards,
+                      step_groups)
 from rlvr_jax.generate import overrule
 from rlvr_jax.rollouts import Made, Started
 from rlvr_jax.tasks.base import Task, repeat_each, tool_contexts
@@ -127,42 +128,62 @@ def _mean_rows(rows: Sequence[dict]) -> dict:
 
 
 def score(verdicts: Sequence[Verdict], rollout: Rollout, prompt_B_L, pmask_B_L,
-          learned_B: Optional[np.ndarray], *, source: str,
-          learned_weight: float, eos_id: int, reward_scheme: str, samples_per_prompt: int,
+          learned_B: Optional[np.ndarray], *, source: str, components: Sequence[str],
+          weights: Sequence[float], eos_id: int, reward_scheme: str, samples_per_prompt: int,
           max_new_tokens: int,
           overlong_buffer_tokens: int, overlong_penalty_factor: float,
           mask_truncated: bool) -> Groups:
-    """Rewards by `source` (config.RewardConfig): the verdicts' table, the reward model's
-    scores `learned_B`, or the table + `learned_weight` x scores; plus DAPO's overlong
-    shaping; an environment's per-turn rewards stay at their tokens (the rollout's
-    `turn_rewards_B_R`, kept apart from the outcome: Groups.returns_P_G sums them). The loss
-    mask starts from the rollout's own (the policy's tokens: never an environment's);
-    samples the verifier failed on (sandbox errors) leave it when the verifier's reward is
-    used, as do truncated responses if asked. Returns the rollout as groups (host)."""
+    """Rewards as the weighted sum of the run's named `components` (rewards.component_names,
+    `weights` aligned): by `source` (config.RewardConfig) the verdicts' table (`correct`),
+    whether an answer could be read (`format`), the task's own parts, the reward model's
+    scores `learned_B` (`learned`); DAPO's overlong shaping (`length`); an environment's
+    per-turn rewards (`turns`) stay at their tokens (the rollout's `turn_rewards_B_R`, times
+    their weight, kept apart from the outcome: Groups.returns_P_G sums them). Each component
+    is kept (Groups.components_P_G_C: GDPO normalises them one by one). The loss mask starts
+    from the rollout's own (the policy's tokens: never an environment's); samples the
+    verifier failed on (sandbox errors) leave it when the verifier's reward is used, as do
+    truncated responses if asked; their verifier components are imputed from their group
+    (rewards.impute_invalid). Returns the rollout as groups (host)."""
     assert rollout.loss_mask_B_R is not None, "a rollout without a loss mask"
-    g = samples_per_prompt
-    weights_B = np.ones(len(verdicts), np.float32)
-    rewards_B = np.zeros(len(verdicts), np.float32)
+    g, b = samples_per_prompt, len(verdicts)
+    weights_B = np.ones(b, np.float32)
     if source != "reward_model":
         weights_B = rewards.loss_weights(verdicts)  # 0: the verifier failed (sandbox error)
-        rewards_B = rewards.impute_invalid(
-            rewards.from_verdicts(verdicts, reward_scheme).reshape(-1, g),
-            weights_B.reshape(-1, g)).reshape(-1)
-    if source != "verifier":
-        rewards_B = rewards_B + learned_weight * learned_B
+    imputed = lambda x_B: rewards.impute_invalid(x_B.reshape(-1, g),
+                                                 weights_B.reshape(-1, g)).reshape(-1)
     cut_B = batching.truncated(rollout.tokens_B_R, rollout.mask_B_R, eos_id)
-    if overlong_buffer_tokens:
-        lengths_B = rollout.mask_B_R.sum(axis=1) + cut_B  # a cut response counts as > budget
-        rewards_B = rewards_B + np.asarray(advantages.overlong_penalty(
-            lengths_B, max_new_tokens, overlong_buffer_tokens, overlong_penalty_factor))
-    loss_mask_B_R = rollout.loss_mask_B_R * weights_B[:, None] * (
-        ~cut_B[:, None] if mask_truncated else 1.0)
     # A masked sample (its verifier failed) keeps no per-turn reward either: its imputed
     # reward stands in for it in the group baseline.
     turn_rewards_B_R = rollout.turn_rewards() * (weights_B[:, None] > 0)
+
+    def value(name: str) -> np.ndarray:
+        if name == "correct":
+            return imputed(rewards.from_verdicts(verdicts, reward_scheme))
+        if name == "format":
+            return imputed(rewards.formatted(verdicts))
+        if name == "learned":
+            return np.asarray(learned_B, np.float32)
+        if name == "length":
+            lengths_B = rollout.mask_B_R.sum(axis=1) + cut_B  # a cut response is > budget
+            return np.asarray(advantages.overlong_penalty(
+                lengths_B, max_new_tokens, overlong_buffer_tokens, overlong_penalty_factor))
+        if name == "turns":
+            return turn_rewards_B_R.sum(axis=1).astype(np.float32)
+        return imputed(rewards.part(verdicts, name))  # a task's own
+
+    components_B_C = np.stack([value(n) for n in components], axis=1).astype(np.float32)
+    rewards_B = np.zeros(b, np.float32)
+    for i, (name, w) in enumerate(zip(components, weights)):
+        if name != "turns" and w != 0.0:  # the turns' stay at their tokens
+            rewards_B = rewards_B + (components_B_C[:, i] if w == 1.0 else
+                                     np.float32(w) * components_B_C[:, i])
+    w_turns = dict(zip(components, weights)).get("turns", 1.0)
+    turn_rewards_B_R = turn_rewards_B_R * np.float32(w_turns)
+    loss_mask_B_R = rollout.loss_mask_B_R * weights_B[:, None] * (
+        ~cut_B[:, None] if mask_truncated else 1.0)
     return batching.groups_from_rollout(prompt_B_L, pmask_B_L, rollout.tokens_B_R,
                                         rollout.logp_B_R, rollout.mask_B_R, loss_mask_B_R,
-                                        rewards_B, g, turn_rewards_B_R)
+                                        rewards_B, g, turn_rewards_B_R, components_B_C)
 
 
 def select(carry: Optional[Groups], fresh: Groups, *, dynamic: bool,
@@ -178,16 +199,29 @@ def select(carry: Optional[Groups], fresh: Groups, *, dynamic: bool,
 
 def with_advantages(groups: Groups, n_real: int, params, ref_params, kl_coef: float, *,
                     put: Callable, ppo_prepare: Optional[Callable], estimator: str,
-                    eps: float):
+                    eps: float, weights: Sequence[float] = (), step_weight: float = 0.0,
+                    step_gamma: float = 1.0, step_scale_by_std: bool = True):
     """Device TrainBatch with advantages: a group estimator over the real groups' returns
-    (host), or the critic + GAE over per-token rewards (jit) for PPO. Padding groups get
-    advantage 0 (and have no loss mask)."""
+    (host; GDPO over their components, `weights` aligned), plus `step_weight` x GiGPO's
+    step-level advantages when > 0 (rlvr_jax/step_groups.py), or the critic + GAE over
+    per-token rewards (jit) for PPO. Padding groups get advantage 0 (and have no loss
+    mask)."""
     if ppo_prepare is None:
         adv_P_G = np.zeros_like(groups.rewards_P_G)
         if n_real:
+            comps = None if groups.components_P_G_C is None else groups.components_P_G_C[:n_real]
             adv_P_G[:n_real] = np.asarray(advantages.from_rewards(
-                groups.returns_P_G[:n_real], estimator, eps))
-        return put(batching.train_batch(groups, adv_P_G.reshape(-1))), {}
+                groups.returns_P_G[:n_real], estimator, eps, comps, tuple(weights)))
+        if step_weight <= 0:
+            return put(batching.train_batch(groups, adv_P_G.reshape(-1))), {}
+        real = groups.take(np.arange(n_real))
+        step_P_G_R = np.zeros_like(groups.loss_mask_P_G_R)
+        step_P_G_R[:n_real], metrics = step_groups.step_advantages(
+            real.tokens_P_G_R, real.loss_mask_P_G_R, real.rewards_P_G, real.turn_rewards_P_G_R,
+            gamma=step_gamma, eps=eps, scale_by_std=step_scale_by_std)
+        adv_B_R = (adv_P_G[:, :, None] * groups.loss_mask_P_G_R
+                   + np.float32(step_weight) * step_P_G_R).reshape(-1, step_P_G_R.shape[-1])
+        return put(batching.train_batch(groups, adv_B_R)), metrics
     batch, metrics = ppo_prepare(params, ref_params, put(batching.train_batch(groups)),
                                  put(groups.rewards_P_G.reshape(-1)),
                                  put(groups.flat().turn_rewards_P_G_R), np.float32(kl_coef))

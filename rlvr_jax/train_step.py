@@ -47,6 +47,16 @@ class CriticOptions(NamedTuple):
     vf_coef: float = 1.0
 
 
+class Distill(NamedTuple):
+    """On-policy distillation (rlvr_jax/distill.py): the frozen teacher's network, and how
+    its per-token reverse KL enters: `reward` (coef x (log pi_teacher - log pi_sampler) added
+    to each token's advantage) or `loss` (coef x agg of k2 to the teacher)."""
+
+    model: Decoder
+    mode: str = "reward"
+    coef: float = 1.0
+
+
 class UpdateSchedule(NamedTuple):
     """Optimizer updates per rollout: `epochs` x `minibatches` (a fresh random split each
     epoch), each minibatch's gradient accumulated over `microbatches` equal slices.
@@ -78,6 +88,7 @@ def response_logp(model: Decoder, params, tokens_B_T, input_mask_B_T, prompt_len
     return (logp_B_R, entropy_B_R, hidden_B_R_D) if with_hidden else (logp_B_R, entropy_B_R)
 
 
+LOSS_KEY_SALT = 0x10557  # folds the step's key into the objective's (apart from the splits')
 FIRST_UPDATE = ("sampler_gap_mean", "sampler_gap_max")  # measured before any update moved
 
 
@@ -92,8 +103,10 @@ def _combine(metrics_U: dict, how: str, first: tuple = ()) -> dict:
 def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperature: float,
                  loss: LossOptions, critic: CriticOptions | None = None,
                  schedule: UpdateSchedule = UpdateSchedule(), state_sharding, metrics_sharding,
-                 adapters: bool = False, on_trace: Callable[[], None] = lambda: None):
-    """Jitted `step(state, ref_params, batch, key, actor_on) -> (state, metrics)`.
+                 adapters: bool = False, distill: Distill | None = None,
+                 on_trace: Callable[[], None] = lambda: None):
+    """Jitted `step(state, ref_params, batch, key, actor_on[, teacher_params]) -> (state,
+    metrics)`.
 
     One rollout batch of B sequences feeds `schedule.epochs` x `schedule.minibatches` optimizer
     updates (PPO's mu epochs; minibatches are a fresh random split each epoch, `key`), always
@@ -105,12 +118,14 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
     state.params["policy"] holds the adapters only and the policy is `ref_params` (the frozen
     base, also the KL reference with its adapters off) with them (lora.merge): gradients and
     optimizer state exist for the adapters alone. Metrics are means over the updates (maxima
-    for `*_max`)."""
+    for `*_max`). `distill` adds a teacher (its params the step's last argument), scoring the
+    sampled tokens in every update: see Distill."""
     if critic is not None and critic.layout not in ("separate", "head"):
         raise ValueError(f"unknown critic layout {critic.layout!r} (known: separate, head)")
     epochs, minibatches, microbatches, g = schedule
 
-    def loss_fn(params, ref_params, mb: TrainBatch, total: losses.Counts, actor_on):
+    def loss_fn(params, ref_params, mb: TrainBatch, total: losses.Counts, actor_on, key,
+                teacher_params):
         policy = (lora.merge(jax.lax.stop_gradient(ref_params), params["policy"]) if adapters
                   else params["policy"])
         logp_B_R, entropy_B_R, hidden = response_logp(
@@ -134,10 +149,27 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
                                                         mb.response_mask_B_R, cap, correction,
                                                         total, bounds)
             decoupled = {"prox_logp_B_R": prox, "is_weights_B_R": w_B_R}
+        adv_B_R, d_metrics, teacher_logp_B_R = mb.advantages_B_R, {}, None
+        if distill is not None:
+            teacher_logp_B_R, _ = response_logp(distill.model,
+                                                jax.lax.stop_gradient(teacher_params),
+                                                mb.tokens_B_T, mb.input_mask_B_T, prompt_len,
+                                                temperature, group_size=g)
+            # The sampled tokens' reverse KL to the teacher (the student's own samples).
+            kl_B_R = mb.old_logp_B_R - teacher_logp_B_R
+            d_metrics = {"distill_reverse_kl": losses.aggregate(
+                kl_B_R, mb.response_mask_B_R, "token-mean", total=total)}
+            if distill.mode == "reward":
+                adv_B_R = adv_B_R - distill.coef * kl_B_R * mb.response_mask_B_R
         total_loss, metrics = losses.policy_gradient_loss(
-            logp_B_R, mb.old_logp_B_R, ref_logp_B_R, mb.advantages_B_R, mb.response_mask_B_R,
-            entropy_B_R, **options, total=total, **decoupled)
-        metrics = dict(metrics, **w_metrics)
+            logp_B_R, mb.old_logp_B_R, ref_logp_B_R, adv_B_R, mb.response_mask_B_R,
+            entropy_B_R, **options, total=total, key=key, **decoupled)
+        metrics = dict(metrics, **w_metrics, **d_metrics)
+        if distill is not None and distill.mode == "loss":
+            k2 = losses.aggregate(losses.kl_estimate(logp_B_R, teacher_logp_B_R, "k2"),
+                                  mb.response_mask_B_R, loss.loss_agg, loss.norm_tokens, total)
+            total_loss = total_loss + distill.coef * k2
+            metrics["distill_k2"] = k2
         total_loss = actor_on * total_loss
         if critic is not None:
             values_B_R = value_model.response_values(
@@ -157,10 +189,12 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
         out, grads = value_and_grad(*args)
         return out, jax.lax.with_sharding_constraint(grads, state_sharding.params)
 
-    def minibatch_update(state: TrainState, ref_params, mb: TrainBatch, actor_on):
+    def minibatch_update(state: TrainState, ref_params, mb: TrainBatch, actor_on, key,
+                         teacher_params):
         total = losses.counts(mb.response_mask_B_R)
         if microbatches == 1:
-            (_, metrics), grads = grad_fn(state.params, ref_params, mb, total, actor_on)
+            (_, metrics), grads = grad_fn(state.params, ref_params, mb, total, actor_on, key,
+                                          teacher_params)
         else:
             # Microbatch k takes rows (groups) k, k + M, k + 2M, ...: each device holds a
             # contiguous block of rows, so every microbatch is spread over all of them.
@@ -171,11 +205,14 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
                 micro, sharding.microbatch_sharding(metrics_sharding.mesh))
 
             def accumulate(grads, micro_k):
-                (_, m), g = grad_fn(state.params, ref_params, micro_k, total, actor_on)
+                micro_k, k = micro_k
+                (_, m), g = grad_fn(state.params, ref_params, micro_k, total, actor_on,
+                                    jax.random.fold_in(key, k), teacher_params)
                 return jax.tree.map(jnp.add, grads, g), m
 
             zeros = jax.tree.map(jnp.zeros_like, state.params)
-            grads, metrics_U = jax.lax.scan(accumulate, zeros, micro)
+            grads, metrics_U = jax.lax.scan(accumulate, zeros,
+                                            (micro, jnp.arange(microbatches)))
             metrics = _combine(metrics_U, "sum")
         gate = {part: actor_on if part == "policy" else 1.0 for part in state.params}
         state, opt_metrics = optim.apply_grads(state, grads, tx, lr_schedule, gate)
@@ -204,22 +241,29 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
                                   strided(batch.input_mask_B_T, n)))
         return jax.lax.stop_gradient(unstrided(logp_n_b_R))
 
-    def step(state: TrainState, ref_params, batch: TrainBatch, key, actor_on):
+    def step(state: TrainState, ref_params, batch: TrainBatch, key, actor_on,
+             teacher_params=None):
         on_trace()
         b = batch.tokens_B_T.shape[0]
         assert b % (g * minibatches * microbatches) == 0, (b, g, minibatches, microbatches)
+        # The objective's draws (Clip-Cov): a key of their own, one per update.
+        loss_key = jax.random.fold_in(key, LOSS_KEY_SALT)
         if epochs * minibatches == 1:
-            return minibatch_update(state, ref_params, batch, actor_on)
+            return minibatch_update(state, ref_params, batch, actor_on,
+                                    jax.random.fold_in(loss_key, 0), teacher_params)
         idx_U_b = update_rows(key, b, epochs, minibatches, g)
 
-        def one_update(state, idx_b):
+        def one_update(state, idx_b_u):
+            idx_b, u = idx_b_u
             mb = batch if minibatches == 1 else jax.tree.map(lambda x: x[idx_b], batch)
-            return minibatch_update(state, ref_params, mb, actor_on)
+            return minibatch_update(state, ref_params, mb, actor_on,
+                                    jax.random.fold_in(loss_key, u), teacher_params)
 
         if loss.correction != "none":  # the proximal log-probs, before any update moves
             batch = batch._replace(prox_logp_B_R=proximal_logp(state.params, ref_params,
                                                                 batch))
-        state, metrics_U = jax.lax.scan(one_update, state, idx_U_b)
+        state, metrics_U = jax.lax.scan(one_update, state,
+                                        (idx_U_b, jnp.arange(idx_U_b.shape[0])))
         return state, _combine(metrics_U, "mean", first=FIRST_UPDATE)
 
     return jax.jit(step, donate_argnums=(0,), out_shardings=(state_sharding, metrics_sharding))

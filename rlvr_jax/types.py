@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
@@ -53,6 +53,10 @@ class Verdict:
     detail: str = ""  # human-readable reason, e.g. "expected 12, got 13"
     latency_s: float = 0.0
     fraction: float = -1.0  # share of test cases passed (code); -1: not applicable
+    # Named rewards a task's grader adds beside the status ((name, value) pairs, the names its
+    # TaskSpec.reward_parts declares): reward components (rlvr_jax/rewards.py), weighted by
+    # reward.weights, normalised one by one under algo.adv_estimator=gdpo.
+    parts: tuple = ()
 
 
 class Rollout(NamedTuple):
@@ -160,6 +164,10 @@ class Groups(NamedTuple):
     # float32 reward positions: an environment's per-turn reward at the token that ended the
     # turn (envs/base.py Reply.reward); zeros for one turn or without per-turn rewards.
     turn_rewards_P_G_R: np.ndarray
+    # float32 [P, G, C]: each sample's reward components, in the run's order
+    # (rewards.component_names); rewards_P_G is their weighted sum (the turns' at their
+    # tokens). None: none recorded (a carry checkpointed before components existed).
+    components_P_G_C: Optional[np.ndarray] = None
 
     @property
     def num(self) -> int:
@@ -172,11 +180,12 @@ class Groups(NamedTuple):
         return self.rewards_P_G + self.turn_rewards_P_G_R.sum(axis=-1)
 
     def take(self, idx) -> "Groups":
-        return Groups(*(x[np.asarray(idx, dtype=np.int64)] for x in self))
+        return Groups(*(None if x is None else x[np.asarray(idx, dtype=np.int64)]
+                        for x in self))
 
     def flat(self) -> "Groups":
         """Merge the group and sample axes: arrays [P * G, ...] in P_G order."""
-        return Groups(*(x.reshape(-1, *x.shape[2:]) for x in self))
+        return Groups(*(None if x is None else x.reshape(-1, *x.shape[2:]) for x in self))
 
 
 class StepTimes(NamedTuple):

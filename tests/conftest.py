@@ -23,3 +23,20 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 # The graders' kinds register with the sandbox package when rlvr_jax.verify is imported (the
 # package imports none of its plug-ins); tests that build a pool directly rely on this.
 import rlvr_jax.verify  # noqa: E402,F401
+
+
+# The longest tests first (longest-processing-time order): with `-n auto` the two workers then
+# start on the 2-process runs and finish on short tests together, instead of one worker
+# starting a five-minute test when the other is nearly done. Order only; nothing is skipped.
+_LONGEST_FIRST = ("tests/test_distributed.py", "tests/test_run_control.py::test_sigterm",
+                  "tests/test_run_control.py::test_a_built_wheel", "tests/test_loop.py::test_resume")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item) -> int:
+        for i, prefix in enumerate(_LONGEST_FIRST):
+            if item.nodeid.startswith(prefix):
+                return i
+        return len(_LONGEST_FIRST) + (0 if item.get_closest_marker("slow") else 1)
+
+    items.sort(key=rank)  # stable: file order within each rank

@@ -92,3 +92,25 @@ def make_tiny_gsm8k(root):
     tiny_hf.make_gsm8k_like(str(root / "data" / "train.jsonl"), 64, seed=0)
     tiny_hf.make_gsm8k_like(str(root / "data" / "test.jsonl"), 16, seed=1)
     return root
+
+
+def make_char_teacher(out_dir, hidden=48, layers=2, seed=3):
+    """A random Hugging Face directory (llama family) with the character tokenizer of the
+    procedural tasks: a distillation teacher (distill.teacher) for their students."""
+    import jax
+    import numpy as np
+
+    from rlvr_jax.config import ModelConfig
+    from rlvr_jax.models import hf
+    from rlvr_jax.models.policy import Decoder, init_params
+    from rlvr_jax.tokenizer import load_tokenizer, save_char_tokenizer
+
+    save_char_tokenizer(str(out_dir))
+    tok = load_tokenizer(str(out_dir))
+    cfg = ModelConfig(vocab_size=len(tok), hidden_size=hidden, num_layers=layers, num_heads=4,
+                      num_kv_heads=2, intermediate_size=2 * hidden, tie_embeddings=True)
+    params = init_params(Decoder(cfg, cfg.vocab_size), jax.random.key(seed))
+    hf.save(str(out_dir), jax.tree.map(np.asarray, params), cfg, "llama",
+            {"eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id})
+    tok.save_pretrained(str(out_dir))
+    return out_dir

@@ -25,7 +25,8 @@ def test_rloo_is_leave_one_out_and_equals_scaled_drgrpo():
 
 
 @pytest.mark.parametrize("fn", [advantages.grpo, advantages.drgrpo, advantages.rloo,
-                                advantages.batch_std, advantages.reinforce_pp_baseline])
+                                advantages.batch_std, advantages.reinforce_pp_baseline,
+                                advantages.maxrl])
 def test_constant_groups_give_zero_not_nan(fn):
     adv = np.asarray(jax.jit(fn)(jnp.asarray(REWARDS)))
     assert np.all(np.isfinite(adv)) and np.all(adv[2] == 0.0)
@@ -42,6 +43,23 @@ def test_constant_groups_are_exactly_zero_for_any_value(fn, value, g):
     adv = np.asarray(jax.jit(fn)(jnp.asarray(rewards)))
     assert np.all(adv[0] == 0.0), adv[0]
     assert np.any(adv[1] != 0.0)
+
+
+def test_maxrl_weighs_a_prompt_by_one_over_its_pass_rate():
+    """MaxRL: A = (r - mean) / mean; summed over a group, A / G weighs each success by 1 / K
+    and every sample by -1 / G (the truncated maximum-likelihood gradient), hand-computed on
+    [1, 0, 0, 1] and [1, 0, 0, 0]; a group with no success gets 0."""
+    adv = np.asarray(advantages.from_rewards(jnp.asarray(REWARDS), "maxrl"))
+    np.testing.assert_allclose(adv[0], [1.0, -1.0, -1.0, 1.0], rtol=1e-5)  # mean 1/2
+    np.testing.assert_allclose(adv[1], [3.0, -1.0, -1.0, -1.0], rtol=1e-5)  # mean 1/4
+    assert np.all(adv[2] == 0.0)
+    assert np.all(np.asarray(advantages.maxrl(jnp.zeros((1, 4)))) == 0.0)
+    r = np.random.default_rng(1).integers(0, 2, (6, 8)).astype(np.float64)
+    k = r.sum(1, keepdims=True)
+    want = np.where(k > 0, (r * 8 / np.maximum(k, 1)) - 1.0, 0.0)  # G/K on a success, -1
+    want = np.where((k == 0) | (k == 8), 0.0, want)
+    np.testing.assert_allclose(np.asarray(advantages.maxrl(jnp.asarray(r, jnp.float32))), want,
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_batch_level_estimators_against_numpy():

@@ -105,3 +105,29 @@ def test_the_warm_start_step_stands_alone_and_compiles_once(pieces):
         losses.append(float(metrics["loss"]))
     assert dict(traces) == {"sft_step": 1}
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+
+
+def test_a_bad_distillation_teacher_is_one_clear_error(tmp_path):
+    """distill.teacher that is no directory of ours or HF's, a reward-model run, an
+    unfinished run, or a model with another tokenizer: one ConfigError naming the key."""
+    import json
+    from types import SimpleNamespace
+
+    from rlvr_jax import distill
+    from rlvr_jax.config import ConfigError
+    from rlvr_jax.tokenizer import load_tokenizer, save_char_tokenizer
+    from rlvr_jax.tools import tiny_hf
+
+    save_char_tokenizer(str(tmp_path / "tok"))
+    setup = SimpleNamespace(tokenizer=load_tokenizer(str(tmp_path / "tok")))
+    (tmp_path / "rm").mkdir()
+    (tmp_path / "rm" / "run_config.json").write_text(json.dumps({"job": "reward_model"}))
+    (tmp_path / "rl").mkdir()
+    (tmp_path / "rl" / "run_config.json").write_text(json.dumps({"job": "rl", "model": {}}))
+    tiny_hf.make_model(str(tmp_path / "hf"), "qwen2", hidden=16, layers=1)
+    for path, said in [(tmp_path / "none", "neither a run directory"),
+                       (tmp_path / "rm", "no policy to distil from"),
+                       (tmp_path / "rl", "has not finished"),
+                       (tmp_path / "hf", "tokenizer differs")]:
+        with pytest.raises(ConfigError, match=f"config key 'distill.teacher': .*{said}"):
+            distill.load(str(path), setup, None)

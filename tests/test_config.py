@@ -222,9 +222,13 @@ def test_help_lists_every_preset_group_option_task_and_section():
     for word in ("env ", "rollout ", "job ", "extra_sets", "python_repl", "humaneval",
                  *registry.specs()):
         assert word in help_text, word
+    # Both sides in fresh interpreters: tasks other tests registered in this one are not theirs.
     proc = subprocess.run([sys.executable, "-m", "rlvr_jax.train", "--help"],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.strip() == help_text.strip()
+    fresh = subprocess.run([sys.executable, "-c", "from rlvr_jax.config import cli; "
+                            "print(cli.help_text())"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and fresh.returncode == 0, proc.stderr + fresh.stderr
+    assert proc.stdout.strip() == fresh.stdout.strip()
 
 
 @pytest.mark.parametrize("override,said", [

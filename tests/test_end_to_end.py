@@ -88,6 +88,16 @@ def test_gsm8k_grpo_trains_exports_and_evaluates(tiny, tmp_path):
         assert "test" in sampled["by_source"]
     assert in_process["step"] == 2
 
+    # On-policy distillation (issue 39): this finished run is the teacher of a LoRA student
+    # started from the tiny model; one step, the teacher's reverse KL logged.
+    student = tmp_path / "student"
+    summary = jobs.run(run_config(overrides + [f"distill.teacher={run_dir}", "num_steps=1",
+                                               "model.lora_rank=4"], student))
+    assert summary["compiles"]["train_step"] == 1
+    row = [json.loads(line) for line in (student / "metrics.jsonl").read_text().splitlines()
+           if "train/distill_reverse_kl" in line]
+    assert len(row) == 1 and np.isfinite(row[0]["train/distill_reverse_kl"])
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("env", [["env.kind=tools", "env.tools=[calculator,python]"],

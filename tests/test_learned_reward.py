@@ -164,14 +164,16 @@ def test_combined_rewards_add_the_weighted_score_to_the_verifiers():
     learned_B = np.array([0.5, -1.0, 2.0, 0.25], np.float32)
     common = dict(eos_id=2, reward_scheme="binary", samples_per_prompt=2, max_new_tokens=3,
                   overlong_buffer_tokens=0, overlong_penalty_factor=0.0, mask_truncated=False)
-    combined = stages.score(verdicts, rollout, prompt, prompt, learned_B,
-                            source="combined", learned_weight=2.0, **common)
+    from tests.test_stages import components
+
+    combined = stages.score(verdicts, rollout, prompt, prompt, learned_B, source="combined",
+                            **components("combined", learned_weight=2.0), **common)
     # PASS=1, WRONG=0; the sandbox error takes its group's valid mean (1.0) and leaves the loss
     np.testing.assert_allclose(combined.rewards_P_G, [[1 + 1.0, 0 - 2.0], [1 + 4.0, 1 + 0.5]])
     np.testing.assert_array_equal(combined.loss_mask_P_G_R.sum(-1), [[3, 3], [0, 3]])
     learned = stages.score(verdicts, rollout, prompt, prompt, learned_B,
                            source="reward_model",
-                           learned_weight=1.0, **common)
+                           **components("reward_model", learned_weight=1.0), **common)
     np.testing.assert_allclose(learned.rewards_P_G, learned_B.reshape(2, 2))
     np.testing.assert_array_equal(learned.loss_mask_P_G_R.sum(-1), [[3, 3], [3, 3]])
 

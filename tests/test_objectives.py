@@ -184,3 +184,87 @@ def test_kl_cov_penalises_exactly_the_top_covariance_tokens():
     assert float(loss(logp, old, (("kl_cov_ratio", 0.0),))[0]) == pytest.approx(plain, rel=1e-5)
     on_policy = jax.grad(lambda lp: loss(lp, jax.lax.stop_gradient(lp))[0])(logp)
     np.testing.assert_allclose(np.asarray(on_policy), -a * m / n, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["dppo_tv", "dppo_kl"])
+def test_dppo_masks_exactly_the_tokens_outside_its_trust_region(name):
+    """DPPO: L = -A sg(min(r, C)) logp on the tokens inside the region, 0 outside; value,
+    gradient and masked share against float64 numpy (the binary KL written out); on-policy
+    every token is inside and the gradient is the policy gradient's."""
+    logp, old, adv, mask = _batch(8)
+    logp = jnp.minimum(logp + 0.6 * jnp.asarray(np.random.default_rng(9).normal(
+        size=logp.shape), jnp.float32), -1e-3)  # far enough that some tokens leave
+    opts = (("delta_high", 0.05), ("delta_low", 0.08), ("ratio_cap", 3.0))
+
+    def loss(lp, anchor):
+        return losses.policy_gradient_loss(lp, anchor, None, adv, mask, jnp.zeros_like(lp),
+                                           eps_low=0.2, eps_high=0.28, kl_coef=0.0,
+                                           policy_loss=name, objective_options=opts)
+
+    lp, o, a, m = (np.asarray(v, np.float64) for v in (logp, old, adv, mask))
+    p, q = np.exp(lp), np.exp(o)
+    if name == "dppo_tv":
+        valid = np.where(a > 0, p - q <= 0.05, p - q >= -0.08)
+    else:
+        d = q * np.log(q / p) + (1 - q) * np.log((1 - q) / (1 - p))
+        valid = np.where(a > 0, (d <= 0.05) | (p <= q), (d <= 0.08) | (p >= q))
+    w = np.minimum(p / q, 3.0)
+    n = m.sum()
+    value, metrics = loss(logp, old)
+    assert 0 < np.sum((~valid) * m) < n  # the case is not vacuous
+    assert float(value) == pytest.approx(np.sum(-a * w * lp * valid * m) / n, rel=1e-5)
+    assert float(metrics["dppo_masked_frac"]) == pytest.approx(np.sum((~valid) * m) / n)
+    np.testing.assert_allclose(np.asarray(jax.grad(lambda lp: loss(lp, old)[0])(logp)),
+                               -a * w * valid * m / n, rtol=1e-5, atol=1e-8)
+    on_policy = jax.grad(lambda lp: loss(lp, jax.lax.stop_gradient(lp))[0])(logp)
+    np.testing.assert_allclose(np.asarray(on_policy), -a * m / n, rtol=1e-5, atol=1e-8)
+
+
+def test_binary_kl_is_exact_near_probability_one():
+    from rlvr_jax.objectives.dppo import binary_kl
+
+    # 1 - p ~ 3e-7: float32's 1 - exp(logp) is all rounding there
+    lq, lp = np.float64(np.float32(-1e-7)), np.float64(np.float32(-3e-7))
+    want = np.exp(lq) * (lq - lp) + (1 - np.exp(lq)) * np.log(np.expm1(lq) / np.expm1(lp))
+    got = float(binary_kl(jnp.float32(lq), jnp.float32(lp)))
+    assert got == pytest.approx(want, rel=1e-3) and np.isfinite(got)
+
+
+def test_clip_cov_detaches_a_random_share_of_the_in_band_tokens():
+    """Clip-Cov: the value is the clipped surrogate's; the gradient is the surrogate's except
+    on max(floor(ratio n), 1) tokens drawn from those with lb < cov < ub and not clipped,
+    where it is 0; the same key draws the same tokens, another key others; a band no token
+    is in leaves the clip's gradient whole."""
+    logp, old, adv, mask = _batch(10, b=8, r=16)
+    adv = adv * 4.0
+    lp, o, a, m = (np.asarray(v, np.float64) for v in (logp, old, adv, mask))
+    n = m.sum()
+    cov = (lp - (lp * m).sum() / n) * (a - (a * m).sum() / n)
+    opts = (("clip_cov_ratio", 0.05), ("clip_cov_lb", 0.05), ("clip_cov_ub", 5.0))
+
+    def run(key, options=opts):
+        f = lambda lp: losses.policy_gradient_loss(
+            lp, old, None, adv, mask, jnp.zeros_like(lp), eps_low=0.2, eps_high=0.28,
+            kl_coef=0.0, policy_loss="clip_cov", objective_options=options, key=key)
+        return f(logp), np.asarray(jax.grad(lambda lp: f(lp)[0])(logp))
+
+    clip_grad = np.asarray(jax.grad(lambda lp: losses.policy_gradient_loss(
+        lp, old, None, adv, mask, jnp.zeros_like(lp), eps_low=0.2, eps_high=0.28,
+        kl_coef=0.0, policy_loss="clip")[0])(logp))
+    r = np.exp(lp - o)
+    clipped = -a * np.clip(r, 0.8, 1.28) > -a * r
+    band = (m > 0) & ~clipped & (cov > 0.05) & (cov < 5.0)
+    k = min(max(int(np.floor(0.05 * n)), 1), band.sum())
+    assert band.sum() > k  # a draw, not all of the band
+    (value, metrics), grad = run(jax.random.PRNGKey(1))
+    per_tok, _ = losses.clipped_surrogate(logp, old, adv, 0.2, 0.28)
+    assert float(value) == pytest.approx(float(jnp.sum(per_tok * mask) / n), rel=1e-6)
+    detached = (grad == 0) & (clip_grad != 0)
+    assert detached.sum() == k and np.all(band[detached])
+    np.testing.assert_allclose(grad[~detached], clip_grad[~detached], rtol=1e-6)
+    assert float(metrics["clip_cov_frac"]) == pytest.approx(k / n)
+    assert np.array_equal(run(jax.random.PRNGKey(1))[1], grad)
+    others = [((run(jax.random.PRNGKey(s))[1] == 0) & (clip_grad != 0)) for s in range(2, 6)]
+    assert any(not np.array_equal(d, detached) for d in others)
+    empty = (("clip_cov_ratio", 0.05), ("clip_cov_lb", 1e6), ("clip_cov_ub", 2e6))
+    np.testing.assert_allclose(run(jax.random.PRNGKey(1), empty)[1], clip_grad, rtol=1e-6)

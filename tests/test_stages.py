@@ -6,7 +6,7 @@ and dynamic sampling) and `with_advantages` (group estimators over the real grou
 import numpy as np
 import pytest
 
-from rlvr_jax import stages
+from rlvr_jax import rewards, stages
 from rlvr_jax.types import Rollout, Status, Verdict
 
 EOS = 2
@@ -22,7 +22,7 @@ PROMPT = np.array([[0, 7], [0, 7], [8, 9], [8, 9]], np.int32)
 PMASK = np.array([[0, 1], [0, 1], [1, 1], [1, 1]], np.int32)
 VERDICTS = [Verdict(Status.PASS), Verdict(Status.WRONG), Verdict(Status.SANDBOX_ERROR, "oom"),
             Verdict(Status.PASS)]
-OPTIONS = dict(source="verifier", learned_weight=0.0, eos_id=EOS, reward_scheme="binary",
+OPTIONS = dict(source="verifier", eos_id=EOS, reward_scheme="binary",
                samples_per_prompt=2, max_new_tokens=4, overlong_buffer_tokens=0,
                overlong_penalty_factor=0.0, mask_truncated=False)
 
@@ -31,9 +31,22 @@ def _rollout(loss_mask=MASK):
     return Rollout(TOKENS, LOGP, MASK, loss_mask)
 
 
-def _score(rollout=None, learned_B=None, turn_rewards_B_R=None, **options):
+def components(source="verifier", overlong=False, episodes=False, parts=(), weights=None,
+               learned_weight=0.0):
+    """score's `components` and `weights` as the loop resolves them."""
+    names = rewards.component_names(source=source, overlong=overlong, episodes=episodes,
+                                    parts=parts)
+    return dict(components=names,
+                weights=rewards.component_weights(names, weights or {}, learned_weight))
+
+
+def _score(rollout=None, learned_B=None, turn_rewards_B_R=None, verdicts=VERDICTS,
+           learned_weight=0.0, weights=None, parts=(), **options):
     rollout = (rollout or _rollout())._replace(turn_rewards_B_R=turn_rewards_B_R)
-    return stages.score(VERDICTS, rollout, PROMPT, PMASK, learned_B, **(OPTIONS | options))
+    o = OPTIONS | options
+    names = components(o["source"], o["overlong_buffer_tokens"] > 0,
+                       turn_rewards_B_R is not None, parts, weights, learned_weight)
+    return stages.score(verdicts, rollout, PROMPT, PMASK, learned_B, **o, **names)
 
 
 def test_a_sandbox_error_is_imputed_for_the_baseline_and_leaves_the_loss():
@@ -150,3 +163,54 @@ def test_with_advantages_uses_the_real_groups_only():
                                        estimator="drgrpo", eps=1e-6)
     # Dr. GRPO: r - mean, no std: +-0.5, and 0 for the all-equal group.
     np.testing.assert_allclose(drgrpo.advantages_B_R[:, 0], [0.5, -0.5, 0.0, 0.0], atol=1e-6)
+
+
+def test_reward_components_are_kept_and_summed_by_their_weights():
+    """Components with a task part `style`: correct [1, 0 | 0*, 0], format [1, 1 | 0*, 0]
+    (row 3 unparseable), style [0.5, 0.25 | 0*, 0] (* the sandbox error's, imputed from its
+    group's valid row); the reward is their weighted sum (format 0.5, style 2)."""
+    verdicts = [Verdict(Status.PASS, parts=(("style", 0.5),)),
+                Verdict(Status.WRONG, parts=(("style", 0.25),)),
+                Verdict(Status.SANDBOX_ERROR, "oom"), Verdict(Status.UNPARSEABLE)]
+    g = _score(verdicts=verdicts, parts=("style",), weights={"format": 0.5, "style": 2.0})
+    np.testing.assert_allclose(g.components_P_G_C.reshape(4, 3),
+                               [[1, 1, 0.5], [0, 1, 0.25], [0, 0, 0], [0, 0, 0]])
+    np.testing.assert_allclose(g.rewards_P_G.reshape(-1), [1 + 0.5 + 1.0, 0 + 0.5 + 0.5, 0, 0])
+    plain = _score(verdicts=verdicts, parts=("style",))  # defaults: format 0, a part 0
+    np.testing.assert_allclose(plain.rewards_P_G.reshape(-1), [1, 0, 0, 0])
+
+
+def test_gdpo_normalises_each_component_before_the_sum():
+    """GDPO over two components against float64 numpy (GRPO per component, weighted sum,
+    divided by the batch std); it tells apart what GRPO on the sum cannot: (1, 0) and (0, 1)
+    in a group where the sum is constant."""
+    from rlvr_jax import advantages
+
+    rng = np.random.default_rng(3)
+    c = rng.integers(0, 2, (6, 4, 2)).astype(np.float64)
+    c[0] = [[1, 0], [0, 1], [1, 0], [0, 1]]  # sum constant, components not
+    w = (1.0, 0.5)
+
+    def grpo(x):
+        d = x - x.mean(1, keepdims=True)
+        const = x.max(1, keepdims=True) == x.min(1, keepdims=True)
+        return np.where(const, 0.0, d / (x.std(1, ddof=1, keepdims=True) + 1e-6))
+
+    s = w[0] * grpo(c[..., 0]) + w[1] * grpo(c[..., 1])
+    want = s / (s.std() + 1e-6)
+    got = np.asarray(advantages.from_rewards(c.sum(-1), "gdpo", 1e-6,
+                                             np.asarray(c, np.float32), w))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert np.any(got[0] != 0) and np.all(np.asarray(advantages.grpo(c.sum(-1)))[0] == 0)
+    g = _score(weights={"format": 1.0})
+    batch, _ = stages.with_advantages(g, 2, None, None, 0.0, put=lambda b: b,
+                                      ppo_prepare=None, estimator="gdpo", eps=1e-6,
+                                      weights=(1.0, 1.0))
+    assert np.all(np.isfinite(batch.advantages_B_R))
+
+
+def test_an_unknown_reward_weight_names_the_components():
+    from rlvr_jax.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"reward.weights.style'.*components: correct, format"):
+        components(weights={"style": 1.0})

@@ -437,3 +437,66 @@ def test_every_objective_updates_with_one_compile(objective):
     moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(np.asarray(a) - b).max()),
                                          state.params, start))
     assert max(moved) > 0 and all(np.isfinite(moved))
+
+
+def _distill_step(tx, mode, coef):
+    mesh = sharding.make_mesh(devices=jax.devices()[:1])
+    abstract = jax.eval_shape(lambda: _state(tx)[0])
+    return train_step.make_rl_step(
+        MODEL, tx, optax.constant_schedule(0.1), prompt_len=P, temperature=1.0,
+        state_sharding=sharding.state_shardings(abstract, mesh),
+        metrics_sharding=sharding.replicated(mesh),
+        distill=train_step.Distill(TEACHER, mode, coef),
+        **rl_step_options(eps_low=0.2, eps_high=0.28, norm_tokens=N))
+
+
+TEACHER = Decoder(ModelConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32),
+                  20)
+
+
+def test_distillation_as_a_dense_reward_is_the_advantage_minus_the_reverse_kl():
+    """distill.mode=reward with a teacher of another size: the update equals the plain one
+    with each token's advantage lowered by coef x (log pi_sampler - log pi_teacher); the
+    logged reverse KL is that difference's token mean (float64 numpy)."""
+    tx = optax.sgd(0.1)
+    teacher = init_params(TEACHER, jax.random.key(5))
+    batch = _batch(3)
+    t_logp, _ = train_step.response_logp(TEACHER, teacher, batch.tokens_B_T,
+                                         batch.input_mask_B_T, P, 1.0)
+    kl = (np.asarray(batch.old_logp_B_R, np.float64) - np.asarray(t_logp, np.float64))
+    m = np.asarray(batch.response_mask_B_R, np.float64)
+    state, ref = _state(tx)
+    got, metrics = _distill_step(tx, "reward", 0.7)(state, ref, batch, jax.random.key(0), 1.0,
+                                                   teacher)
+    shifted = batch._replace(advantages_B_R=(batch.advantages_B_R - 0.7 * kl * m)
+                             .astype(np.float32))
+    state, ref = _state(tx)
+    want, _ = _step(tx)(state, ref, shifted, jax.random.key(0), 1.0)
+    _close(got.params, want.params, rtol=1e-4, atol=1e-6)
+    assert float(metrics["distill_reverse_kl"]) == pytest.approx((kl * m).sum() / m.sum(),
+                                                                 rel=1e-5)
+
+
+def test_distillation_as_a_loss_adds_k2_to_the_teacher():
+    """distill.mode=loss: the loss gains coef x token-mean((log pi - log pi_teacher)^2 / 2)
+    at the step's params (float64 numpy), and the update differs from the plain one."""
+    tx = optax.sgd(0.1)
+    teacher = init_params(TEACHER, jax.random.key(5))
+    batch = _batch(4)
+    state, ref = _state(tx)
+    logp, _ = train_step.response_logp(MODEL, ref, batch.tokens_B_T, batch.input_mask_B_T, P,
+                                       1.0)
+    t_logp, _ = train_step.response_logp(TEACHER, teacher, batch.tokens_B_T,
+                                         batch.input_mask_B_T, P, 1.0)
+    m = np.asarray(batch.response_mask_B_R, np.float64)
+    k2 = (0.5 * (np.asarray(logp, np.float64) - np.asarray(t_logp, np.float64)) ** 2 * m)
+    got, metrics = _distill_step(tx, "loss", 2.0)(state, ref, batch, jax.random.key(0), 1.0,
+                                                 teacher)
+    assert float(metrics["distill_k2"]) == pytest.approx(k2.sum() / m.sum(), rel=1e-4)
+    plain_state, ref = _state(tx)
+    plain, plain_metrics = _step(tx)(plain_state, ref, batch, jax.random.key(0), 1.0)
+    assert float(metrics["loss"]) == pytest.approx(
+        float(plain_metrics["loss"]) + 2.0 * k2.sum() / m.sum(), rel=1e-4)
+    moved = max(float(np.abs(np.asarray(a) - np.asarray(b)).max())
+                for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(plain.params)))
+    assert moved > 1e-6

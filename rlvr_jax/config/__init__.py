@@ -20,8 +20,8 @@ from rlvr_jax.config.choices import (AdvEstimator, Algorithm, Choice, ConfigErro
                                      RewardScheme, RewardSource, RopeScaling, SandboxMode,
                                      VerifierKind, choice)
 from rlvr_jax.config.load import (as_dict, compose, conf_dir, recorded_model_config,
-                                  register_configs, run_dirname, to_run_config, validate,
-                                  warmstart_key)
+                                  register_configs, reward_components, run_dirname,
+                                  to_run_config, validate, warmstart_key)
 from rlvr_jax.config.run import (LEARNED_REWARD_KL_COEF, CheckpointConfig, DistributedConfig,
                                  DPOConfig, EnvConfig, EvalConfig, LoggerConfig, MeshConfig,
                                  PreferenceConfig, RewardConfig, RewardModelConfig, RolloutConfig,
@@ -31,6 +31,7 @@ from rlvr_jax.config.schemas import (AlgoConfig, DAPOConfig, ModelConfig, OptimC
                                      PolicyLossConfig, PPOConfig, SamplingConfig)
 
 __all__ = [
+    "reward_components",
     "AdvEstimator",
     "AlgoConfig",
     "Algorithm",

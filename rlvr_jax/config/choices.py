@@ -36,7 +36,7 @@ Dtype = choice("Dtype", "float32", "bfloat16", "float16")
 RopeScaling = choice("RopeScaling", "none", "linear", "llama3")
 Algorithm = choice("Algorithm", "grpo", "ppo")  # group baselines | critic + GAE
 AdvEstimator = choice("AdvEstimator", "grpo", "drgrpo", "rloo", "batch_std", "reinforce_pp",
-                      "reinforce_pp_baseline", "gae")  # advantages.ESTIMATORS + gae
+                      "reinforce_pp_baseline", "maxrl", "gdpo", "gae")  # advantages.ESTIMATORS + gae
 LossAgg = choice("LossAgg", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                  "seq-mean-token-sum-norm")  # losses.AGGREGATIONS
 KLEstimator = choice("KLEstimator", "k1", "k2", "k3")  # losses.kl_estimate
@@ -58,4 +58,5 @@ LoggerMode = choice("LoggerMode", "offline", "online", "disabled")
 Remat = choice("Remat", "none", "full", "dots")  # models/policy.py: REMAT_POLICIES
 Job = choice("Job", "rl", "reward_model", "dpo")  # loop.py | preference_runs.py
 CallFormat = choice("CallFormat", "tag", "hermes")  # envs/calls.CALL_FORMATS
+DistillMode = choice("DistillMode", "reward", "loss")  # train_step.Distill
 RewardSource = choice("RewardSource", "verifier", "reward_model", "combined")  # learned_reward.py

@@ -107,12 +107,28 @@ def validate(cfg: RunConfig) -> RunConfig:
     cfg.distributed.check()
     cfg.preferences.check()
     cfg.reward_model.check()
+    cfg.distill.check()
+    _check(not cfg.distill.teacher or cfg.job == "rl", "distill.teacher",
+           f"job={cfg.job} samples nothing to distil: distillation is an RL run's")
     cfg.dpo.check()
     cfg.checkpoint.check()
     cfg.eval.check()
     _check(cfg.num_steps >= 0, "num_steps", "must be >= 0")
     _check(cfg.stop_after_steps >= 0, "stop_after_steps", "must be >= 0 (0: no limit)")
+    if a.adv_estimator == "maxrl":
+        from rlvr_jax.rewards import REWARD_TABLES
+
+        _check(min(REWARD_TABLES[str(v.reward_scheme)].values()) >= 0
+               and cfg.reward.source == "verifier" and a.dapo.overlong_buffer_tokens == 0,
+               "algo.adv_estimator", "maxrl weighs each prompt by 1 / its pass rate, so it needs "
+               "rewards >= 0: verifier.reward_scheme=binary or graded, reward.source=verifier, "
+               f"no overlong penalty (here: {v.reward_scheme}, {cfg.reward.source}, "
+               f"algo.dapo.overlong_buffer_tokens={a.dapo.overlong_buffer_tokens})")
     spec = registry.get(t.name)
+    from rlvr_jax import rewards  # numpy only
+
+    rewards.component_weights(reward_components(cfg), cfg.reward.weights,
+                              cfg.reward.reward_model_weight)  # names each key, or refuses
     _check(v.kind in spec.verifiers, "verifier.kind",
            f"task={t.name} is checked by verifier={' or '.join(spec.verifiers)}, not {v.kind}")
     _check(a.dapo.sampled_prompts(a.prompts_per_step) % v.overlap_chunks == 0,
@@ -133,6 +149,16 @@ def validate(cfg: RunConfig) -> RunConfig:
                f"task={t.name} has no demonstrations for a warm start: set model.path to a "
                "Hugging Face directory (or warmup.steps=0)")
     return cfg
+
+
+def reward_components(cfg: RunConfig) -> tuple[str, ...]:
+    """The run's reward components, in order (rlvr_jax/rewards.py)."""
+    from rlvr_jax import rewards
+    from rlvr_jax.tasks import registry
+
+    return rewards.component_names(
+        source=str(cfg.reward.source), overlong=cfg.algo.dapo.overlong_buffer_tokens > 0,
+        episodes=cfg.env.kind != "none", parts=registry.get(cfg.task.name).reward_parts)
 
 
 def _unknown_keys(node: Any, schema: type, prefix: str = "") -> list[str]:

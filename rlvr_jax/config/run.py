@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
-from rlvr_jax.config.choices import (CallFormat, Job, LoggerMode, OnBadRow,
+from rlvr_jax.config.choices import (CallFormat, DistillMode, Job, LoggerMode, OnBadRow,
                                      PairFormat, RewardScheme, RewardSource, SandboxMode,
                                      VerifierKind, _check)
 from rlvr_jax.config.schemas import AlgoConfig, ModelConfig, SamplingConfig
@@ -61,6 +61,24 @@ class PreferenceConfig:
         _check(0.0 <= self.label_noise < 0.5, f"{key}.label_noise", "must be in [0, 0.5)")
         _check(self.max_offset >= 1, f"{key}.max_offset", "must be >= 1")
         _check(self.heldout_pairs >= 1, f"{key}.heldout_pairs", "must be >= 1")
+
+
+@dataclass
+class DistillConfig:
+    """On-policy distillation (rlvr_jax/distill.py): a frozen teacher scores the student's
+    sampled tokens; its per-token reverse KL becomes a dense reward (`reward`: added to each
+    token's advantage, coef x (log pi_teacher - log pi_sampler)) or a loss term (`loss`:
+    coef x (log pi - log pi_teacher)^2 / 2, whose gradient is the reverse KL's policy
+    gradient per token)."""
+
+    # A finished RL run directory (its last policy; a LoRA run's merged with its base) or a
+    # local Hugging Face directory, with the student's tokenizer. Empty: no distillation.
+    teacher: str = ""
+    mode: DistillMode = DistillMode["reward"]
+    coef: float = 1.0
+
+    def check(self, key: str = "distill") -> None:
+        _check(not self.teacher or self.coef > 0, f"{key}.coef", "must be > 0")
 
 
 @dataclass
@@ -118,6 +136,10 @@ class RewardConfig:
     # its score of the training samples and evaluations is logged (reward/learned_mean).
     reward_model_dir: str = ""
     reward_model_weight: float = 1.0  # combined only
+    # Reward components' weights by name (rlvr_jax/rewards.py: correct [1], format [0],
+    # learned [reward_model_weight], length [1], turns [1], a task's own parts [0]): the
+    # reward is their weighted sum; algo.adv_estimator=gdpo normalises each first.
+    weights: Dict[str, float] = field(default_factory=dict)
 
     def check(self, key: str = "reward") -> None:
         _check(self.source == "verifier" or bool(self.reward_model_dir),
@@ -396,6 +418,7 @@ class RunConfig:
     # on preference pairs (preference_runs.py)
     job: Job = Job["rl"]
     reward: RewardConfig = field(default_factory=RewardConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
     preferences: PreferenceConfig = field(default_factory=PreferenceConfig)
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     dpo: DPOConfig = field(default_factory=DPOConfig)

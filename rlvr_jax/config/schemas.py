@@ -212,6 +212,21 @@ class PPOConfig:
 
 
 @dataclass
+class GiGPOConfig:
+    """Step-level groups for multi-turn episodes (GiGPO, rlvr_jax/step_groups.py): turns
+    that start from one state in several episodes of a group get a relative advantage of
+    their own, `weight` x it added to the episode's."""
+
+    weight: float = 0.0  # omega; 0: off
+    gamma: float = 0.95  # the discount of a turn's return over the turns after it
+    scale_by_std: bool = True
+
+    def check(self, key: str) -> None:
+        _check(self.weight >= 0, f"{key}.weight", "must be >= 0 (0: off)")
+        _check(0 < self.gamma <= 1, f"{key}.gamma", "must be in (0, 1]")
+
+
+@dataclass
 class DAPOConfig:
     """DAPO's sampling and shaping (Yu et al. 2025, arXiv:2503.14476), `algo.dapo`."""
 
@@ -261,6 +276,7 @@ class AlgoConfig:
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     dapo: DAPOConfig = field(default_factory=DAPOConfig)
+    gigpo: GiGPOConfig = field(default_factory=GiGPOConfig)
 
     def check(self, max_new_tokens: int, key: str = "algo") -> None:
         _check(self.prompts_per_step >= 1, f"{key}.prompts_per_step", "must be >= 1")
@@ -288,6 +304,10 @@ class AlgoConfig:
         self.loss.check(f"{key}.loss")
         self.ppo.check(f"{key}.ppo")
         self.dapo.check(f"{key}.dapo", self.prompts_per_step, max_new_tokens)
+        self.gigpo.check(f"{key}.gigpo")
+        _check(self.gigpo.weight == 0 or self.name != "ppo", f"{key}.gigpo.weight",
+               "step-level groups add to a group estimator's advantages; PPO's GAE gives each "
+               "token its own credit already")
         p = self.ppo
         _check(not p.kl_in_reward or self.name == "ppo", f"{key}.ppo.kl_in_reward",
                "a per-token KL reward needs GAE (algo.name=ppo); use algo.loss.kl_coef for the "

@@ -12,6 +12,8 @@ terms, and the off-policy importance weights stay shared around it
     sapo   a smooth sigmoid gate on the token ratio, its temperature by the sign of A (SAPO)
     gmpo   the geometric mean of a sequence's log-clipped token ratios (GMPO)
     kl_cov a KL penalty on the tokens of highest log-prob x advantage covariance (KL-Cov)
+    clip_cov  PPO's clip, the gradient stopped on a random few high-covariance tokens
+    dppo_tv, dppo_kl  the policy gradient masked outside a per-token trust region (DPPO)
 """
 
 from rlvr_jax.objectives.registry import (Inputs, ObjectiveSpec, Terms, get, options_for,

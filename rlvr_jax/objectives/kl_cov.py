@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlvr_jax.config.choices import _check
+from rlvr_jax.objectives.clip_cov import covariance
 from rlvr_jax.objectives.registry import Inputs, ObjectiveSpec, Terms, register
 
 
@@ -36,9 +37,7 @@ def kl_cov(x: Inputs, o: KLCovOptions) -> Terms:
     import jax.numpy as jnp  # here: a config is checked without JAX
 
     m = x.mask_B_R.astype(jnp.float32)
-    n = jnp.maximum(jnp.sum(m), 1.0)
-    lp = jax.lax.stop_gradient(x.logp_B_R)
-    cov_B_R = ((lp - jnp.sum(lp * m) / n) * (x.adv_B_R - jnp.sum(x.adv_B_R * m) / n))
+    cov_B_R = covariance(x.logp_B_R, x.adv_B_R, x.mask_B_R)
     ranked = jnp.sort(jnp.where(m > 0, cov_B_R, -jnp.inf).ravel())[::-1]
     k = jnp.ceil(o.kl_cov_ratio * jnp.sum(m)).astype(jnp.int32)
     threshold = ranked[jnp.clip(k - 1, 0, ranked.shape[0] - 1)]

@@ -25,6 +25,9 @@ class Inputs(NamedTuple):
     anchor_logp_B_R: jax.Array  # what the ratio is taken to: the sampler's, or the proximal
     adv_B_R: jax.Array  # advantages per token
     mask_B_R: jax.Array  # 1 on the tokens in the loss
+    # A PRNG key for an objective that samples (Clip-Cov); the update step's own, folded per
+    # update and microbatch, so a run repeats. None outside an update (a fixed key is used).
+    key: Optional[jax.Array] = None
 
 
 class Terms(NamedTuple):

@@ -16,6 +16,7 @@ No JAX import."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 from rlvr_jax.sandbox import firewall
@@ -92,11 +93,21 @@ def verdict(kind: str, job: dict, msg: dict) -> Verdict:
     another type is the candidate's runtime error, never an exception in the caller."""
     c = _SANDBOXED.get(kind)
     if c is None:  # a trusted grader's worker ran its own firewall (verify/worker.py)
-        return firewall.guarded(lambda: Verdict(Status(msg["status"]), str(msg["detail"])),
+        return firewall.guarded(lambda: Verdict(Status(msg["status"]), str(msg["detail"]),
+                                                parts=_parts(msg.get("parts", ()))),
                                 None, Status.SANDBOX_ERROR, f"{kind} worker reply")
     return firewall.guarded(lambda: c.verdict(job, msg),
                             lambda: c.verdict(_neutral(job), c.neutral_reply(job)),
                             Status.RUNTIME_ERROR, f"{kind} reply")
+
+
+def _parts(raw) -> tuple:
+    """A grader's named rewards from its reply: ((name, finite float), ...); anything else
+    raises (the firewall makes that the reply's sandbox error)."""
+    out = tuple((str(k), float(x)) for k, x in raw)
+    if not all(math.isfinite(x) for _, x in out):
+        raise ValueError(f"a reward part is not finite: {out}")
+    return out
 
 
 def _neutral(job: dict) -> dict:

@@ -31,6 +31,9 @@ class TaskSpec:
     verifiers: tuple[str, ...]  # verifier.kind values that can check its jobs (first: default)
     demonstrations: bool = True  # has warm-start demonstrations (else model.path is needed)
     environment: str = ""  # the env.kind its episodes need (its verdicts come from it), or ""
+    # Named rewards its grader returns beside the status (Verdict.parts): reward components
+    # (rlvr_jax/rewards.py), weighted by reward.weights.<name> [0: logged only].
+    reward_parts: tuple[str, ...] = ()
 
 
 _SPECS: dict[str, TaskSpec] = {}

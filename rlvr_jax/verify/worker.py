@@ -90,8 +90,11 @@ def main(kind: str) -> None:
             v = checked(kind, job)
         except Exception as e:  # a job that is no JSON object: the host's bug, not an answer's
             v = Verdict(Status.SANDBOX_ERROR, f"bad job: {firewall.describe(e)}")
-        out.write(json.dumps({"status": int(v.status), "detail": v.detail, "id": job_id,
-                              "latency_s": time.perf_counter() - t0}) + "\n")
+        reply = {"status": int(v.status), "detail": v.detail, "id": job_id,
+                 "latency_s": time.perf_counter() - t0}
+        if v.parts:  # a task's named rewards (Verdict.parts)
+            reply["parts"] = [[str(k), float(x)] for k, x in v.parts]
+        out.write(json.dumps(reply) + "\n")
 
 
 if __name__ == "__main__":

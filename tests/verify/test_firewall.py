@@ -187,3 +187,20 @@ def test_the_math_pool_never_raises_or_masks_on_odd_answers():
                            {"gold": "5", "completion": "\\boxed{" + "{" * 5000},
                            {"gold": "5", "completion": "The answer is 5"}])
     assert [v.status for v in got] == [Status.WRONG, Status.UNPARSEABLE, Status.PASS]
+
+
+def test_a_graders_named_rewards_cross_the_worker_channel():
+    """Verdict.parts as a trusted worker writes them (JSON pairs) come back as (name, float)
+    pairs; a part that is not a finite number is the grader's bug: a sandbox error (masked),
+    never a score."""
+    import json
+
+    from rlvr_jax.sandbox import codecs
+
+    msg = json.loads(json.dumps({"status": int(Status.PASS), "detail": "",
+                                 "parts": [["format", 1.0], ["style", 0.25]]}))
+    assert codecs.verdict("math", {}, msg).parts == (("format", 1.0), ("style", 0.25))
+    assert codecs.verdict("math", {}, {"status": 1, "detail": ""}).parts == ()
+    for bad in ([["x", float("nan")]], [["x", "high"]], "xy", 3):
+        v = codecs.verdict("math", {}, dict(msg, parts=bad))
+        assert v.status == Status.SANDBOX_ERROR, (bad, v)
