@@ -4,7 +4,10 @@ world.py) runs in a one-shot worker's child on the files read out of the episode
 and the task's hidden goal, which never entered the session.
 
 A job: {"source": the module's check source, "files": {path: base64}, "goal": JSON}. The
-check returns a score in [0, 1] (or a bool); 1 is PASS, less is WRONG with that fraction. A
+check returns a score in [0, 1] (or a bool); 1 is PASS, less is WRONG with that fraction;
+or {"score": s, "parts": {name: value}}: the same score and named rewards beside it
+(Verdict.parts, the task's reward components: at most 16, finite, names of up to 64
+characters; anything else is the agent's WRONG, as a check that gave no score is). A
 check that raises on what the agent left (a corrupt database, a file that does not parse) is
 the agent's WRONG, the exception named; a check that runs past its limits (it ran the agent's
 code, which looped) is the agent's TIMEOUT / MEMORY_LIMIT. Only a sandbox that fails is
@@ -29,6 +32,9 @@ _RUNNER = '''
 def _rlvr_check(files, goal):
     import base64
     got = check({k: base64.b64decode(v) for k, v in files.items()}, goal)
+    if isinstance(got, dict):
+        return {"score": float(got["score"]),
+                "parts": {str(k): float(v) for k, v in dict(got.get("parts", {})).items()}}
     if isinstance(got, bool):
         return 1.0 if got else 0.0
     if isinstance(got, (int, float)):
@@ -49,12 +55,30 @@ def verdict(job: dict, reply: dict) -> Verdict:
     out = reply.get("outputs", [{}])[0]
     if "error" in out:
         return Verdict(Status.WRONG, f"the final-state check failed: {code.short(out['error'], 300)}")
-    score = out.get("value")
-    if not isinstance(score, (int, float)) or isinstance(score, bool) or not math.isfinite(score):
+    score, parts = out.get("value"), ()
+    if isinstance(score, dict):
+        score, parts = score.get("score"), _parts(score.get("parts"))
+        if parts is None:
+            return Verdict(Status.WRONG, "the final-state check gave malformed parts")
+    if not _finite(score):
         return Verdict(Status.WRONG, "the final-state check gave no score")
     score = min(max(float(score), 0.0), 1.0)
     return Verdict(Status.PASS if score >= 1.0 else Status.WRONG,
-                   f"final state: score {score:.3g}", fraction=score)
+                   f"final state: score {score:.3g}", fraction=score, parts=parts)
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _parts(raw):
+    """((name, value), ...) from a check's parts, or None when they are not a small dict of
+    short names to finite numbers."""
+    if not isinstance(raw, dict) or len(raw) > 16:
+        return None
+    if not all(isinstance(k, str) and len(k) <= 64 and _finite(v) for k, v in raw.items()):
+        return None
+    return tuple(sorted((k, float(v)) for k, v in raw.items()))
 
 
 def neutral_reply(job: dict) -> dict:

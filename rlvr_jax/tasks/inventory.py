@@ -129,4 +129,4 @@ def build(t: InventoryTaskConfig, tokenizer) -> InventoryTask:
 
 
 SPEC = register(TaskSpec("inventory", InventoryTaskConfig, build, verifiers=("inprocess",),
-                         environment="api"))
+                         environment="api", reward_parts=("rows_right",)))

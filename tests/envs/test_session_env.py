@@ -135,7 +135,7 @@ def test_the_api_final_state_verdict_equals_an_independent_reference():
              ("set_price", {"sku": "c3", "price": 850}), ("sell", {"sku": "zz", "quantity": 1}),
              ("sell", {"sku": "a1", "quantity": 2})]
     final = _api_reference(calls)
-    wrong = [r[:3] + [r[3] + 1] for r in final]
+    wrong = [r[:3] + [r[3] + 1] if i == 0 else r for i, r in enumerate(final)]
     try:
         eps = env.open([{"setup": {"products": PRODUCTS}, "goal": {"products": final}},
                         {"setup": {"products": PRODUCTS}, "goal": {"products": wrong}},
@@ -146,6 +146,12 @@ def test_the_api_final_state_verdict_equals_an_independent_reference():
             assert {r.outcome for r in replies} == {TOOL_ERROR if bad else OK}, replies
         got = env.finish(eps, [""] * 3)
         assert [v.status for v in got] == [Status.PASS, Status.WRONG, Status.WRONG], got
+        # The check's named reward: the share of goal rows present as they should be.
+        share = lambda goal, rows: len({tuple(r) for r in goal} & {tuple(r) for r in rows}) / len(
+            goal)
+        assert [dict(v.parts)["rows_right"] for v in got] == [
+            1.0, share(wrong, final), share(final, PRODUCTS)]
+        assert share(wrong, final) == (len(final) - 1) / len(final)
         env.close_episodes(eps)
     finally:
         env.close()

@@ -163,3 +163,22 @@ def test_a_routed_environment_sends_each_episode_to_its_own():
         env.close()
     with pytest.raises(ConfigError, match=r"env.routes\[1\]': unknown environment 'apy'"):
         EnvConfig(kind="routed", routes=["python_repl", "apy"]).check()
+
+
+def test_a_final_state_checks_named_rewards_are_read_defensively():
+    """world_check's verdict from a check's reply: a score with parts gives Verdict.parts
+    (sorted pairs); parts that are not a small dict of short names to finite numbers, or a
+    score that is not one, are the agent's WRONG, never an exception."""
+    from rlvr_jax.envs import world_check
+    from rlvr_jax.types import Status
+
+    reply = lambda value: {"status": "ok", "outputs": [{"value": value}]}
+    v = world_check.verdict({}, reply({"score": 0.5, "parts": {"b": 2, "a": 0.25}}))
+    assert v.status == Status.WRONG and v.fraction == 0.5 and v.parts == (("a", 0.25),
+                                                                           ("b", 2.0))
+    assert world_check.verdict({}, reply({"score": 1, "parts": {}})).status == Status.PASS
+    for bad in ({"score": 1, "parts": {"a": float("nan")}}, {"score": 1, "parts": [1]},
+                {"score": 1, "parts": {str(i): 1 for i in range(17)}},
+                {"score": 1, "parts": {"x" * 65: 1}}, {"score": "1"}, {"parts": {}}):
+        got = world_check.verdict({}, reply(bad))
+        assert got.status == Status.WRONG and got.parts == (), (bad, got)
