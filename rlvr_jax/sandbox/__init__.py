@@ -1,7 +1,10 @@
 """The sandbox: where untrusted output runs, below both the graders (rlvr_jax/verify/) and
 the environments (rlvr_jax/envs/), importing neither.
 
-  bwrap.py       the containment (bubblewrap, seccomp, cgroups, limits) and its threat model
+  bwrap.py       the containment (bubblewrap, seccomp, limits) and its threat model
+  cgroup.py      a cgroup per sandbox (memory, pids, a CPU share), where the host allows it
+  trainer_python.py  the trainer's interpreter bound read-only, for graders needing its libraries
+  privilege.py   the sandbox's uid; what a killed trainer left (folders, cgroups)
   box_worker.py  the in-sandbox worker of one-shot jobs (forkserver or fresh)
   pool.py        a pool of such workers with hard deadlines: `VerifierPool(kind)`
   codecs.py      the registry of job kinds (plug-ins register their codecs)

@@ -60,29 +60,24 @@ isolated_eval.py.)
 
 from __future__ import annotations
 
-import atexit
 import os
 import platform
 import shutil
 import signal
 import struct
 import subprocess
-import sys
-import tempfile
-import time
-from dataclasses import dataclass
 from typing import Optional, Sequence
+
+from rlvr_jax.sandbox.cgroup import Cgroup
+from rlvr_jax.sandbox.privilege import NOBODY, SandboxUnavailable, drop_privileges
+from rlvr_jax.sandbox.trainer_python import MOUNT_POINTS, SITE_ROOT, TrainerPython  # noqa: F401
 
 WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "box_worker.py")
 # A session's pid 1 (session.py), which uses the worker script's helpers beside it.
 SESSION_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "session_server.py")
 PYTHON = "/usr/bin/python3"  # the system interpreter: root-only paths (pyenv in /root) are not
-NOBODY = 65534               # readable by the sandbox's unprivileged uid
+# readable by the sandbox's unprivileged uid (privilege.NOBODY)
 SHM_MB = 64  # the /dev/shm tmpfs's cap
-
-
-class SandboxUnavailable(RuntimeError):
-    """bwrap is missing or cannot create namespaces here; the message says how to fix it."""
 
 
 def worker_fd(script: str = WORKER_SCRIPT) -> int:
@@ -158,89 +153,6 @@ def seccomp_fd() -> Optional[int]:
     return fd
 
 
-SITE_ROOT = "/opt/rlvr/site"  # where the trainer's site directories appear in the sandbox
-_HIDDEN = ("/tmp", "/dev", "/proc")  # the sandbox's own mounts: nothing of the host's shows
-
-
-@dataclass(frozen=True)
-class TrainerPython:
-    """The trainer's interpreter inside the sandbox, read-only, with modules the worker
-    imports before its first job (`preload`).
-
-    Only what the interpreter needs is bound, never its whole prefix: the interpreter binary,
-    its shared libpython, its standard library (lib-dynload included), at their own paths; and
-    the trainer's site directories, in the trainer's own `sys.path` order, at
-    /opt/rlvr/site/<k>, which the worker adds itself (`--path`, with `site.addsitedir`, so
-    .pth files work) after starting the interpreter with `-I -S`: no other install's
-    site-packages can shadow the trainer's (a venv under /tmp, hidden by the sandbox's own
-    /tmp, once made the worker import another reasoning-gym). A preloaded package living
-    outside those directories (an editable install) is bound too. An interpreter or standard
-    library under /tmp, /dev or /proc cannot be shown at its own path: refused, with the
-    reason (`binds`)."""
-
-    preload: tuple[str, ...] = ()
-
-    @staticmethod
-    def executable() -> str:
-        return os.path.realpath(sys.executable)
-
-    @staticmethod
-    def site_dirs() -> list[str]:
-        """The trainer's site directories, in its `sys.path` order, without repeats."""
-        out: list[str] = []
-        for p in sys.path:
-            if p and os.path.basename(p) in ("site-packages", "dist-packages") \
-                    and os.path.isdir(p) and os.path.realpath(p) not in out:
-                out.append(os.path.realpath(p))
-        return out
-
-    def binds(self) -> list[tuple[str, str]]:
-        """(host path, sandbox path) pairs, read-only; SandboxUnavailable, naming the path,
-        when the interpreter itself sits where the sandbox has its own mounts."""
-        import _struct
-        import importlib.util
-        import sysconfig
-
-        own = [self.executable()]
-        if sysconfig.get_config_var("Py_ENABLE_SHARED"):
-            lib = os.path.join(str(sysconfig.get_config_var("LIBDIR") or ""),
-                               str(sysconfig.get_config_var("INSTSONAME") or ""))
-            if os.path.isfile(lib):
-                own.append(os.path.realpath(lib))
-        # The standard library and its extension modules, from where this interpreter loaded
-        # them (in a venv, sysconfig's platstdlib names the venv, not the base).
-        stdlib = os.path.dirname(os.path.realpath(os.__file__))
-        own.append(stdlib)
-        dynload = os.path.dirname(os.path.realpath(getattr(_struct, "__file__", "") or stdlib))
-        if not (dynload == stdlib or dynload.startswith(stdlib + os.sep)):
-            own.append(dynload)
-        for path in own:
-            for hidden in _HIDDEN:
-                if path == hidden or path.startswith(hidden + os.sep):
-                    raise SandboxUnavailable(
-                        f"the trainer's Python ({path}) lies under {hidden}, which the "
-                        "sandbox replaces with its own mount, so a grader that needs "
-                        "the trainer's libraries cannot run it: use an interpreter installed "
-                        "elsewhere (a venv under /tmp is fine; its base interpreter is not)")
-        sites = self.site_dirs()
-        binds = [(p, p) for p in own]
-        binds += [(p, f"{SITE_ROOT}/{k}") for k, p in enumerate(sites)]
-        for k, name in enumerate(self.preload):
-            spec = importlib.util.find_spec(name)
-            where = (list(spec.submodule_search_locations or []) if spec else [])
-            for path in map(os.path.realpath, where):
-                if not any(path.startswith(d + os.sep) for d in sites):
-                    binds.append((path, f"/opt/rlvr/pkg/{k}/{os.path.basename(path)}"))
-        return binds
-
-    def site_paths(self) -> list[str]:
-        """The sandbox's paths the worker adds, in order: the site directories, then the
-        folders holding preloaded packages bound on their own."""
-        paths = [dest for _, dest in self.binds()
-                 if dest.startswith(SITE_ROOT + "/") or dest.startswith("/opt/rlvr/pkg/")]
-        return [p if p.startswith(SITE_ROOT) else os.path.dirname(p) for p in paths]
-
-
 def bwrap_argv(once: bool, script_fd: int, tmp_mb: int = 64,
                seccomp: Optional[int] = None, python: Optional[TrainerPython] = None,
                binds: Sequence[tuple[str, str]] = (), session_fd: Optional[int] = None,
@@ -290,84 +202,8 @@ def bwrap_argv(once: bool, script_fd: int, tmp_mb: int = 64,
     return argv + (["--once"] if once else [])
 
 
-class _MountPoints:
-    """Empty directories (or files) on the host, one per path the trainer's Python binds,
-    which root's private mount namespace binds those paths onto before dropping to the
-    sandbox's uid (see the module docstring). One folder per process under the temp dir,
-    `rlvr-bind-<pid>-*`, held by the pools that use it (`hold` / `release`) and removed when
-    the last lets go, at exit, or, for a process that was killed, by the next one to start."""
-
-    def __init__(self):
-        self.folder: Optional[str] = None
-        self.points: dict[str, str] = {}
-        self.holders = 0
-
-    def get(self, path: str) -> str:
-        if self.folder is None:
-            _remove_stale_mount_points()
-            self.folder = tempfile.mkdtemp(prefix=f"rlvr-bind-{os.getpid()}-")
-            os.chmod(self.folder, 0o755)
-        if path not in self.points:
-            point = os.path.join(self.folder, str(len(self.points)))
-            if os.path.isdir(path):
-                os.mkdir(point, 0o755)
-            else:
-                open(point, "w").close()
-                os.chmod(point, 0o644)
-            self.points[path] = point
-        return self.points[path]
-
-    def hold(self) -> None:
-        self.holders += 1
-
-    def release(self) -> None:
-        self.holders = max(self.holders - 1, 0)
-        if self.holders == 0:
-            self.remove()
-
-    def remove(self) -> None:
-        if self.folder is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
-        self.folder, self.points = None, {}
-
-
-def _remove_stale_mount_points() -> None:
-    """Remove the mount-point folders of processes that are gone (a killed trainer's)."""
-    for path in _of_dead_processes(tempfile.gettempdir(), "rlvr-bind-", "-"):
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def _of_dead_processes(folder: str, prefix: str, sep: str) -> list[str]:
-    """The entries of `folder` named `<prefix><pid><sep>...` whose process is gone from this
-    pid namespace (ours are named so: mount-point folders, cgroups)."""
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return []
-    out = []
-    for name in names:
-        pid = name[len(prefix):].split(sep)[0] if name.startswith(prefix) else ""
-        if pid.isdigit() and sep in name[len(prefix):] and not _alive(int(pid)):
-            out.append(os.path.join(folder, name))
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
-MOUNT_POINTS = _MountPoints()
-atexit.register(MOUNT_POINTS.remove)
-
-
 def _launch(argv: list[str], python: Optional[TrainerPython],
-            cgroup: Optional["Cgroup"]) -> tuple[list[str], dict]:
+            cgroup: Optional[Cgroup]) -> tuple[list[str], dict]:
     """(argv, Popen arguments) that start bwrap as the unprivileged uid inside `cgroup`:
     directly, or, for the trainer's Python as root, after a private mount namespace has made
     its directories reachable (see the module docstring)."""
@@ -383,7 +219,7 @@ def _launch(argv: list[str], python: Optional[TrainerPython],
     if python is None or os.geteuid() != 0:
         if join:
             argv = ["/bin/sh", "-c", join + 'exec "$@"', "sh", *argv]
-        return argv, _drop_privileges()
+        return argv, drop_privileges()
     mounts = "".join(f'mount --bind "{source}" "{MOUNT_POINTS.get(source)}" && '
                      for source, _ in python.binds())
     return (["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
@@ -396,13 +232,6 @@ def _binds(python: Optional[TrainerPython]) -> list[tuple[str, str]]:
     if os.geteuid() != 0:
         return python.binds()
     return [(MOUNT_POINTS.get(source), dest) for source, dest in python.binds()]
-
-
-def _drop_privileges() -> dict:
-    """Popen arguments that start bwrap as an unprivileged user when we are root."""
-    if os.geteuid() != 0:
-        return {}
-    return {"user": NOBODY, "group": NOBODY, "extra_groups": []}
 
 
 def check_available() -> None:
@@ -421,7 +250,7 @@ def check_available() -> None:
         probe = subprocess.run(argv[: argv.index("--")] + ["--", PYTHON, "-I", "-S", "-c",
                                                            "import json, resource"],
                                capture_output=True, text=True, timeout=20, pass_fds=fds,
-                               **_drop_privileges())
+                               **drop_privileges())
     except subprocess.TimeoutExpired:
         raise SandboxUnavailable("bwrap did not start within 20 s") from None
     finally:
@@ -458,169 +287,6 @@ def containment() -> str:
                 f"{probe.kind}")
     finally:
         probe.remove()
-
-
-class Cgroup:
-    """Best effort: a cgroup bounding memory and pids of one sandbox's whole tree, with a CPU
-    share of its own where the cpu controller is there.
-
-    The sandbox must be inside it before bwrap forks anything: the unprivileged launcher
-    shell writes its own pid into the cgroup, then execs bwrap (see `spawn`), so every process
-    of the sandbox inherits it. The cgroup's procs files are handed to that uid for this; a
-    probe checks that joining works, else the kind says "none" and only rlimits apply.
-
-    The CPU share: the scheduler divides the CPU between cgroups first, so a sandbox whose
-    candidate runs 30 processes (each in a session of its own, which would otherwise give each
-    its own scheduling autogroup) gets one sandbox's share, never starving an honest job in
-    another sandbox into a timeout. `oom_kills()` counts the kernel's OOM kills inside it: the
-    pool reads it to report the candidate's memory limit even when the worker was the one
-    killed."""
-
-    NONE = "none (per-process rlimits only)"
-    CPU_SHARES = 1024  # v1 cpu.shares of every sandbox (the default weight, equal for all)
-
-    def __init__(self, name: str, memory_bytes: int, pids: int):
-        self.paths: list[str] = []
-        self.kind = self.NONE
-        self._events = None  # the file with the oom_kill count
-        self._events_fd = None
-        if os.geteuid() != 0:
-            return
-        try:
-            if os.path.isdir("/sys/fs/cgroup/memory") and os.path.isdir("/sys/fs/cgroup/pids"):
-                for ctrl, knob, value in (("memory", "memory.limit_in_bytes", memory_bytes),
-                                          ("pids", "pids.max", pids)):
-                    self._make(f"/sys/fs/cgroup/{ctrl}/rlvr_{name}", {knob: value})
-                self._events = f"/sys/fs/cgroup/memory/rlvr_{name}/memory.oom_control"
-                kind = "cgroup v1 (memory, pids"
-                if os.path.isdir("/sys/fs/cgroup/cpu"):
-                    try:
-                        self._make(f"/sys/fs/cgroup/cpu/rlvr_{name}",
-                                   {"cpu.shares": self.CPU_SHARES})
-                        kind += ", cpu"
-                    except OSError:
-                        pass  # memory and pids still bound the tree
-                kind += ")"
-            elif os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-                path = f"/sys/fs/cgroup/rlvr_{name}"
-                self._make(path, {"memory.max": memory_bytes, "pids.max": pids})
-                self._events = f"{path}/memory.events"
-                kind = ("cgroup v2 (memory, pids, cpu)" if os.path.exists(f"{path}/cpu.weight")
-                        else "cgroup v2 (memory, pids)")
-            else:
-                return
-            if kind not in Cgroup._JOINS:  # probed once per kind and process (a fork each)
-                probe = subprocess.run(["/bin/sh", "-c", self.join_script() + "exit 0"],
-                                       capture_output=True, timeout=10, **_drop_privileges())
-                if probe.returncode != 0:
-                    raise OSError(probe.stderr.decode()[:200])
-                Cgroup._JOINS.add(kind)
-            self.kind = kind
-        except (OSError, subprocess.SubprocessError):
-            self.remove()
-            self.kind = self.NONE
-            self._events = None
-
-    _STALE_CHECKED = False
-    _JOINS: set = set()  # kinds whose cgroups the unprivileged launcher was seen to join
-
-    @classmethod
-    def remove_stale(cls, min_age_s: float = 30.0) -> list[str]:
-        """Remove the cgroups a killed trainer left (ours are named rlvr_<pid>_...): those
-        whose process is gone from this pid namespace, that hold no process (a sandbox dies
-        with its parent) and are older than `min_age_s`. Once per process; the paths removed.
-        A cgroup with processes is left alone: they may belong to another pid namespace."""
-        if cls._STALE_CHECKED or os.geteuid() != 0:
-            return []
-        cls._STALE_CHECKED = True
-        removed = []
-        now = time.time()
-        for parent in ("/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/cpu",
-                       "/sys/fs/cgroup"):
-            for path in _of_dead_processes(parent, "rlvr_", "_"):
-                try:
-                    if now - os.stat(path).st_mtime > min_age_s and not _pids(path):
-                        os.rmdir(path)
-                        removed.append(path)
-                except OSError:
-                    pass
-        return removed
-
-    def oom_kills(self) -> int:
-        """How many processes the kernel's OOM killer has killed in this cgroup (0 when the
-        kernel does not count them or there is no cgroup)."""
-        if self._events is None:
-            return 0
-        try:
-            if self._events_fd is None:  # kept open: read once per job, open() cost 50 us
-                self._events_fd = os.open(self._events, os.O_RDONLY | os.O_CLOEXEC)
-            for line in os.pread(self._events_fd, 4096, 0).split(b"\n"):
-                if line.startswith(b"oom_kill "):
-                    return int(line.split()[1])
-        except (OSError, ValueError):
-            pass
-        return 0
-
-    def _make(self, path: str, knobs: dict) -> None:
-        os.makedirs(path, exist_ok=True)
-        self.paths.append(path)
-        for knob, value in knobs.items():
-            with open(os.path.join(path, knob), "w") as f:
-                f.write(str(value))
-        os.chown(os.path.join(path, "cgroup.procs"), NOBODY, NOBODY)
-
-    def join_script(self) -> str:
-        """Shell lines that move the running shell into every controller's cgroup."""
-        return "".join(f'echo $$ > "{p}/cgroup.procs" && ' for p in self.paths)
-
-    def kill(self) -> None:
-        """SIGKILL every process in the cgroup (an orphan of a half-started bwrap included)."""
-        for path in self.paths:
-            if os.path.exists(os.path.join(path, "cgroup.kill")):  # v2: the kernel does it
-                try:
-                    with open(os.path.join(path, "cgroup.kill"), "w") as f:
-                        f.write("1")
-                    continue
-                except OSError:
-                    pass
-            for pid in _pids(path):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-
-    def remove(self, timeout_s: float = 3.0) -> bool:
-        """Kill what is left in it, wait until it is empty, delete it; False if it stays (the
-        caller retries at close)."""
-        if getattr(self, "_events_fd", None) is not None:
-            os.close(self._events_fd)
-            self._events_fd = None
-        self.kill()
-        deadline = time.monotonic() + timeout_s
-        left = []
-        for path in self.paths:
-            while True:
-                try:
-                    os.rmdir(path)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:  # EBUSY: processes are still exiting
-                    if time.monotonic() > deadline:
-                        left.append(path)
-                        break
-                    self.kill()
-                    time.sleep(0.01)
-        self.paths = left
-        return not left
-
-
-def _pids(cgroup_path: str) -> list[int]:
-    try:
-        with open(os.path.join(cgroup_path, "cgroup.procs")) as f:
-            return [int(line) for line in f if line.strip()]
-    except (OSError, ValueError):
-        return []
 
 
 def spawn(once: bool, cgroup: Optional[Cgroup] = None, tmp_mb: int = 64,

@@ -5,7 +5,7 @@ an unknown kind makes it import the modules named by `rlvr_jax.kinds` entry poin
 A sandboxed kind is a codec, the host side of its jobs, behind the verdict firewall
 (firewall.py): what a job sends into the sandbox (`wire(job)`), what a worker's reply means
 (`verdict(job, reply)`) and a reply that says nothing about any candidate
-(`neutral_reply(job)`, the firewall's control); an optional `PYTHON` (bwrap.TrainerPython)
+(`neutral_reply(job)`, the firewall's control); an optional `PYTHON` (trainer_python.TrainerPython)
 runs its worker with the trainer's interpreter. Every codec function reads
 candidate-controlled data, so whatever it raises becomes a verdict: the candidate's, unless
 the same call on a neutral answer fails too.

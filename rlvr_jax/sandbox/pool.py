@@ -54,6 +54,8 @@ from typing import Optional, Sequence
 
 from rlvr_jax.types import Status, Verdict
 from rlvr_jax.sandbox import bwrap, codecs
+from rlvr_jax.sandbox.cgroup import Cgroup
+from rlvr_jax.sandbox.trainer_python import MOUNT_POINTS
 from rlvr_jax.sandbox.codecs import verdict, wire  # the firewall's side of a reply
 
 
@@ -158,11 +160,11 @@ class VerifierPool:
                              "(forkserver or fresh), never none")
         if mode != "none":
             bwrap.check_available()  # a clear error now, never a silent fallback
-            bwrap.Cgroup.remove_stale()  # a killed trainer's, once per process
+            Cgroup.remove_stale()  # a killed trainer's, once per process
         self._python = getattr(codecs.codec(kind), "PYTHON", None) if mode != "none" else None
         if self._python is not None:
             self._python.binds()  # an interpreter the sandbox cannot show: refused now
-            bwrap.MOUNT_POINTS.hold()
+            MOUNT_POINTS.hold()
         self.kind, self.mode, self.timeout_s = kind, mode, timeout_s
         self.batch_timeout_s, self.recycle_after = batch_timeout_s, recycle_after
         self.start_timeout_s, self.cleanup_timeout_s = start_timeout_s, cleanup_timeout_s
@@ -209,7 +211,7 @@ class VerifierPool:
         self._cgroups = [cg for cg in self._cgroups if not cg.remove()]
         if self._python is not None:
             self._python = None
-            bwrap.MOUNT_POINTS.release()  # the last pool using them removes the folder
+            MOUNT_POINTS.release()  # the last pool using them removes the folder
 
     @property
     def containment(self) -> str:
@@ -227,7 +229,7 @@ class VerifierPool:
         cgroup = None
         if self.mode != "none":
             self._cg_made += 1
-            cgroup = bwrap.Cgroup(f"{os.getpid()}_{id(self)}_{self._cg_made}", *self._cg_args)
+            cgroup = Cgroup(f"{os.getpid()}_{id(self)}_{self._cg_made}", *self._cg_args)
             self._cgroups.append(cgroup)
         return _Worker(self.kind, self.mode, cgroup)
 

@@ -48,6 +48,7 @@ import time
 from typing import Optional, Sequence
 
 from rlvr_jax.sandbox import bwrap
+from rlvr_jax.sandbox.cgroup import Cgroup
 
 SANDBOX_ERROR = "sandbox_error"
 START_TIMEOUT_S = 30.0  # a sandbox that is not ready by then failed (infrastructure)
@@ -92,7 +93,7 @@ class Spec:
 class Session:
     """One sandbox: `state` is spare -> open -> closed (or failed: its `error` says why)."""
 
-    def __init__(self, proc: Optional[subprocess.Popen], cgroup: Optional[bwrap.Cgroup],
+    def __init__(self, proc: Optional[subprocess.Popen], cgroup: Optional[Cgroup],
                  error: str = ""):
         """`proc` None: a sandbox that could not start (`error` says why)."""
         self.proc, self.cgroup = proc, cgroup
@@ -137,7 +138,7 @@ class SessionPool:
     def __init__(self, spec: Spec, limits: SessionLimits = SessionLimits(), *,
                  max_live: int = 64, spares: int = 2):
         bwrap.check_available()
-        bwrap.Cgroup.remove_stale()
+        Cgroup.remove_stale()
         self.spec, self.limits, self.max_live, self.spares = spec, limits, max_live, spares
         self._spares: list[Session] = []
         self._all: list[Session] = []  # every session made and not yet reaped
@@ -277,7 +278,7 @@ class SessionPool:
     def _spawn(self) -> Session:
         self._made += 1
         lim = self.limits
-        cgroup = bwrap.Cgroup(f"{os.getpid()}_{id(self)}_s{self._made}",
+        cgroup = Cgroup(f"{os.getpid()}_{id(self)}_s{self._made}",
                               lim.session_memory_mb << 20, lim.session_pids)
         try:
             extra = () if self.spec.workspace == "/tmp" else (self.spec.workspace,)

@@ -19,6 +19,7 @@ import pytest
 from rlvr_jax.data import code_tests
 from rlvr_jax.types import Status
 from rlvr_jax.sandbox import bwrap
+from rlvr_jax.sandbox.cgroup import Cgroup
 from rlvr_jax.sandbox.pool import VerifierPool
 from tests.helpers import UNAVAILABLE
 
@@ -215,10 +216,10 @@ def test_a_killed_trainers_empty_cgroups_are_removed_at_the_next_start(monkeypat
     for p in (path, live):
         os.makedirs(p, exist_ok=True)
     try:
-        monkeypatch.setattr(bwrap.Cgroup, "_STALE_CHECKED", False)
+        monkeypatch.setattr(Cgroup, "_STALE_CHECKED", False)
         # -1: any age (cgroupfs stamps a new folder's mtime coarsely: "older than 0 s" could
         # be false for one made an instant ago, and the test failed once on that)
-        removed = bwrap.Cgroup.remove_stale(min_age_s=-1.0)
+        removed = Cgroup.remove_stale(min_age_s=-1.0)
         assert path in removed and not os.path.exists(path) and os.path.exists(live)
     finally:
         for p in (path, live):
