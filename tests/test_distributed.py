@@ -1,7 +1,7 @@
 """One run over two processes (2 CPU devices each, gloo collectives, coordinator on
-127.0.0.1) against one process with 4 devices: the same rollouts, rewards and updates (PPO);
-a resume across the two processes; a killed process ends the other within the heartbeat
-bound."""
+127.0.0.1) against one process with 4 devices: the same multi-turn episodes, rewards and
+updates (PPO, a stateful environment, async rollouts, a distillation teacher); a resume
+across the two processes; a killed process ends the other within the heartbeat bound."""
 
 import json
 import os
@@ -28,7 +28,6 @@ SMALL = [*MODEL, "num_steps=3", "warmup.steps=10", "warmup.sequences_per_step=8"
          "eval.sampled_per_problem=1", "eval.sequences_per_batch=4", "logger=disabled",
          "logger.progress_bar=false", "checkpoint.every_steps=10"]
 COMMON = ["+experiment=math_grpo", *SMALL]
-PPO = ["+experiment=math_ppo", *SMALL]
 
 
 def _free_port() -> int:
@@ -95,24 +94,29 @@ def _assert_same_run(one_dir, two_dir):
 
 
 def test_two_processes_equal_one_and_resume(tmp_path):
-    """PPO (the update with the most cross-device pieces: critic, GAE, KL; the GRPO family's
-    advantages are host numpy over the gathered verdicts): 2 processes x 2 devices, stopped
-    after 2 steps and rerun, == 1 process x 4 devices uninterrupted (rollouts and rewards
+    """One 2-process run covering what several did (each 2-process run costs minutes on a
+    2-core machine): PPO (the update with the most cross-device pieces: critic, GAE, KL) on
+    multi-turn episodes in a stateful environment (python_repl: a sandbox session per
+    episode; each process opens, steps, finishes and closes its own rows' episodes, the
+    observations gathered), asynchronous rollouts (one step off-policy, the producer's
+    snapshots checkpointed and restored by both processes), the update that computes each
+    group's prompt once, and on-policy distillation (a teacher of another size read by both
+    processes, its reverse KL a dense reward): 2 processes x 2 devices, stopped after 2
+    steps and rerun, == 1 process x 4 devices uninterrupted (rollouts, episodes and rewards
     bitwise, params to reduction order); the bitwise resume of one layout is
-    tests/test_loop.py's. One 2-process run covers what a GRPO and a PPO run each did, and
-    asynchronous rollouts (one step off-policy, the producer's snapshots checkpointed and
-    restored by both processes, its collectives in one order on both), the update that
-    computes each group's prompt once, and on-policy distillation (a teacher of another size
-    read by both processes, its reverse KL a dense reward); the synchronous 2-process loop is
-    the multi-turn test's below."""
-    from tests.helpers import make_char_teacher
+    tests/test_loop.py's, the GRPO family's host advantages are the same numpy on every
+    process (tests/test_stages.py)."""
+    from tests.helpers import UNAVAILABLE, make_char_teacher
 
+    if UNAVAILABLE:
+        pytest.skip(f"no sandbox: {UNAVAILABLE}")
     one, two = tmp_path / "one", tmp_path / "two"
     teacher = make_char_teacher(tmp_path / "teacher")
-    args = PPO + [f"warmup.shared_dir={tmp_path / 'warm'}", "rollout.off_policy_steps=1",
-                  "algo.loss.correction=token", f"distill.teacher={teacher}",
-                  "distill.coef=0.1",
-                  "algo.share_prompts=true"]  # one warm start for both; each prompt once
+    args = ["+experiment=repl_agent", "algo=ppo", *SMALL, "env.workers=1",
+            "sampling.max_new_tokens=80", "warmup.steps=40", "env.session.spares=8",
+            f"warmup.shared_dir={tmp_path / 'warm'}", "rollout.off_policy_steps=1",
+            "algo.loss.correction=token", f"distill.teacher={teacher}", "distill.coef=0.1",
+            "algo.share_prompts=true"]  # one warm start for both; each prompt once
     _finish(_start(one, args, 1))
     outs = _finish(_start(two, args + ["stop_after_steps=2"], 2))
     assert "processes 2" in outs[0] and "stopped after step 2" in outs[0]
@@ -122,6 +126,11 @@ def test_two_processes_equal_one_and_resume(tmp_path):
     assert "held-out accuracy" not in outs[1]
     _assert_same_run(one, two)
     assert open(two / "processes.txt").read().strip() == "2"
+    a, b = _steps(one), _steps(two)
+    for key in ("episode/turns_mean", "episode/tool_calls_mean", "episode/observation_share"):
+        assert [r[key] for r in b] == [r[key] for r in a], key
+    assert any(r["episode/tool_calls_mean"] > 0 for r in a), "no tool was called"
+    assert all(r["session/leaked"] == 0 for r in a + b)
 
 
 def test_a_resume_with_another_process_count_is_refused(tmp_path):
@@ -182,26 +191,3 @@ def test_a_sweep_through_the_submitit_launcher_writes_both_runs(tmp_path):
     summaries = sorted((tmp_path / "multirun").rglob("summary.json"))
     assert len(summaries) == 2, sorted(str(p) for p in (tmp_path / "multirun").rglob("*"))[:40]
     assert {json.loads(p.read_text())["train/steps"] for p in summaries} == {1}
-
-
-def test_multi_turn_episodes_over_two_processes_equal_one(tmp_path):
-    """Episodes in a stateful environment (python_repl: a sandbox session per episode) over
-    2 processes (each opens, steps, finishes and closes its own rows' episodes, the
-    observations are gathered) == 1 process with 4 devices: the same episodes and rewards.
-    (The stateless tools take the same driver; their runs: test_loop, test_end_to_end.)"""
-    from tests.helpers import UNAVAILABLE
-
-    if UNAVAILABLE:
-        pytest.skip(f"no sandbox: {UNAVAILABLE}")
-    one, two = tmp_path / "one", tmp_path / "two"
-    args = ["+experiment=repl_agent", *SMALL, "num_steps=1", "env.workers=1",
-            "sampling.max_new_tokens=80", "warmup.steps=40", "env.session.spares=8",
-            f"warmup.shared_dir={tmp_path / 'warm'}"]
-    _finish(_start(one, args, 1))
-    _finish(_start(two, args, 2))
-    a, b = _steps(one), _steps(two)
-    assert [r["step"] for r in b] == [1]
-    for key in ("reward/mean", "response/length_mean", "episode/turns_mean",
-                "episode/tool_calls_mean", "episode/observation_share"):
-        assert [r[key] for r in b] == [r[key] for r in a], key
-    assert any(r["episode/tool_calls_mean"] > 0 for r in a), "no tool was called"
