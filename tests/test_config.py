@@ -126,6 +126,15 @@ def test_bad_value_names_the_key(override, key):
     # each group's prompt once: needs groups, and microbatches of whole groups
     (["algo=ppo", "algo.samples_per_prompt=1", "algo.share_prompts=true"], "algo.share_prompts"),
     (["algo.share_prompts=true", "algo.microbatches=128"], "algo.share_prompts"),
+    # issue 39: MaxRL weighs by 1 / pass rate (rewards >= 0); GiGPO needs turns and a group
+    # estimator; a distillation teacher needs an RL job and a positive coefficient
+    (["algo.adv_estimator=maxrl", "verifier.reward_scheme=signed"], "algo.adv_estimator"),
+    (["algo.gigpo.weight=1"], "algo.gigpo.weight"),
+    (["+experiment=calc_agent", "algo=ppo", "algo.gigpo.weight=1"], "algo.gigpo.weight"),
+    (["job=dpo", "distill.teacher=/x"], "distill.teacher"),
+    (["distill.teacher=/x", "distill.coef=0"], "distill.coef"),
+    (["algo.loss.kind=dppo_tv", "+algo.loss.options.delta_low=0"], "algo.loss.options.delta_low"),
+    (["+reward.weights.style=1"], "reward.weights.style"),
 ])
 def test_bad_ppo_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):

@@ -102,6 +102,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     cfg.env.check()
     if cfg.env.kind != "none":
         _check(cfg.job == "rl", "env.kind", f"job={cfg.job} has no episodes: set env.kind=none")
+    _check(a.gigpo.weight == 0 or cfg.env.kind != "none", "algo.gigpo.weight",
+           "step-level groups need multi-turn episodes (env.kind); with one turn every step "
+           "group is the episode group")
     cfg.rollout.check()
     cfg.mesh.check()
     cfg.distributed.check()
