@@ -79,9 +79,10 @@ def maxrl(rewards_P_G: jax.Array, eps: float = 1e-6) -> jax.Array:
 
 
 def gdpo(components_P_G_C: jax.Array, weights_C, eps: float = 1e-6) -> jax.Array:
-    """GDPO (Group reward-Decoupled normalization Policy Optimization, arXiv:2601.05242): with several rewards, GRPO on their sum lets the widest one drown the
-    others (and distinct combinations collapse onto one advantage); GDPO normalises each
-    component within its group first, then sums and rescales over the batch:
+    """GDPO (Group reward-Decoupled normalization Policy Optimization, arXiv:2601.05242):
+    with several rewards, GRPO on their sum lets the widest one drown the others (and
+    distinct combinations collapse onto one advantage); GDPO normalises each component
+    within its group first, then sums and rescales over the batch:
 
         A_c[p, g] = GRPO(r_c)[p, g]            (each component c, its own group mean / std)
         S[p, g]   = sum_c w_c A_c[p, g]

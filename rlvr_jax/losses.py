@@ -209,7 +209,8 @@ def policy_gradient_loss(logp_B_R: jax.Array, old_logp_B_R: jax.Array,
     `clip`, token ratios with decoupled clip and dual clip; `gspo`, one clipped ratio per
     sequence; ...), its options from `eps_low`, `eps_high`, `dual_clip_c` and
     `objective_options` ((name, value) pairs); per-token terms are aggregated by `loss_agg`
-    (see `aggregate`), per-sequence ones averaged over sequences. The KL term (`kl_estimator` k1/k2/k3) and the entropy bonus use the
+    (see `aggregate`), per-sequence ones averaged over sequences. The KL term
+    (`kl_estimator` k1/k2/k3) and the entropy bonus use the
     same aggregation. `ref_logp_B_R` may be None only when `kl_coef == 0` (the reference forward
     is skipped). `total`: the counts of the full batch when this is a microbatch; every metric
     is then this microbatch's share, so metrics sum over microbatches (except `*_max`: max).

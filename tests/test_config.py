@@ -133,7 +133,8 @@ def test_bad_value_names_the_key(override, key):
     (["+experiment=calc_agent", "algo=ppo", "algo.gigpo.weight=1"], "algo.gigpo.weight"),
     (["job=dpo", "distill.teacher=/x"], "distill.teacher"),
     (["distill.teacher=/x", "distill.coef=0"], "distill.coef"),
-    (["algo.loss.kind=dppo_tv", "+algo.loss.options.delta_low=0"], "algo.loss.options.delta_low"),
+    (["algo.loss.kind=dppo_tv", "+algo.loss.options.delta_low=0"],
+     "algo.loss.options.delta_low"),
     (["+reward.weights.style=1"], "reward.weights.style"),
 ])
 def test_bad_ppo_values_name_the_key(overrides, key):

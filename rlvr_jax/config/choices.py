@@ -36,7 +36,8 @@ Dtype = choice("Dtype", "float32", "bfloat16", "float16")
 RopeScaling = choice("RopeScaling", "none", "linear", "llama3")
 Algorithm = choice("Algorithm", "grpo", "ppo")  # group baselines | critic + GAE
 AdvEstimator = choice("AdvEstimator", "grpo", "drgrpo", "rloo", "batch_std", "reinforce_pp",
-                      "reinforce_pp_baseline", "maxrl", "gdpo", "gae")  # advantages.ESTIMATORS + gae
+                      "reinforce_pp_baseline", "maxrl", "gdpo",
+                      "gae")  # advantages.ESTIMATORS + gae
 LossAgg = choice("LossAgg", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                  "seq-mean-token-sum-norm")  # losses.AGGREGATIONS
 KLEstimator = choice("KLEstimator", "k1", "k2", "k3")  # losses.kl_estimate
