@@ -29,7 +29,8 @@ import rlvr_jax.verify  # noqa: E402,F401
 # start on the 2-process runs and finish on short tests together, instead of one worker
 # starting a five-minute test when the other is nearly done. Order only; nothing is skipped.
 _LONGEST_FIRST = ("tests/test_distributed.py", "tests/test_run_control.py::test_sigterm",
-                  "tests/test_run_control.py::test_a_built_wheel", "tests/test_loop.py::test_resume")
+                  "tests/test_run_control.py::test_a_built_wheel",
+                  "tests/test_loop.py::test_resume")
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -5,7 +5,7 @@ Why the sandbox: several of its scorers read the answer with `eval` or sympy's `
 (number_sorting, spiral_matrix, string_insertion, n_queens, binary_matrix, countdown, ...),
 that is, they run the candidate's text. So a scorer runs like a candidate program: in
 bubblewrap, in a child forked per job from a worker that has reasoning-gym imported, with the
-trainer's interpreter and site-packages read-only (rlvr_jax/sandbox/trainer_python.py). A scorer that
+trainer's interpreter and site-packages read-only (sandbox/trainer_python.py). A scorer that
 raises, loops or allocates is the candidate's doing: WRONG (the scorer raised on its answer),
 TIMEOUT, MEMORY_LIMIT; nothing it does reaches the host or another sample.
 
