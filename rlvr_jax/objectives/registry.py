@@ -49,44 +49,24 @@ class ObjectiveSpec:
     doc: str = ""  # one line for the table (conf/README.md)
 
 
-_SPECS: dict[str, ObjectiveSpec] = {}
-_discovered = False
+_OBJECTIVES = plugins.Table("objective", "rlvr_jax.objectives", "rlvr_jax.objectives",
+                            skip=("registry",))
 
 
 def register(spec: ObjectiveSpec) -> ObjectiveSpec:
     """Add an objective (at its module's import); two of one name from two modules is an
     error."""
-    old = _SPECS.get(spec.name)
-    if old is not None and old.options.__module__ != spec.options.__module__:
-        raise ValueError(f"objective {spec.name!r} is registered twice "
-                         f"({old.options.__module__}, {spec.options.__module__})")
     if spec.level not in ("token", "sequence"):
         raise ValueError(f"objective {spec.name!r}: level must be token or sequence")
-    _SPECS[spec.name] = spec
-    return spec
-
-
-def _discover() -> None:
-    global _discovered
-    if _discovered:
-        return
-    _discovered = True
-    import rlvr_jax.objectives as package
-
-    plugins.import_all(package, "rlvr_jax.objectives", skip=("registry",))
+    return _OBJECTIVES.add(spec.name, spec, spec.options.__module__)
 
 
 def specs() -> dict[str, ObjectiveSpec]:
-    _discover()
-    return dict(_SPECS)
+    return _OBJECTIVES.all()
 
 
 def get(name: str, key: str = "algo.loss.kind") -> ObjectiveSpec:
-    known = specs()
-    if name not in known:
-        raise ConfigError(f"config key '{key}': unknown objective '{name}' (known: "
-                          f"{', '.join(sorted(known))})")
-    return known[name]
+    return _OBJECTIVES.get(name, key)
 
 
 def options_for(name: str, shared: dict, extra: Optional[dict] = None,

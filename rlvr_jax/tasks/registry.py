@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from rlvr_jax import plugins
-from rlvr_jax.config.choices import ConfigError
 
 
 @dataclass(frozen=True)
@@ -36,34 +35,17 @@ class TaskSpec:
     reward_parts: tuple[str, ...] = ()
 
 
-_SPECS: dict[str, TaskSpec] = {}
-_discovered = False
+_TASKS = plugins.Table("task", "rlvr_jax.tasks", "rlvr_jax.tasks")
 
 
 def register(spec: TaskSpec) -> TaskSpec:
     """Add a task (at its module's import). A second task of the same name is an error."""
-    old = _SPECS.get(spec.name)
-    if old is not None and old.schema.__module__ != spec.schema.__module__:
-        raise ValueError(f"task {spec.name!r} is registered twice ({old.schema.__module__}, "
-                         f"{spec.schema.__module__})")
-    _SPECS[spec.name] = spec
-    return spec
-
-
-def _discover() -> None:
-    global _discovered
-    if _discovered:
-        return
-    _discovered = True
-    import rlvr_jax.tasks as package
-
-    plugins.import_all(package, "rlvr_jax.tasks")
+    return _TASKS.add(spec.name, spec, spec.schema.__module__)
 
 
 def specs() -> dict[str, TaskSpec]:
     """Every registered task, by name."""
-    _discover()
-    return dict(_SPECS)
+    return _TASKS.all()
 
 
 @dataclass(frozen=True)
@@ -85,15 +67,11 @@ def register_eval_set(name: str, build: Callable[[Any], Any], verifier: str) -> 
 
 
 def eval_sets() -> dict[str, EvalSetSpec]:
-    """Every registered evaluation set, by name."""
-    _discover()
+    """Every registered evaluation set, by name (their modules are the tasks')."""
+    _TASKS.all()
     return dict(_EVAL_SETS)
 
 
 def get(name: str, key: str = "task.name") -> TaskSpec:
     """The task named `name`, or a ConfigError naming `key` and the known tasks."""
-    known = specs()
-    if name not in known:
-        raise ConfigError(f"config key '{key}': unknown task '{name}' (known: "
-                          f"{', '.join(sorted(known))})")
-    return known[name]
+    return _TASKS.get(name, key)
