@@ -176,8 +176,9 @@ def test_an_adversarial_math_answer_is_bounded_in_time(answer):
     t0 = time.perf_counter()
     assert math_check.check("5", answer).status == Status.WRONG
     # Each step is bounded by math_check.TIMEOUT_S (2 s): the answer's parse (not retried
-    # after a timeout) and the comparison.
-    assert time.perf_counter() - t0 < 3 * math_check.TIMEOUT_S
+    # after a timeout) and the comparison; 4x leaves room for a loaded 2-core machine (6.3 s
+    # seen beside a 2-process test) and still fails the regression (5 s per step).
+    assert time.perf_counter() - t0 < 4 * math_check.TIMEOUT_S
 
 
 def test_the_math_pool_never_raises_or_masks_on_odd_answers():
