@@ -30,7 +30,7 @@ def load(runs: str) -> dict:
         evals = [(r["step"], r["eval/sampled_accuracy"], r.get("eval/greedy_accuracy"))
                  for r in rows if "eval/sampled_accuracy" in r]
         fracs = sorted({k for r in steps for k in r if k.startswith("train/") and
-                        k.endswith("_frac") and "capped" not in k})
+                        "_frac" in k and "capped" not in k})
         arms[arm].append({
             "seed": int(seed), "evals": evals,
             "entropy": (steps[0]["train/entropy"], steps[-1]["train/entropy"]),
