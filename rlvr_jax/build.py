@@ -22,11 +22,11 @@ from transformers import PreTrainedTokenizerBase
 
 import jax.numpy as jnp
 
-from rlvr_jax import (distributed, envs, episodes, generate, lora, optim, sharding, tasks,
-                      train_step)
+from rlvr_jax import (distributed, envs, episodes, generate, lora, optim, sharding, streaming,
+                      tasks, train_step)
 from rlvr_jax.envs import chat
 from rlvr_jax.config import (AlgoConfig, ConfigError, EnvConfig, MeshConfig, ModelConfig,
-                             RunConfig, SamplingConfig, WarmupConfig)
+                             RunConfig, SamplingConfig, StreamConfig, WarmupConfig)
 from rlvr_jax.models import hf
 from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder, init_params
@@ -251,12 +251,13 @@ class Generators:
 def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=None,
                env_cfg: Optional[EnvConfig] = None, traces: Optional[Traces] = None,
                train_every_row: bool = False, eval_rows: tuple[int, int] = (0, 0),
-               name: str = "") -> Generators:
+               name: str = "", stream: Optional[StreamConfig] = None) -> Generators:
     """One sampler call per batch, or with an environment multi-turn episodes (episodes.py):
     the turn sampler stops on the environment's call markers (their ids). `train_every_row`:
     the train generator gives every process's texts (an evaluation at `sampling`'s
     temperature), not only its own rows' (what the loop verifies). `name`: an extra held-out
-    set's (its evaluation samplers' compiles are counted under it)."""
+    set's (its evaluation samplers' compiles are counted under it). `stream` (rows > 0):
+    multi-turn episodes streamed through decode rows (streaming.py), not in lock step."""
     tok, put = setup.tokenizer, policy.put
     traces = traces if traces is not None else Traces()
     if env is None:
@@ -282,6 +283,13 @@ def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=N
     if env_cfg.call_format == "hermes" and getattr(tok, "chat_template", None):
         prefix, suffix = chat.tool_glue(tok)  # the chat model's own tool turn
     glue = episodes.Glue.of(tok, prefix, suffix)
+    schedule = None
+    if stream is not None and stream.rows:
+        if jax.process_count() > 1:
+            raise ConfigError("config key 'rollout.stream.rows': streamed episodes run in one "
+                              f"process, not yet {jax.process_count()} (set it to 0: lock step)")
+        schedule = streaming.Schedule(stream.rows, stream.inserts, stream.chunk_steps,
+                                      stream.call_delay_chunks, stream.env_threads)
 
     def make(name: str, temperature: float, top_k: int = 0, top_p: float = 1.0,
              every_row: bool = True, group_size: int = 1):
@@ -290,7 +298,11 @@ def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=N
             observation_tokens=env_cfg.observation_tokens, eos_id=tok.eos_token_id,
             pad_id=tok.pad_token_id, stops=stops, temperature=temperature, top_k=top_k,
             top_p=top_p, group_size=group_size,
+            prompt_len=setup.prompt_len if schedule else 0, mesh=policy.mesh,
             on_trace=lambda piece: traces.update([f"{name}_{piece}"]))
+        if schedule:  # episodes streamed through the rows, calls overlapped (streaming.py)
+            return generate.streamed(sampler, env, tok, glue, env_cfg.max_turns, put,
+                                     schedule, group_size)
         return generate.multi_turn(sampler, env, tok, glue, env_cfg.max_turns, put, every_row)
 
     return Generators(make("sampler", sampling.temperature, sampling.top_k, sampling.top_p,

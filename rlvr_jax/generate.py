@@ -12,7 +12,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from rlvr_jax import batching, distributed, episodes
+from rlvr_jax import batching, distributed, episodes, streaming
 from rlvr_jax.types import Generated, Rollout, Verdict
 
 
@@ -58,6 +58,18 @@ def multi_turn(sampler, env, tokenizer, glue: episodes.Glue, max_turns: int, put
         n = len(e.texts)
         mine = slice(0, n) if every_row else distributed.my_rows(n)
         return e._replace(texts=e.texts[mine], verdicts=e.verdicts[mine])
+
+    return generate
+
+
+def streamed(sampler, env, tokenizer, glue: episodes.Glue, max_turns: int, put: Callable,
+             schedule: streaming.Schedule, group_size: int = 1) -> Callable[..., Generated]:
+    """Episodes streamed through decode rows (streaming.py; one process): the same record as
+    `multi_turn`'s."""
+    def generate(params, prompt_B_L, pmask_B_L, key, contexts=None, rows_B=None) -> Generated:
+        return streaming.run(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key,
+                             max_turns=max_turns, put=put, schedule=schedule,
+                             group_size=group_size, contexts=contexts, rows_N=rows_B)
 
     return generate
 

@@ -54,6 +54,9 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
         "verifier.overlap_chunks": (a.dapo.sampled_prompts(a.prompts_per_step)
                                     * G // cfg.verifier.overlap_chunks),
         "eval.sequences_per_batch": cfg.eval.sequences_per_batch}
+        | ({"rollout.stream.rows": cfg.rollout.stream.rows,
+            "rollout.stream.insert_rows": cfg.rollout.stream.inserts}
+           if cfg.rollout.stream.rows else {})
         | ({"eval.decode_rows": cfg.eval.decode_rows,  # continuous batching's row sets
             "eval.insert_rows": cfg.eval.insert_rows or max(cfg.eval.decode_rows // 8, 1)}
            if cfg.eval.decode_rows else {}))
@@ -74,7 +77,7 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
                              kinds=getattr(setup.task, "verifier_kinds", ()))
     env = build.environment(cfg.env)  # None: one turn
     generators = partial(build.generators, sampler, sampling=cfg.sampling, env=env,
-                         env_cfg=cfg.env, traces=traces,
+                         env_cfg=cfg.env, traces=traces, stream=cfg.rollout.stream,
                          eval_rows=(cfg.eval.decode_rows, cfg.eval.insert_rows))
     # eval.extra_sets: their verifiers, prompt slots and evaluation samplers
     extra = build.extra_sets(setup, v, lambda own, name: generators(setup=own, name=name))

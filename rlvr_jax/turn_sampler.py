@@ -9,6 +9,12 @@ with static shapes (one compile per piece, however many turns a row takes).
                                          # the cache (no re-prefill); those rows decode again
     rollout = s.rollout(state)
 
+Streamed episodes (rlvr_jax/streaming.py) use the same pieces on B rows that episodes flow
+through: `empty(b, q)` makes B free rows and Q prompt slots, `prompts` prefills each waiting
+prompt once into a slot, `insert` starts episodes in free rows from their prompts' slots, and
+`decode(params, state, max_steps)` stops after at most that many steps (a chunk), whatever
+the other rows do. A row's computation is the same in either driver.
+
 Each row has its own response column (`col_B`): its turns and observations are contiguous
 in its R response slots, so its positions are those the trainer's forward gives the same
 sequence (prompt ++ response under the attention mask), and its tokens do not depend on
@@ -32,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlvr_jax import sharding
 from rlvr_jax.models.policy import Decoder, KVCache, for_compute
 from rlvr_jax.sampling import (draw_at_columns, prefill_groups, put_at_columns,
                                sequence_uniforms)
@@ -55,14 +62,30 @@ class TurnState(NamedTuple):
     mask_B_R: jax.Array  # float32 attention: policy and observation tokens
     loss_mask_B_R: jax.Array  # float32: the policy's own tokens
     u_B_R: jax.Array  # float32 uniforms, one per row and column
+    steps: jax.Array  # int32 []: decode steps run (row-steps = steps x B)
+
+
+class Prompts(NamedTuple):
+    """Prefilled prompts waiting for their episodes to be inserted (streamed episodes: each
+    prompt is prefilled once, for every episode of its group, whenever each starts)."""
+
+    k_N_Q_L_K_H: jax.Array
+    v_N_Q_L_K_H: jax.Array
+    valid_Q_L: jax.Array  # bool
+    logits_Q_V: jax.Array  # float32: the first token's distribution
+    position_Q: jax.Array  # int32: the prompt's real tokens
 
 
 class TurnSampler(NamedTuple):
     start: Callable  # (params, prompt_B_L, mask_B_L, key, rows_B=None) -> TurnState
-    decode: Callable  # (params, state) -> state (donated)
+    decode: Callable  # (params, state[, max_steps]) -> state (donated)
     extend: Callable  # (params, state, obs_B_O, obs_len_B, end_B) -> state (donated)
     rollout: Callable  # state -> Rollout
     observation_tokens: int  # O
+    # Streamed episodes' pieces (made with `prompt_len` L):
+    empty: Callable = None  # (b, q) -> (TurnState of b free rows, Prompts of q free slots)
+    prompts: Callable = None  # (params, Prompts, prompt_Q_L, mask_Q_L, slot_Q) -> Prompts
+    insert: Callable = None  # (state, Prompts, src_M, dest_M, seq_M, key) -> state
 
 
 def stop_table(stops: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -91,11 +114,13 @@ def ends_with_stop(tokens_B_R, col_B, turn_start_B, table_M_W, lengths_M) -> jax
 def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens: int,
                       eos_id: int, pad_id: int, stops: Sequence[Sequence[int]],
                       temperature: float, top_k: int = 0, top_p: float = 1.0,
-                      group_size: int = 1,
+                      group_size: int = 1, prompt_len: int = 0, mesh=None,
                       on_trace: Callable[[str], None] = lambda name: None) -> TurnSampler:
     """The jitted pieces above; `on_trace(name)` runs each time one of them is traced.
     `group_size` G > 1: rows come in groups of G identical prompts, each prefilled once
-    (sampling.prefill_groups)."""
+    (sampling.prefill_groups). `prompt_len` L: the prompts' length for `empty` / `insert`
+    (streamed episodes; 0: those pieces are not made), their rows split over `mesh`'s
+    data-parallel axes (None: one device)."""
     r, o = max_new_tokens, max(observation_tokens, 1)
     table_M_W, lengths_M = (jnp.asarray(x) for x in stop_table(stops))
 
@@ -114,7 +139,64 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
             jnp.ones((b,), bool), jnp.zeros((b,), bool), zeros_B,
             jnp.full((b, r), pad_id, jnp.int32), jnp.zeros((b, r), jnp.float32),
             jnp.zeros((b, r), jnp.float32), jnp.zeros((b, r), jnp.float32),
-            sequence_uniforms(key, rows_B, r))
+            sequence_uniforms(key, rows_B, r), jnp.int32(0))
+
+    def empty(b: int, q: int) -> tuple[TurnState, Prompts]:
+        """B free rows (done, nothing cached) for `insert` to fill, and Q empty prompt
+        slots."""
+        on_trace("turn_empty")
+        cfg, slots = model.cfg, prompt_len + r + o
+        kv = lambda n: jnp.zeros((cfg.num_layers, n, slots if n == b else prompt_len,
+                                  cfg.num_kv_heads, cfg.resolved_head_dim),
+                                 jnp.dtype(cfg.compute_dtype))
+        zeros_B, zeros_B_R = jnp.zeros((b,), jnp.int32), jnp.zeros((b, r), jnp.float32)
+        return (TurnState(KVCache(kv(b), kv(b), jnp.zeros((b, slots), bool)),
+                          jnp.zeros((b, model.vocab_size), jnp.float32), zeros_B, zeros_B,
+                          zeros_B, jnp.zeros((b,), bool), jnp.ones((b,), bool), zeros_B,
+                          jnp.full((b, r), pad_id, jnp.int32), zeros_B_R, zeros_B_R,
+                          zeros_B_R, zeros_B_R, jnp.int32(0)),
+                Prompts(kv(q), kv(q), jnp.zeros((q, prompt_len), bool),
+                        jnp.zeros((q, model.vocab_size), jnp.float32),
+                        jnp.zeros((q,), jnp.int32)))
+
+    def prompts(params, pc: Prompts, prompt_Q_L, mask_Q_L, slot_Q) -> Prompts:
+        """Q prompts prefilled into the prompt slots slot_Q (a slot past the last: dropped)."""
+        on_trace("turn_prompts")
+        logits_Q_V, new = apply(params, "prefill", prompt_Q_L, mask_Q_L, prompt_len)
+        at = lambda x, v, axis=0: (x.at[slot_Q].set(v, mode="drop") if axis == 0
+                                   else x.at[:, slot_Q].set(v, mode="drop"))
+        return Prompts(at(pc.k_N_Q_L_K_H, new.k_N_B_S_K_H, 1), at(pc.v_N_Q_L_K_H, new.v_N_B_S_K_H, 1),
+                       at(pc.valid_Q_L, new.valid_B_S), at(pc.logits_Q_V, logits_Q_V),
+                       at(pc.position_Q, jnp.sum(mask_Q_L.astype(jnp.int32), axis=-1)))
+
+    def insert(s: TurnState, pc: Prompts, src_M, dest_M, seq_M, key) -> TurnState:
+        """M episodes into rows dest_M (B: none, the write dropped), episode m's prompt from
+        prompt slot src_M[m] (prefilled once by `prompts`, however many of its group's
+        episodes start from it, here or later). Row dest_M[m] then holds a fresh episode of
+        sequence seq_M[m] (its own uniforms), live, at column 0."""
+        on_trace("turn_insert")
+        at = lambda x, v, axis=0: (x.at[dest_M].set(v, mode="drop") if axis == 0
+                                   else x.at[:, dest_M].set(v, mode="drop"))
+        pick = lambda x, axis=0: jnp.take(x, src_M, axis=axis)
+        slots = s.cache.valid_B_S.shape[1]
+        pad = lambda x: jnp.pad(x, [(0, 0)] * 2 + [(0, slots - prompt_len)]
+                                + [(0, 0)] * (x.ndim - 3))
+        m = dest_M.shape[0]
+        zeros_M, zeros_M_R = jnp.zeros((m,), jnp.int32), jnp.zeros((m, r), jnp.float32)
+        return s._replace(
+            cache=KVCache(at(s.cache.k_N_B_S_K_H, pad(pick(pc.k_N_Q_L_K_H, 1)), 1),
+                          at(s.cache.v_N_B_S_K_H, pad(pick(pc.v_N_Q_L_K_H, 1)), 1),
+                          at(s.cache.valid_B_S, jnp.pad(pick(pc.valid_Q_L),
+                                                        ((0, 0), (0, slots - prompt_len))))),
+            logits_B_V=at(s.logits_B_V, pick(pc.logits_Q_V)), col_B=at(s.col_B, zeros_M),
+            turn_start_B=at(s.turn_start_B, zeros_M), position_B=at(s.position_B,
+                                                                    pick(pc.position_Q)),
+            live_B=at(s.live_B, jnp.ones((m,), bool)), done_B=at(s.done_B, jnp.zeros((m,), bool)),
+            stop_B=at(s.stop_B, zeros_M + RUNNING),
+            tokens_B_R=at(s.tokens_B_R, jnp.full((m, r), pad_id, jnp.int32)),
+            logp_B_R=at(s.logp_B_R, zeros_M_R), mask_B_R=at(s.mask_B_R, zeros_M_R),
+            loss_mask_B_R=at(s.loss_mask_B_R, zeros_M_R),
+            u_B_R=at(s.u_B_R, sequence_uniforms(key, seq_M, r)))
 
     def forward(params, s: TurnState, tokens_B_O, valid_B_O):
         """The new tokens at each row's column into the cache; -> (hidden_B_O_D, cache)."""
@@ -122,7 +204,9 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
         return apply(params, "extend", tokens_B_O, valid_B_O, s.cache, l + s.col_B,
                      s.position_B + s.col_B)
 
-    def decode(params, s: TurnState) -> TurnState:
+    def decode(params, s: TurnState, max_steps=None) -> TurnState:
+        """Every live row until it stops; `max_steps` (int32, traced): a chunk of at most that
+        many steps (the rows still live carry on at the next call)."""
         on_trace("turn_decode")
         params = for_compute(params, model.cfg)  # cast once, not at every step
 
@@ -146,9 +230,13 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
                 cache=cache, logits_B_V=apply(params, "head", hidden[:, 0]), col_B=col_B,
                 live_B=live_B & ~(eos_B | call_B | budget_B), done_B=s.done_B | eos_B | budget_B,
                 stop_B=stop_B, tokens_B_R=tokens_B_R, logp_B_R=put(s.logp_B_R, logp_B),
-                mask_B_R=put(s.mask_B_R, ones_B), loss_mask_B_R=put(s.loss_mask_B_R, ones_B))
+                mask_B_R=put(s.mask_B_R, ones_B), loss_mask_B_R=put(s.loss_mask_B_R, ones_B),
+                steps=s.steps + 1)
 
-        return jax.lax.while_loop(lambda s: jnp.any(s.live_B), body, s)
+        if max_steps is None:
+            return jax.lax.while_loop(lambda s: jnp.any(s.live_B), body, s)
+        end = s.steps + max_steps
+        return jax.lax.while_loop(lambda s: jnp.any(s.live_B) & (s.steps < end), body, s)
 
     def extend(params, s: TurnState, obs_B_O, obs_len_B, end_B) -> TurnState:
         """Rows with obs_len_B > 0 get those observation ids appended and decode again; rows
@@ -178,5 +266,21 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
     def rollout(s: TurnState) -> Rollout:
         return Rollout(s.tokens_B_R, s.logp_B_R, s.mask_B_R, s.loss_mask_B_R)
 
+    streamed = {}
+    if prompt_len:
+        # Donated: the rows' cache is written in place, never copied per insert.
+        out = {}
+        if mesh is not None:  # the rows' layout, fixed for every piece
+            rows0, rows1 = sharding.rows_sharding(mesh, 0), sharding.rows_sharding(mesh, 1)
+            rows = TurnState(KVCache(rows1, rows1, rows0), *[rows0] * 12,
+                             sharding.replicated(mesh))
+            repl = sharding.replicated(mesh)  # a few prompts: on every device
+            out = {"empty": {"out_shardings": (rows, Prompts(*[repl] * 5))},
+                   "prompts": {"out_shardings": Prompts(*[repl] * 5)},
+                   "insert": {"out_shardings": rows}}
+        streamed = {"empty": jax.jit(empty, static_argnums=(0, 1), **out.get("empty", {})),
+                    # Donated: the prompt slots and the rows' cache written in place.
+                    "prompts": jax.jit(prompts, donate_argnums=(1,), **out.get("prompts", {})),
+                    "insert": jax.jit(insert, donate_argnums=(0,), **out.get("insert", {}))}
     return TurnSampler(jax.jit(start), jax.jit(decode, donate_argnums=(1,)),
-                       jax.jit(extend, donate_argnums=(1,)), jax.jit(rollout), o)
+                       jax.jit(extend, donate_argnums=(1,)), jax.jit(rollout), o, **streamed)

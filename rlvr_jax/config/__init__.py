@@ -25,7 +25,7 @@ from rlvr_jax.config.load import (as_dict, compose, conf_dir, recorded_model_con
 from rlvr_jax.config.run import (LEARNED_REWARD_KL_COEF, CheckpointConfig, DistributedConfig,
                                  DPOConfig, EnvConfig, EvalConfig, LoggerConfig, MeshConfig,
                                  PreferenceConfig, RewardConfig, RewardModelConfig, RolloutConfig,
-                                 RunConfig,
+                                 RunConfig, StreamConfig,
                                  VerifierConfig, WarmupConfig)
 from rlvr_jax.config.schemas import (AlgoConfig, DAPOConfig, ModelConfig, OptimConfig,
                                      PolicyLossConfig, PPOConfig, SamplingConfig)
@@ -67,6 +67,7 @@ __all__ = [
     "RewardScheme",
     "RopeScaling",
     "RolloutConfig",
+    "StreamConfig",
     "RunConfig",
     "SamplingConfig",
     "SandboxMode",

@@ -106,6 +106,8 @@ def validate(cfg: RunConfig) -> RunConfig:
            "step-level groups need multi-turn episodes (env.kind); with one turn every step "
            "group is the episode group")
     cfg.rollout.check()
+    _check(cfg.rollout.stream.rows == 0 or cfg.env.kind != "none", "rollout.stream.rows",
+           "streams multi-turn episodes: set env.kind (one-turn batches are sampled whole)")
     cfg.mesh.check()
     cfg.distributed.check()
     cfg.preferences.check()

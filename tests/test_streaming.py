@@ -1,0 +1,160 @@
+"""Streamed episodes (rlvr_jax/streaming.py): each episode's tokens, log-probs, masks,
+observations, final text and verdict equal the lock-step driver's (episodes.run) for the
+same params, whatever the rows, chunk, call delay, insert size and the calls' latencies
+(drawn at random); every episode is closed, an exception included; the metrics."""
+
+import functools
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments.bench.env_latency import Delayed
+from rlvr_jax import episodes, streaming
+from rlvr_jax.envs.base import OK, SANDBOX_ERROR, Episode, Reply
+from rlvr_jax.turn_sampler import make_turn_sampler
+from rlvr_jax.types import Status, Verdict
+from tests.test_episodes import _setup
+
+L, R, O = 4, 40, 10
+
+
+class EchoEnv:
+    """A world per episode: each reply is a function of the episode and its own calls (never
+    of other episodes or of order). Episode 5 fails to open; episode 6's second call fails."""
+
+    stop_texts = ("#",)
+    tools = ("calculator",)
+    observation_prefix, observation_suffix = "[", "]"
+    concurrent_episodes = True
+
+    def __init__(self):
+        self.opened, self.closed, self.lock = [], [], threading.Lock()
+
+    def open(self, contexts):
+        out = [Episode(dict(c), failed="boom" if c["id"] == 5 else "",
+                       observation=f"hi{c['id']}" if c["id"] % 3 == 0 else "")
+               for c in contexts]
+        with self.lock:
+            self.opened += out
+        return out
+
+    def step(self, eps, turns):
+        out = []
+        for e, t in zip(eps, turns):
+            e.calls += 1
+            if e.context["id"] == 6 and e.calls == 2:
+                e.failed = "lost"
+                out.append(Reply("", SANDBOX_ERROR, "calculator"))
+            else:
+                out.append(Reply(f"{e.context['id']}.{e.calls}.{len(t)}" * (1 + e.calls % 2),
+                                 OK, "calculator", reward=0.1 * e.calls))
+        return out
+
+    def finish(self, eps, texts):
+        return [Verdict(Status.PASS if e.calls % 2 else Status.WRONG, t[:20]) for e, t in
+                zip(eps, texts)]
+
+    def close_episodes(self, eps):
+        for e in eps:
+            e.closed = True
+        with self.lock:
+            self.closed += list(eps)
+
+    def stats(self):
+        return {}
+
+
+@functools.lru_cache(maxsize=None)  # one compile of each piece across the cases
+def _pieces(n, g):
+    tok, model, params = _setup()
+    sampler = make_turn_sampler(model, max_new_tokens=R, observation_tokens=O,
+                                eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                                stops=[tok.encode("#", add_special_tokens=False)],
+                                temperature=1.0, group_size=g, prompt_len=L)
+    glue = episodes.Glue.of(tok, "[", "]")
+    digits = [tok.convert_tokens_to_ids(str(d)) for d in range(10)]
+    prompt = np.stack([np.full(L, digits[(i // g) % 10], np.int32) for i in range(n)])
+    prompt[:, 0] = tok.pad_token_id  # left padding on every row
+    pmask = (prompt != tok.pad_token_id).astype(np.int32)
+    contexts = [{"id": i} for i in range(n)]
+    return tok, sampler, glue, params, prompt, pmask, contexts
+
+
+@functools.lru_cache(maxsize=None)
+def _lock_step(n, g, max_turns):
+    tok, sampler, glue, params, prompt, pmask, contexts = _pieces(n, g)
+    return episodes.run(sampler, EchoEnv(), tok, glue, params, prompt, pmask,
+                        jax.random.key(3), max_turns=max_turns, put=jnp.asarray,
+                        contexts=contexts)
+
+
+@pytest.mark.parametrize("rows,insert,chunk,delay,median_s", [
+    (16, 16, 50, 0, 0.0), (5, 2, 3, 1, 0.002), (3, 1, 1, 2, 0.004), (7, 3, 4, 0, 0.003)])
+def test_tokens_equal_the_lock_step_drivers(rows, insert, chunk, delay, median_s):
+    n, g, max_turns = 16, 2, 4
+    want = _lock_step(n, g, max_turns)
+    tok, sampler, glue, params, prompt, pmask, contexts = _pieces(n, g)
+    env = EchoEnv()
+    got = streaming.run(sampler, Delayed(env, median_s, 10 * median_s or 1.0, seed=rows),
+                        tok, glue, params, prompt, pmask, jax.random.key(3),
+                        max_turns=max_turns, put=jnp.asarray, group_size=g,
+                        schedule=streaming.Schedule(rows, insert, chunk, delay),
+                        contexts=contexts)
+    # Tokens, masks and per-turn rewards exactly; the log-probs to float32 rounding (a row's
+    # matmuls in a batch of another size round differently in the last bit on CPU).
+    for name in ("tokens_B_R", "mask_B_R", "loss_mask_B_R", "turn_rewards_B_R"):
+        np.testing.assert_array_equal(getattr(got.rollout, name), getattr(want.rollout, name))
+    np.testing.assert_allclose(got.rollout.logp_B_R, want.rollout.logp_B_R, rtol=1e-5,
+                               atol=1e-6)
+    assert got.texts == want.texts
+    assert [(v.status, v.detail) for v in got.verdicts] == [
+        (v.status, v.detail) for v in want.verdicts]
+    for k, v in want.stats.items():
+        assert got.stats[k] == pytest.approx(v), k
+    # Episodes of several turns, observations, a failed open and a failed call all occur.
+    assert want.stats["episode/turns_mean"] > 1.2 and want.stats["episode/ended_no_room"] > 0
+    assert want.stats["episode/ended_sandbox_error"] > 0
+    assert sorted(id(e) for e in env.opened) == sorted(id(e) for e in env.closed)
+    s = got.stats
+    assert 0 < s["stream/useful_row_steps"] <= 1
+    assert 0 <= s["stream/device_idle_share"] < 1
+    assert s["stream/prefills_per_prompt"] == 1.0  # each group's prompt once
+
+
+def test_every_episode_closed_when_a_call_raises():
+    n, g = 8, 1
+    tok, sampler, glue, params, prompt, pmask, contexts = _pieces(n, g)
+
+    class Broken(EchoEnv):
+        def step(self, eps, turns):
+            raise RuntimeError("the environment's bug")
+
+    env = Broken()
+    with pytest.raises(RuntimeError, match="bug"):
+        streaming.run(sampler, env, tok, glue, params, prompt, pmask, jax.random.key(3),
+                      max_turns=3, put=jnp.asarray,
+                      schedule=streaming.Schedule(3, 1, 2, 1), contexts=contexts)
+    assert env.opened and all(e.closed for e in env.opened)
+
+
+def test_calls_overlap_decoding_and_the_wait_is_measured():
+    """A call slower than the run's decoding: the driver waits for it at its boundary only
+    (the idle share says how long); with zero latency almost nothing waits."""
+    n, g = 6, 1
+    tok, sampler, glue, params, prompt, pmask, contexts = _pieces(n, g)
+    run = lambda env: streaming.run(
+        sampler, env, tok, glue, params, prompt, pmask, jax.random.key(3), max_turns=3,
+        put=jnp.asarray, schedule=streaming.Schedule(6, 2, 4, 1), contexts=contexts)
+    run(EchoEnv())  # compiles
+    t0 = time.perf_counter()
+    slow = run(Delayed(EchoEnv(), 0.05, 0.05))
+    assert time.perf_counter() - t0 >= 0.05
+    assert slow.stats["stream/device_idle_share"] > 0.2
+    assert slow.stats["stream/env_call_p50_s"] >= 0.04
+    fast = run(EchoEnv())
+    for a, b in zip(slow.rollout, fast.rollout):
+        np.testing.assert_array_equal(a, b)
