@@ -289,7 +289,8 @@ def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=N
             raise ConfigError("config key 'rollout.stream.rows': streamed episodes run in one "
                               f"process, not yet {jax.process_count()} (set it to 0: lock step)")
         schedule = streaming.Schedule(stream.rows, stream.inserts, stream.chunk_steps,
-                                      stream.call_delay_chunks, stream.env_threads)
+                                      stream.call_delay_chunks, stream.env_threads,
+                                      stream.release_rows)
 
     def make(name: str, temperature: float, top_k: int = 0, top_p: float = 1.0,
              every_row: bool = True, group_size: int = 1):

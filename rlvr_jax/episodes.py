@@ -17,6 +17,7 @@ no_room, sandbox_error), counted per step.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -91,17 +92,36 @@ def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, p
     b = prompt_B_L.shape[0]
     contexts = contexts if contexts is not None else [{}] * b
     mine = distributed.my_rows(b)
-    opened = env.open([contexts[r] for r in range(mine.start, mine.stop)])
+    clock = _Clock()
+    t0 = time.perf_counter()
+    opened = clock.time(env.open, [contexts[r] for r in range(mine.start, mine.stop)])
     try:
         made = _drive(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key,
-                      max_turns, put, rows_B, mine, opened)
+                      max_turns, put, rows_B, mine, opened, clock)
     finally:
         env.close_episodes(opened)
-    return made._replace(stats={**made.stats, **env.stats()})  # sessions left after close
+    wall = time.perf_counter() - t0
+    row = rollout_stats(clock.wait_s, wall, made.rollout, made.stats.pop("steps"), b,
+                        clock.call_s)
+    return made._replace(stats={**made.stats, **row, **env.stats()})  # sessions after close
+
+
+class _Clock:
+    """The lock-step driver's waits on its environment (the devices idle meanwhile)."""
+
+    def __init__(self):
+        self.wait_s, self.call_s = 0.0, []
+
+    def time(self, fn, *args, calls: int = 0):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        self.wait_s += time.perf_counter() - t0
+        self.call_s += [time.perf_counter() - t0] * calls
+        return out
 
 
 def _drive(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key, max_turns, put,
-           rows_B, mine, opened) -> Generated:
+           rows_B, mine, opened, clock) -> Generated:
     b = prompt_B_L.shape[0]
     o, eos = sampler.observation_tokens, tokenizer.eos_token_id
     tools = tuple(env.tools)
@@ -140,7 +160,8 @@ def _drive(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key, ma
                 end_B[r], reason_B[r] = True, REASONS.index("sandbox_error")
             rows = [r for r in rows if not failed_B[r]]
             texts = [turn_text(tokenizer, tokens_B_R[r, start_B[r]:col_B[r]]) for r in rows]
-            replies = env.step([opened[r - mine.start] for r in rows], texts)
+            replies = clock.time(env.step, [opened[r - mine.start] for r in rows], texts,
+                                 calls=len(rows))
             for r, reply in zip(rows, replies):
                 tool = tools.index(reply.tool) if reply.tool in tools else len(tools)
                 calls_B_T_O[r, tool, OUTCOMES.index(reply.outcome)] += 1
@@ -160,7 +181,7 @@ def _drive(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key, ma
                 distributed.gather_rows(x[mine]) for x in (obs_B_O, len_B, end_B, failed_B,
                                                             reason_B))
         state = sampler.extend(params, state, put(obs_B_O), put(len_B), put(end_B))
-    col_B, start_B = distributed.to_host((state.col_B, state.turn_start_B))
+    col_B, start_B, steps = distributed.to_host((state.col_B, state.turn_start_B, state.steps))
     reason_B[reason_B == 0] = REASONS.index("max_turns")  # still calling when the loop ended
     calls_B_T_O, cut_B, turn_rewards_B_R, failed_B = (distributed.gather_rows(x[mine]) for x in (
         calls_B_T_O, cut_B, turn_rewards_B_R, failed_B))
@@ -169,13 +190,14 @@ def _drive(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key, ma
     final = [_text(tokenizer, rollout.tokens_B_R[r, start_B[r]:col_B[r]], eos) for r in range(b)]
     # The environment's verdicts of its own episodes (their worlds' final states), then the
     # failures: an episode whose sandbox failed is masked whatever its world says.
-    mine_verdicts = env.finish(opened, final[mine])
+    mine_verdicts = clock.time(env.finish, opened, final[mine])
     verdicts = _gather_verdicts(
         [Verdict(Status.SANDBOX_ERROR, f"the episode's sandbox failed: {e.failed}"[:300])
          if failed_B[r] else v
          for r, e, v in zip(range(mine.start, mine.stop), opened, mine_verdicts)], mine, b)
     row = stats(turns_B, calls_B_T_O, tools, reason_B, rollout, cut_B, pmask_B_L)
     row["episode/turn_reward_mean"] = float(turn_rewards_B_R.sum() / b)
+    row["steps"] = int(steps)
     return Generated(rollout, final, verdicts, row)
 
 
@@ -211,6 +233,20 @@ def _gather_verdicts(local: list, mine: slice, b: int) -> list:
            for s, f in zip(status_B, fraction_B)]
     out[mine] = local
     return out
+
+
+def rollout_stats(wait_s: float, wall_s: float, rollout: Rollout, steps: int, rows: int,
+                  call_s) -> dict:
+    """What the devices did while episodes ran (either driver): the share of the wall clock
+    the driver waited on the environment (the devices idle), the share of decode row-steps
+    that made a policy token, and each call's seconds (p50 / p99; a batch's calls each count
+    its batch's time)."""
+    call_s = np.asarray(call_s if len(call_s) else [0.0])
+    return {"rollout/device_idle_share": wait_s / max(wall_s, 1e-9),
+            "rollout/useful_row_steps": float(rollout.loss_mask_B_R.sum()) / max(steps * rows, 1),
+            "rollout/decode_steps": float(steps),
+            "rollout/env_call_p50_s": float(np.percentile(call_s, 50)),
+            "rollout/env_call_p99_s": float(np.percentile(call_s, 99))}
 
 
 def stats(turns_B, calls_B_T_O, tools, reason_B, rollout: Rollout, cut_B, pmask_B_L) -> dict:

@@ -13,7 +13,7 @@ then runs the whole batch's calls while the devices wait; here each row goes its
 
 Reproducible by construction: no decision depends on wall-clock time. A call issued at
 boundary t is appended at boundary t+d whatever its latency (the driver waits only for one
-that is not back by then: that wait is the devices' idle time, `stream/device_idle_share`);
+that is not back by then: that wait is the devices' idle time, `rollout/device_idle_share`);
 rows are refilled in queue order; when no row is live the driver skips to the next boundary
 something is due at. So an episode's tokens depend on its prompt, its sequence's random
 stream (sampling.sequence_uniforms), the params and its observations only: they are the
@@ -25,9 +25,13 @@ that drives the devices: one thread, in the order issued, unless the environment
 episodes may be stepped concurrently (`concurrent_episodes = True`: disjoint episodes from
 several threads). Every episode opened is closed, on every path (an exception included).
 
-Holding a row while its call runs costs row-steps (`stream/useful_row_steps`): d chunks of k
-steps per call. One process only (several processes would have to agree on every boundary's
-refills: not built; the config refuses it).
+What a call costs the rows: held (the default), a row waits d chunks of k steps per call
+with its cache kept (`rollout/useful_row_steps` counts the loss); released
+(`Schedule.release`), the row takes another episode and the caller resumes in a free row
+once its observation is appended, its history prefilled again (`turn_sampler.resume`: the
+recompute, counted in `stream/recomputed_tokens_per_episode`). Either way the tokens are
+the lock-step driver's (tested; a resumed row's log-probs to float rounding). One process
+only (several would have to agree on every boundary's refills: not built; refused).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from typing import Callable
 
 import numpy as np
 
-from rlvr_jax import distributed
+from rlvr_jax import distributed, episodes
 from rlvr_jax.envs.base import SANDBOX_ERROR, Environment
 from rlvr_jax.episodes import OUTCOMES, REASONS, Glue, _text, stats, turn_text
 from rlvr_jax.turn_sampler import STOP_BUDGET, STOP_CALL, STOP_EOS, TurnSampler
@@ -56,6 +60,10 @@ class Schedule:
     chunk_steps: int  # k: decode steps between boundaries
     call_delay: int  # d: a call issued at boundary t is appended at boundary t + d
     env_threads: int = 4  # worker threads for an environment with concurrent episodes
+    # True: a row whose turn ended on a call takes another episode while the call runs; its
+    # own resumes in a free row once the observation is appended, its history (prompt ++
+    # response so far ++ observation) prefilled again. False: the row waits for its call.
+    release: bool = False
 
 
 class _Timed:
@@ -130,6 +138,10 @@ class _Driver:
         self.due: dict[int, list] = {}  # boundary -> [(episode, future of its reply)]
         self.wait_s = 0.0  # the driver blocked on the environment (the devices idle)
         self.prefills = 0  # prompts prefilled by inserts
+        self.col_N = np.zeros(n, np.int64)  # an episode's next column (host, at its stops)
+        self.start_N = np.zeros(n, np.int64)  # its current turn's first column
+        self.resumes: list[int] = []  # released episodes whose observation is appended
+        self.recomputed = 0  # history tokens prefilled again by resumes
 
     # ------------------------------------------------------------------ helpers
     def _wait(self, future: Future):
@@ -177,15 +189,14 @@ class _Driver:
         self.turn_rewards_N_R = np.zeros((n, r), np.float32)
         t0, t, chunks, live_sum = time.perf_counter(), 0, 0, 0
         ended: list[int] = []  # episodes that ended since the last boundary (rows to free)
-        host = None
         while True:
             obs_B_O = np.full((b, o), self.tok.pad_token_id, np.int32)
             len_B = np.zeros(b, np.int32)
             # 1. Observations due now (the only wait on the environment's calls).
             for i, future in self.due.pop(t, []):
-                row = self.row_N[i]
+                row = self.row_N[i]  # -1: released
                 reply = self._wait(future)
-                col = int(host["col"][row])
+                col = int(self.col_N[i])
                 tool = self.tools.index(reply.tool) if reply.tool in self.tools else len(
                     self.tools)
                 self.calls_N_T_O[i, tool, OUTCOMES.index(reply.outcome)] += 1
@@ -200,13 +211,25 @@ class _Driver:
                     ended.append(i)
                     continue
                 self.cut_N[i] += cut
-                obs_B_O[row, :len(ids)], len_B[row] = ids, len(ids)
+                if row < 0:  # appended to its record: it resumes in a free row
+                    for x, v in zip(self.res, (ids, 0.0, 1.0, 0.0)):
+                        x[i, col:col + len(ids)] = v
+                    self.col_N[i] = self.start_N[i] = col + len(ids)
+                    self.resumes.append(i)
+                else:
+                    obs_B_O[row, :len(ids)], len_B[row] = ids, len(ids)
             # 2. Finished episodes leave their rows (their records copied out).
             if ended:
                 self._leave(ended, state)
                 ended = []
-            # 3. Free rows refilled in queue order, M per insert.
+            # 3. Free rows refilled: released episodes first (in the order their calls came
+            # due), then new ones in queue order, M per call.
             free = [x for x in range(b) if self.owner_B[x] < 0]
+            while self.resumes and free:
+                take, self.resumes = self.resumes[:min(m, len(free))], self.resumes[
+                    min(m, len(free)):]
+                dest, free = free[:len(take)], free[len(take):]
+                state = self._resume(state, take, dest)
             while queue and free:
                 take = [queue.popleft() for _ in range(min(m, len(free), len(queue)))]
                 dest, free = free[:len(take)], free[len(take):]
@@ -223,8 +246,7 @@ class _Driver:
             if len_B.any():
                 state = self.s.extend(self.params, state, self.put(obs_B_O), self.put(len_B),
                                       self.put(np.zeros(b, bool)))
-            occupied = self.owner_B >= 0
-            if not occupied.any() and not queue:
+            if not (self.owner_B >= 0).any() and not queue and not self.due:
                 break
             live_B = np.asarray(distributed.to_host(state.live_B))
             if not live_B.any():  # every row waits on a call: on to the next one due
@@ -241,7 +263,7 @@ class _Driver:
             t += 1
             if stopped:
                 tokens_B_R = np.asarray(distributed.to_host(state.tokens_B_R))
-                ended += self._stopped(stopped, host, tokens_B_R, t)
+                ended += self._stopped(stopped, host, tokens_B_R, t, state)
         steps = int(distributed.to_host(state.steps))
         wall = time.perf_counter() - t0
         for idx, future in self.finishing:
@@ -275,13 +297,29 @@ class _Driver:
                 del self.slot_of[i // g]
         return state
 
-    def _stopped(self, rows: list, host: dict, tokens_B_R, t: int) -> list[int]:
+    def _resume(self, state, take: list, dest: list):
+        """Released episodes `take` back into rows `dest`, their histories prefilled."""
+        m, b = self.sch.insert_rows, self.b
+        pick = take + [take[0]] * (m - len(take))
+        state = self.s.resume(self.params, state, *(self.put(x) for x in (
+            self.prompt_N_L[pick], self.pmask_N_L[pick], self.res.tokens_B_R[pick],
+            self.res.logp_B_R[pick], self.res.mask_B_R[pick], self.res.loss_mask_B_R[pick],
+            np.int32(self.col_N[pick]), np.int32(dest + [b] * (m - len(take))),
+            np.int32(self.seq_N[pick]))), self.key)
+        for i, row in zip(take, dest):
+            self.row_N[i], self.owner_B[row] = row, i
+            self.recomputed += int(self.pmask_N_L[i].sum() + self.col_N[i])
+        return state
+
+    def _stopped(self, rows: list, host: dict, tokens_B_R, t: int, state) -> list[int]:
         """Rows whose turn stopped in the chunk before boundary t: the episodes that ended
-        (returned), the calls issued (due at t + d)."""
+        (returned), the calls issued (due at t + d); with `release`, the calling rows
+        freed (their records copied out)."""
         ended, calls = [], []
         for row in rows:
             i = self.owner_B[row]
             self.turns_N[i] += 1
+            self.col_N[i], self.start_N[i] = host["col"][row], host["start"][row]
             stop = host["stop"][row]
             if stop == STOP_EOS:
                 self._end(i, "eos")
@@ -297,6 +335,10 @@ class _Driver:
                                                                  host["col"][row]])))
                 continue
             ended.append(i)
+        if calls and self.sch.release:
+            self._copy_out([i for i, _ in calls], state)
+            for i, _ in calls:
+                self.owner_B[self.row_N[i]], self.row_N[i] = -1, -1
         if calls:
             if self.jobs.threads == 1:  # one thread: one batch (sessions in parallel)
                 f = self.jobs.submit(self.env.step, [self.episode[i] for i, _ in calls],
@@ -309,19 +351,30 @@ class _Driver:
                 (i, f) for (i, _), f in zip(calls, futures))
         return ended
 
+    def _copy_out(self, episodes: list[int], state) -> None:
+        """The records of these episodes' rows into the host's."""
+        rows = [self.row_N[i] for i in episodes]
+        host = distributed.to_host((state.tokens_B_R, state.logp_B_R, state.mask_B_R,
+                                    state.loss_mask_B_R))
+        for dst, src in zip(self.res, host):
+            dst[episodes] = np.asarray(src)[rows]
+
     def _leave(self, ended: list[int], state) -> None:
-        """Ended episodes' rows copied out and freed; their final texts to `env.finish`, then
-        `close_episodes`, on the environment's thread."""
-        tokens, logp, mask, loss, start, col = (np.asarray(x) for x in distributed.to_host((
-            state.tokens_B_R, state.logp_B_R, state.mask_B_R, state.loss_mask_B_R,
-            state.turn_start_B, state.col_B)))
-        eos = self.tok.eos_token_id
+        """Ended episodes' rows copied out and freed (a released episode's record is the
+        host's already); their final texts to `env.finish`, then `close_episodes`, on the
+        environment's thread."""
+        in_rows = [i for i in ended if self.row_N[i] >= 0]
+        if in_rows:
+            self._copy_out(in_rows, state)
+            start, col = (np.asarray(x) for x in distributed.to_host((state.turn_start_B,
+                                                                      state.col_B)))
+            for i in in_rows:
+                self.start_N[i], self.col_N[i] = start[self.row_N[i]], col[self.row_N[i]]
+                self.owner_B[self.row_N[i]], self.row_N[i] = -1, -1
         for i in ended:
-            row = self.row_N[i]
-            for dst, src in zip(self.res, (tokens, logp, mask, loss)):
-                dst[i] = src[row]
-            self.finals[i] = _text(self.tok, tokens[row, start[row]:col[row]], eos)
-            self.owner_B[row], self.row_N[i] = -1, -1
+            self.finals[i] = _text(self.tok, self.res.tokens_B_R[i, self.start_N[i]:
+                                                                 self.col_N[i]],
+                                   self.tok.eos_token_id)
         episodes = [self.episode[i] for i in ended]
 
         def finish_and_close(episodes=episodes, texts=[self.finals[i] for i in ended]):
@@ -340,16 +393,12 @@ class _Driver:
         row = stats(self.turns_N, self.calls_N_T_O, self.tools, self.reason_N, rollout,
                     self.cut_N, self.pmask_N_L)
         row["episode/turn_reward_mean"] = float(self.turn_rewards_N_R.sum() / n)
-        call_s = np.asarray(self.jobs.call_s or [0.0])
-        row.update({
-            "stream/device_idle_share": self.wait_s / max(wall, 1e-9),
-            "stream/useful_row_steps": float(rollout.loss_mask_B_R.sum()) / max(steps * b, 1),
-            "stream/decode_steps": float(steps),
-            "stream/chunks": float(chunks),
-            "stream/live_rows_mean": live_sum / max(chunks, 1),
-            "stream/env_call_p50_s": float(np.percentile(call_s, 50)),
-            "stream/env_call_p99_s": float(np.percentile(call_s, 99)),
-            "stream/prefills_per_prompt": self.prefills / max(-(-n // self.g), 1)})
+        call_s = self.jobs.call_s
+        row.update(episodes.rollout_stats(self.wait_s, wall, rollout, steps, b, call_s))
+        row.update({"stream/chunks": float(chunks),
+                    "stream/live_rows_mean": live_sum / max(chunks, 1),
+                    "stream/prefills_per_prompt": self.prefills / max(-(-n // self.g), 1),
+                    "stream/recomputed_tokens_per_episode": self.recomputed / n})
         return Generated(rollout, self.finals, verdicts, {**row, **self.env.stats()})
 
 

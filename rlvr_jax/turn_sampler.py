@@ -86,6 +86,9 @@ class TurnSampler(NamedTuple):
     empty: Callable = None  # (b, q) -> (TurnState of b free rows, Prompts of q free slots)
     prompts: Callable = None  # (params, Prompts, prompt_Q_L, mask_Q_L, slot_Q) -> Prompts
     insert: Callable = None  # (state, Prompts, src_M, dest_M, seq_M, key) -> state
+    # (params, state, prompt_M_L, pmask_M_L, tokens_M_R, logp_M_R, mask_M_R, loss_mask_M_R,
+    #  col_M, dest_M, seq_M, key) -> state: released episodes back, their histories prefilled
+    resume: Callable = None
 
 
 def stop_table(stops: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -198,6 +201,33 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
             loss_mask_B_R=at(s.loss_mask_B_R, zeros_M_R),
             u_B_R=at(s.u_B_R, sequence_uniforms(key, seq_M, r)))
 
+    def resume(params, s: TurnState, prompt_M_L, pmask_M_L, tokens_M_R, logp_M_R, mask_M_R,
+               loss_mask_M_R, col_M, dest_M, seq_M, key) -> TurnState:
+        """M episodes that left their rows during a call back into rows dest_M (B: dropped),
+        their histories (prompt ++ the response record so far, its observation appended)
+        prefilled whole: the recompute a released row costs. Each resumes at column col_M
+        with a new turn."""
+        on_trace("turn_resume")
+        seq_T = jnp.concatenate([prompt_M_L, tokens_M_R], axis=1)
+        valid_T = jnp.concatenate([pmask_M_L.astype(bool), mask_M_R > 0], axis=1)
+        logits_M_V, new = apply(params, "prefill", seq_T, valid_T, prompt_len + r + o,
+                                prompt_len + col_M - 1)
+        at = lambda x, v, axis=0: (x.at[dest_M].set(v, mode="drop") if axis == 0
+                                   else x.at[:, dest_M].set(v, mode="drop"))
+        m = dest_M.shape[0]
+        return s._replace(
+            cache=KVCache(at(s.cache.k_N_B_S_K_H, new.k_N_B_S_K_H, 1),
+                          at(s.cache.v_N_B_S_K_H, new.v_N_B_S_K_H, 1),
+                          at(s.cache.valid_B_S, new.valid_B_S)),
+            logits_B_V=at(s.logits_B_V, logits_M_V), col_B=at(s.col_B, col_M),
+            turn_start_B=at(s.turn_start_B, col_M),
+            position_B=at(s.position_B, jnp.sum(pmask_M_L.astype(jnp.int32), axis=-1)),
+            live_B=at(s.live_B, jnp.ones((m,), bool)), done_B=at(s.done_B, jnp.zeros((m,), bool)),
+            stop_B=at(s.stop_B, jnp.zeros((m,), jnp.int32) + RUNNING),
+            tokens_B_R=at(s.tokens_B_R, tokens_M_R), logp_B_R=at(s.logp_B_R, logp_M_R),
+            mask_B_R=at(s.mask_B_R, mask_M_R), loss_mask_B_R=at(s.loss_mask_B_R, loss_mask_M_R),
+            u_B_R=at(s.u_B_R, sequence_uniforms(key, seq_M, r)))
+
     def forward(params, s: TurnState, tokens_B_O, valid_B_O):
         """The new tokens at each row's column into the cache; -> (hidden_B_O_D, cache)."""
         l = s.cache.valid_B_S.shape[1] - r - o
@@ -277,10 +307,11 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
             repl = sharding.replicated(mesh)  # a few prompts: on every device
             out = {"empty": {"out_shardings": (rows, Prompts(*[repl] * 5))},
                    "prompts": {"out_shardings": Prompts(*[repl] * 5)},
-                   "insert": {"out_shardings": rows}}
+                   "insert": {"out_shardings": rows}, "resume": {"out_shardings": rows}}
         streamed = {"empty": jax.jit(empty, static_argnums=(0, 1), **out.get("empty", {})),
                     # Donated: the prompt slots and the rows' cache written in place.
                     "prompts": jax.jit(prompts, donate_argnums=(1,), **out.get("prompts", {})),
-                    "insert": jax.jit(insert, donate_argnums=(0,), **out.get("insert", {}))}
+                    "insert": jax.jit(insert, donate_argnums=(0,), **out.get("insert", {})),
+                    "resume": jax.jit(resume, donate_argnums=(1,), **out.get("resume", {}))}
     return TurnSampler(jax.jit(start), jax.jit(decode, donate_argnums=(1,)),
                        jax.jit(extend, donate_argnums=(1,)), jax.jit(rollout), o, **streamed)

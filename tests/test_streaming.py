@@ -92,9 +92,10 @@ def _lock_step(n, g, max_turns):
                         contexts=contexts)
 
 
-@pytest.mark.parametrize("rows,insert,chunk,delay,median_s", [
-    (16, 16, 50, 0, 0.0), (5, 2, 3, 1, 0.002), (3, 1, 1, 2, 0.004), (7, 3, 4, 0, 0.003)])
-def test_tokens_equal_the_lock_step_drivers(rows, insert, chunk, delay, median_s):
+@pytest.mark.parametrize("rows,insert,chunk,delay,median_s,release", [
+    (16, 16, 50, 0, 0.0, False), (5, 2, 3, 1, 0.002, False), (3, 1, 1, 2, 0.004, False),
+    (7, 3, 4, 0, 0.003, True), (4, 2, 2, 3, 0.003, True)])
+def test_tokens_equal_the_lock_step_drivers(rows, insert, chunk, delay, median_s, release):
     n, g, max_turns = 16, 2, 4
     want = _lock_step(n, g, max_turns)
     tok, sampler, glue, params, prompt, pmask, contexts = _pieces(n, g)
@@ -102,7 +103,8 @@ def test_tokens_equal_the_lock_step_drivers(rows, insert, chunk, delay, median_s
     got = streaming.run(sampler, Delayed(env, median_s, 10 * median_s or 1.0, seed=rows),
                         tok, glue, params, prompt, pmask, jax.random.key(3),
                         max_turns=max_turns, put=jnp.asarray, group_size=g,
-                        schedule=streaming.Schedule(rows, insert, chunk, delay),
+                        schedule=streaming.Schedule(rows, insert, chunk, delay,
+                                                    release=release),
                         contexts=contexts)
     # Tokens, masks and per-turn rewards exactly; the log-probs to float32 rounding (a row's
     # matmuls in a batch of another size round differently in the last bit on CPU).
@@ -114,14 +116,15 @@ def test_tokens_equal_the_lock_step_drivers(rows, insert, chunk, delay, median_s
     assert [(v.status, v.detail) for v in got.verdicts] == [
         (v.status, v.detail) for v in want.verdicts]
     for k, v in want.stats.items():
-        assert got.stats[k] == pytest.approx(v), k
+        if not k.startswith("rollout/"):  # timings and row-steps differ, as they should
+            assert got.stats[k] == pytest.approx(v), k
     # Episodes of several turns, observations, a failed open and a failed call all occur.
     assert want.stats["episode/turns_mean"] > 1.2 and want.stats["episode/ended_no_room"] > 0
     assert want.stats["episode/ended_sandbox_error"] > 0
     assert sorted(id(e) for e in env.opened) == sorted(id(e) for e in env.closed)
     s = got.stats
-    assert 0 < s["stream/useful_row_steps"] <= 1
-    assert 0 <= s["stream/device_idle_share"] < 1
+    assert 0 < s["rollout/useful_row_steps"] <= 1
+    assert 0 <= s["rollout/device_idle_share"] < 1
     assert s["stream/prefills_per_prompt"] == 1.0  # each group's prompt once
 
 
@@ -153,8 +156,8 @@ def test_calls_overlap_decoding_and_the_wait_is_measured():
     t0 = time.perf_counter()
     slow = run(Delayed(EchoEnv(), 0.05, 0.05))
     assert time.perf_counter() - t0 >= 0.05
-    assert slow.stats["stream/device_idle_share"] > 0.2
-    assert slow.stats["stream/env_call_p50_s"] >= 0.04
+    assert slow.stats["rollout/device_idle_share"] > 0.2
+    assert slow.stats["rollout/env_call_p50_s"] >= 0.04
     fast = run(EchoEnv())
     for a, b in zip(slow.rollout, fast.rollout):
         np.testing.assert_array_equal(a, b)

@@ -306,6 +306,10 @@ class StreamConfig:
     # worker threads for an environment whose episodes may be stepped concurrently
     # (`concurrent_episodes`); any other's work runs on one thread, in the order issued
     env_threads: int = 8
+    # true: a row whose turn ends on a call takes another episode meanwhile; the episode
+    # resumes in a free row, its history prefilled again (rows never wait on calls, at the
+    # cost of the recompute). false: the row waits for its call, its cache kept.
+    release_rows: bool = False
 
     def check(self, key: str = "rollout.stream") -> None:
         _check(self.rows >= 0, f"{key}.rows", "must be >= 0 (0: lock step)")

@@ -177,8 +177,7 @@ def rematerialised(body, remat: str):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block. `__call__` attends within its own T tokens (training,
-    prefill); `decode` writes its one token's keys/values into a cache and attends to it."""
+    """Pre-norm block: `__call__` attends within its T tokens, `decode` over a cache."""
 
     cfg: ModelConfig
 
@@ -352,16 +351,17 @@ class Decoder(nn.Module):
         """head(forward(...)): [B, T, V] float32 (tests, parity checks, initialisation)."""
         return self.head(self.forward(tokens_B_T, mask_B_T))
 
-    def prefill(self, prompt_B_L, mask_B_L, slots: int):
-        """The prompts' keys/values in slots 0 .. L-1 of a fresh cache of `slots` slots, and the
-        logits at the last slot (left padding puts every prompt's last real token there; the
-        head runs on that position only): -> (last_logits_B_V, KVCache)."""
+    def prefill(self, prompt_B_L, mask_B_L, slots: int, last_B=None):
+        """Keys/values in slots 0 .. L-1 of a cache of `slots` slots, logits at the last slot
+        (left-padded prompts) or at slot last_B[b] of row b: -> (logits_B_V, KVCache)."""
         valid_B_L = mask_B_L.astype(bool)
         rope_B_L = rope_for(self.cfg, positions_from_mask(valid_B_L))
         x, (k, v) = self._blocks(self.embed_tokens(prompt_B_L), rope_B_L, causal_mask(valid_B_L))
         pad = ((0, 0), (0, 0), (0, slots - prompt_B_L.shape[1]), (0, 0), (0, 0))
         cache = KVCache(jnp.pad(k, pad), jnp.pad(v, pad), jnp.pad(valid_B_L, pad[1:3]))
-        return self.head(self.norm(x[:, -1])), cache
+        x_B_D = x[:, -1] if last_B is None else jnp.take_along_axis(
+            x, last_B[:, None, None], 1)[:, 0]
+        return self.head(self.norm(x_B_D)), cache
 
     def _over_cache(self, x, rope, cache: KVCache, mask, method: str,
                     attend_slots: int | None = None):
