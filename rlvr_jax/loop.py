@@ -54,9 +54,7 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
         "verifier.overlap_chunks": (a.dapo.sampled_prompts(a.prompts_per_step)
                                     * G // cfg.verifier.overlap_chunks),
         "eval.sequences_per_batch": cfg.eval.sequences_per_batch}
-        | ({"rollout.stream.rows": cfg.rollout.stream.rows,
-            "rollout.stream.insert_rows": cfg.rollout.stream.inserts}
-           if cfg.rollout.stream.rows else {})
+        | ({"rollout.stream.rows": cfg.rollout.stream.rows} if cfg.rollout.stream.rows else {})
         | ({"eval.decode_rows": cfg.eval.decode_rows,  # continuous batching's row sets
             "eval.insert_rows": cfg.eval.insert_rows or max(cfg.eval.decode_rows // 8, 1)}
            if cfg.eval.decode_rows else {}))

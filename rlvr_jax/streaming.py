@@ -42,6 +42,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
+import jax.numpy as jnp
 import numpy as np
 
 from rlvr_jax import distributed, episodes
@@ -282,15 +283,14 @@ class _Driver:
         if new:
             first = [p * g for p in new] + [new[0] * g] * (q - len(new))
             slots = [self.slot_of[p] for p in new] + [q] * (q - len(new))  # q: dropped
-            self.pc = self.s.prompts(self.params, self.pc, self.put(self.prompt_N_L[first]),
-                                     self.put(self.pmask_N_L[first]),
-                                     self.put(np.int32(slots)))
+            self.pc = self.s.prompts(self.params, self.pc, jnp.asarray(self.prompt_N_L[first]),
+                                     jnp.asarray(self.pmask_N_L[first]), jnp.int32(slots))
             self.prefills += len(new)
         src_M = [self.slot_of[i // g] for i in take] + [0] * (m - len(take))
         dest_M = dest + [b] * (m - len(take))  # B: the write is dropped
         seq_M = [self.seq_N[i] for i in take] + [0] * (m - len(take))
-        state = self.s.insert(state, self.pc, self.put(np.int32(src_M)),
-                              self.put(np.int32(dest_M)), self.put(np.int32(seq_M)), self.key)
+        state = self.s.insert(state, self.pc, jnp.int32(src_M), jnp.int32(dest_M),
+                              jnp.int32(seq_M), self.key)
         for i, row in zip(take, dest):
             self.row_N[i], self.owner_B[row] = row, i
             if i == min((i // g + 1) * g, self.n) - 1:  # its group's last: the slot is free
@@ -301,7 +301,9 @@ class _Driver:
         """Released episodes `take` back into rows `dest`, their histories prefilled."""
         m, b = self.sch.insert_rows, self.b
         pick = take + [take[0]] * (m - len(take))
-        state = self.s.resume(self.params, state, *(self.put(x) for x in (
+        # M rows (any M): whole on every device, as the prompt slots are; the rows' layout
+        # is the piece's out_shardings.
+        state = self.s.resume(self.params, state, *(jnp.asarray(x) for x in (
             self.prompt_N_L[pick], self.pmask_N_L[pick], self.res.tokens_B_R[pick],
             self.res.logp_B_R[pick], self.res.mask_B_R[pick], self.res.loss_mask_B_R[pick],
             np.int32(self.col_N[pick]), np.int32(dest + [b] * (m - len(take))),

@@ -1,0 +1,171 @@
+"""Multi-turn rollouts with slow environment calls: the lock-step driver (episodes.py) against
+episodes streamed through decode rows (streaming.py), rows held during a call or released,
+each at zero latency (the baseline) and at lognormal call latencies, in one run.
+
+    python experiments/bench/streaming.py [--median 0.2 --p99 5] [--episodes 64 --rows 16]
+
+A random model (char vocabulary, `--hidden` wide, `--layers` deep, float32) whose call
+marker `#` and EOS are made likely, so episodes take 1 .. max_turns turns and their lengths
+are long-tailed; every call is answered by a world per episode (its reply a function of the
+episode and its own calls), delayed by experiments/bench/env_latency.py (a call's latency a
+function of its text: the same draw in every arm). The call delay d (chunk boundaries from a
+call to its observation) is set from the zero-latency streamed run's chunk time so that d
+chunks cover `--cover` seconds. Reports per arm: the step's wall time (median of
+`--repeats` after a compile), its ratio to the same arm at zero latency, the devices' idle
+share (the driver waiting on the environment), useful decode row-steps (policy tokens /
+(decode steps x rows)), and whether every episode's tokens equal lock step's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere
+
+from experiments.bench.env_latency import Delayed  # noqa: E402
+from rlvr_jax import episodes, streaming  # noqa: E402
+from rlvr_jax.config import ModelConfig  # noqa: E402
+from rlvr_jax.envs.base import OK, Episode, Reply  # noqa: E402
+from rlvr_jax.models.policy import Decoder, init_params  # noqa: E402
+from rlvr_jax.tokenizer import load_tokenizer, save_char_tokenizer  # noqa: E402
+from rlvr_jax.turn_sampler import make_turn_sampler  # noqa: E402
+
+
+class Worlds:
+    """A world per episode: replies depend on the episode and its own calls only."""
+
+    stop_texts, tools = ("#",), ("calculator",)
+    observation_prefix, observation_suffix = "[", "]"
+    concurrent_episodes = True
+
+    def open(self, contexts):
+        return [Episode(dict(c)) for c in contexts]
+
+    def step(self, eps, turns):
+        out = []
+        for e, t in zip(eps, turns):
+            e.calls += 1
+            out.append(Reply(f"{e.context['id'] * 7 + e.calls}:{len(t)}", OK, "calculator"))
+        return out
+
+    def finish(self, eps, texts):
+        return [None] * len(eps)
+
+    def close_episodes(self, eps):
+        for e in eps:
+            e.closed = True
+
+    def stats(self):
+        return {}
+
+
+def setup(args):
+    tmp = tempfile.mkdtemp()
+    save_char_tokenizer(tmp)
+    tok = load_tokenizer(tmp)
+    cfg = ModelConfig(hidden_size=args.hidden, num_layers=args.layers, num_heads=4,
+                      num_kv_heads=2, intermediate_size=2 * args.hidden,
+                      compute_dtype="float32")
+    model = Decoder(cfg, len(tok))
+    params = init_params(model, jax.random.key(0))
+    emb = params["embed_tokens"]["embedding"]
+    for t, f in ((tok.convert_tokens_to_ids("#"), args.call_boost),
+                 (tok.eos_token_id, args.eos_boost)):
+        emb = emb.at[t].mul(f)
+    params["embed_tokens"]["embedding"] = emb
+    n, g, l = args.episodes, args.group, 8
+    digits = [tok.convert_tokens_to_ids(str(d)) for d in range(10)]
+    prompt = np.stack([np.full(l, digits[(i // g) % 10], np.int32) for i in range(n)])
+    return tok, model, params, prompt, np.ones_like(prompt), [{"id": i} for i in range(n)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--episodes", type=int, default=64)
+    ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--rows", type=int, default=16)
+    ap.add_argument("--insert", type=int, default=4)
+    ap.add_argument("--chunk", type=int, default=8)
+    ap.add_argument("--new-tokens", type=int, default=192)
+    ap.add_argument("--max-turns", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--call-boost", type=float, default=3.0)
+    ap.add_argument("--eos-boost", type=float, default=1.0)
+    ap.add_argument("--median", type=float, default=0.2)
+    ap.add_argument("--p99", type=float, default=5.0)
+    ap.add_argument("--cover", type=float, default=1.0, help="seconds d chunks cover")
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args()
+    tok, model, params, prompt, pmask, contexts = setup(args)
+    sampler = make_turn_sampler(model, max_new_tokens=args.new_tokens, observation_tokens=16,
+                                eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                                stops=[tok.encode("#", add_special_tokens=False)],
+                                temperature=1.0, group_size=args.group, prompt_len=8)
+    glue = episodes.Glue.of(tok, "[", "]")
+    key = jax.random.key(1)
+
+    def lock(env):
+        return episodes.run(sampler, env, tok, glue, params, prompt, pmask, key,
+                            max_turns=args.max_turns, put=jnp.asarray, contexts=contexts)
+
+    def stream(delay, release):
+        sch = streaming.Schedule(args.rows, args.insert, args.chunk, delay, 8, release)
+        return lambda env: streaming.run(sampler, env, tok, glue, params, prompt, pmask, key,
+                                         max_turns=args.max_turns, put=jnp.asarray,
+                                         schedule=sch, group_size=args.group,
+                                         contexts=contexts)
+
+    def timed(fn, env_of):
+        fn(env_of())  # compiles
+        times, made = [], None
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            made = fn(env_of())
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times), made
+
+    zero = lambda: Worlds()
+    slow = lambda: Delayed(Worlds(), args.median, args.p99, seed=0)
+    probe_s, probe = timed(stream(1, True), zero)
+    chunk_s = probe_s / max(probe.stats["stream/chunks"], 1)
+    d = max(1, math.ceil(args.cover / chunk_s))
+    arms = {"lock step": lock, "streamed, rows held": stream(d, False),
+            "streamed, rows released": stream(d, True)}
+    base_tokens = None
+    print(f"{args.episodes} episodes (groups of {args.group}), {args.rows} streamed rows, "
+          f"chunks of {args.chunk} steps ({chunk_s * 1e3:.0f} ms each), call delay d = {d} "
+          f"chunks; latencies lognormal(median {args.median} s, p99 {args.p99} s)")
+    ep = probe.stats
+    print(f"episodes: {ep['episode/turns_mean']:.2f} turns, {ep['episode/tool_calls_mean']:.2f} "
+          f"calls, response mask {probe.rollout.mask_B_R.sum(1).mean():.0f} tokens mean, "
+          f"{np.percentile(probe.rollout.mask_B_R.sum(1), 90):.0f} p90\n")
+    print("| driver | latency | step s | x zero latency | device idle | useful row-steps |"
+          " tokens = lock step |")
+    print("|---|---|---|---|---|---|---|")
+    for name, fn in arms.items():
+        zero_s = None
+        for label, env_of in (("zero", zero), ("lognormal", slow)):
+            s, made = timed(fn, env_of)
+            zero_s = zero_s or s
+            if base_tokens is None:
+                base_tokens = made.rollout.tokens_B_R
+            same = bool(np.array_equal(made.rollout.tokens_B_R, base_tokens))
+            st = made.stats
+            print(f"| {name} | {label} | {s:.2f} | {s / zero_s:.2f} | "
+                  f"{st['rollout/device_idle_share']:.1%} | {st['rollout/useful_row_steps']:.2f}"
+                  f" | {same} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
