@@ -4,8 +4,9 @@ Reads RUNS_DIR/<arm>_seed<k>/{summary.json,metrics.jsonl} (experiments/objective
 prints a markdown table per arm (mean and min..max over seeds of held-out sampled accuracy
 at the start, mid-run and end; greedy at the end; the policy's entropy at the first and last
 step; the mean of every fraction the objective reports: clipped, masked, detached,
-penalised), names runs that collapsed (final sampled accuracy below the start, or the
-entropy under a tenth of its first step's), and plots sampled accuracy against RL step."""
+penalised), names runs that collapsed (final sampled accuracy below the start) and, apart,
+runs whose entropy ended under a tenth of its first step's (a converged run's does too: not a
+collapse by itself), and plots sampled accuracy against RL step."""
 
 from __future__ import annotations
 
@@ -49,9 +50,12 @@ def spread(xs) -> str:
 
 
 def collapsed(run) -> bool:
-    start, end = run["evals"][0][1], run["evals"][-1][1]
+    return run["evals"][-1][1] < run["evals"][0][1]
+
+
+def entropy_fell(run) -> bool:
     h0, h1 = run["entropy"]
-    return end < start or h1 < 0.1 * h0
+    return h1 < 0.1 * h0
 
 
 def table(arms: dict) -> str:
@@ -68,6 +72,7 @@ def table(arms: dict) -> str:
         fractions = ", ".join(f"{k} {statistics.mean(v):.4f}" for k, v in sorted(fr.items())
                               if max(v) > 0) or "-"
         down = [r["seed"] for r in rs if collapsed(r)]
+        low = [r["seed"] for r in rs if entropy_fell(r)]
         lines.append(
             f"| {arm} | {len(rs)} | {spread(r['evals'][0][1] for r in rs)} | "
             f"{spread(mid(r) for r in rs)} | **{spread(r['evals'][-1][1] for r in rs)}** | "
@@ -75,7 +80,8 @@ def table(arms: dict) -> str:
             f"{statistics.mean(r['entropy'][0] for r in rs):.3f} -> "
             f"{statistics.mean(r['entropy'][1] for r in rs):.3f} | {fractions} | "
             f"{statistics.median(r['step_s'] for r in rs):.2f} | "
-            f"{'seeds ' + ', '.join(map(str, down)) if down else 'no'} |")
+            f"{'seeds ' + ', '.join(map(str, down)) if down else 'no'}"
+            f"{' (entropy < 0.1x: ' + ', '.join(map(str, low)) + ')' if low else ''} |")
     return "\n".join(lines)
 
 
