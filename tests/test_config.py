@@ -136,6 +136,12 @@ def test_bad_value_names_the_key(override, key):
     (["algo.loss.kind=dppo_tv", "+algo.loss.options.delta_low=0"],
      "algo.loss.options.delta_low"),
     (["+reward.weights.style=1"], "reward.weights.style"),
+    # issue 40: streaming needs multi-turn episodes; sizes in range
+    (["rollout.stream.rows=8"], "rollout.stream.rows"),
+    (["+experiment=calc_agent", "rollout.stream.rows=8", "rollout.stream.insert_rows=9"],
+     "rollout.stream.insert_rows"),
+    (["+experiment=calc_agent", "rollout.stream.rows=8", "rollout.stream.chunk_steps=0"],
+     "rollout.stream.chunk_steps"),
 ])
 def test_bad_ppo_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):
