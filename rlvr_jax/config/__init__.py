@@ -25,8 +25,9 @@ from rlvr_jax.config.load import (as_dict, compose, conf_dir, recorded_model_con
 from rlvr_jax.config.run import (LEARNED_REWARD_KL_COEF, CheckpointConfig, DistributedConfig,
                                  DPOConfig, EnvConfig, EvalConfig, LoggerConfig, MeshConfig,
                                  PreferenceConfig, RewardConfig, RewardModelConfig, RolloutConfig,
-                                 RunConfig, StreamConfig,
+                                 RunConfig,
                                  VerifierConfig, WarmupConfig)
+from rlvr_jax.config.rollout import StreamConfig
 from rlvr_jax.config.schemas import (AlgoConfig, DAPOConfig, ModelConfig, OptimConfig,
                                      PolicyLossConfig, PPOConfig, SamplingConfig)
 

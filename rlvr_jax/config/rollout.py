@@ -1,0 +1,60 @@
+"""Where each RL step's batch comes from: asynchronous rollouts (rlvr_jax/rollouts.py) and
+multi-turn episodes streamed through decode rows (rlvr_jax/streaming.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlvr_jax.config.choices import _check
+
+
+@dataclass
+class StreamConfig:
+    """Multi-turn episodes streamed through decode rows, each environment call overlapped
+    with the other rows' decoding (rlvr_jax/streaming.py). Reproducible: a call issued at a
+    boundary is appended `call_delay_chunks` boundaries later whatever its latency (waited
+    for only if it is not back by then), rows are refilled in queue order."""
+
+    rows: int = 0  # decode rows the step's episodes flow through; 0: lock step (episodes.py)
+    insert_rows: int = 0  # episodes inserted (prefilled) per call; 0: rows // 8, at least 1
+    chunk_steps: int = 16  # decode steps between boundaries
+    call_delay_chunks: int = 1  # boundaries between a call's issue and its observation
+    # worker threads for an environment whose episodes may be stepped concurrently
+    # (`concurrent_episodes`); any other's work runs on one thread, in the order issued
+    env_threads: int = 8
+    # true: a row whose turn ends on a call takes another episode meanwhile; the episode
+    # resumes in a free row, its history prefilled again (rows never wait on calls, at the
+    # cost of the recompute). false: the row waits for its call, its cache kept.
+    release_rows: bool = False
+
+    def check(self, key: str = "rollout.stream") -> None:
+        _check(self.rows >= 0, f"{key}.rows", "must be >= 0 (0: lock step)")
+        _check(0 <= self.insert_rows <= max(self.rows, 1), f"{key}.insert_rows",
+               f"must be in [0, {key}.rows] (0: rows // 8)")
+        _check(self.chunk_steps >= 1, f"{key}.chunk_steps", "must be >= 1")
+        _check(self.call_delay_chunks >= 0, f"{key}.call_delay_chunks", "must be >= 0")
+        _check(self.env_threads >= 1, f"{key}.env_threads", "must be >= 1")
+
+    @property
+    def inserts(self) -> int:
+        return self.insert_rows or max(self.rows // 8, 1)
+
+
+@dataclass
+class RolloutConfig:
+    """Where each step's batch comes from (rlvr_jax/rollouts.py)."""
+
+    # 0: sampled and verified at its step, with the params the update then trains (on-policy).
+    # d > 0: batch k is sampled with the params from before update k-d and verified while the
+    # updates in between run (d copies of the trained params kept; algo.loss.correction
+    # weighs the staleness). Fixed schedule: bitwise reproducible, resumable.
+    off_policy_steps: int = 0
+    # > 0: the sampler runs on its own devices (the last N of each process's), the update on
+    # the rest, the params copied across after each update. 0: they share every device.
+    sampler_devices: int = 0
+    stream: StreamConfig = field(default_factory=StreamConfig)  # multi-turn episodes
+
+    def check(self, key: str = "rollout") -> None:
+        _check(self.off_policy_steps >= 0, f"{key}.off_policy_steps", "must be >= 0")
+        _check(self.sampler_devices >= 0, f"{key}.sampler_devices", "must be >= 0")
+        self.stream.check(f"{key}.stream")
