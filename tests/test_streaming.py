@@ -100,7 +100,12 @@ def test_tokens_equal_the_lock_step_drivers(rows, insert, chunk, delay, median_s
     want = _lock_step(n, g, max_turns)
     tok, sampler, glue, params, prompt, pmask, contexts = _pieces(n, g)
     env = EchoEnv()
-    got = streaming.run(sampler, Delayed(env, median_s, 10 * median_s or 1.0, seed=rows),
+    if median_s:  # each call on its own worker thread
+        wrapped = Delayed(env, median_s, 10 * median_s, seed=rows)
+    else:  # an environment that is not thread-safe: one thread, a boundary's calls together
+        env.concurrent_episodes = False
+        wrapped = env
+    got = streaming.run(sampler, wrapped,
                         tok, glue, params, prompt, pmask, jax.random.key(3),
                         max_turns=max_turns, put=jnp.asarray, group_size=g,
                         schedule=streaming.Schedule(rows, insert, chunk, delay,
