@@ -114,6 +114,26 @@ def ends_with_stop(tokens_B_R, col_B, turn_start_B, table_M_W, lengths_M) -> jax
     return jnp.any(jnp.all(hit_B_M_W, axis=-1) & inside_B_M & (lengths_M[None, :] > 0), axis=-1)
 
 
+def start_rows(s: TurnState, dest_M, cache_M: KVCache, logits_M_V, col_M, position_M,
+               tokens_M_R, logp_M_R, mask_M_R, loss_mask_M_R, u_M_R) -> TurnState:
+    """Rows dest_M (B: none, the write dropped) start a turn at column col_M, live, with
+    these caches and records (the streamed pieces `insert` and `resume`)."""
+    at = lambda x, v, axis=0: (x.at[dest_M].set(v, mode="drop") if axis == 0
+                               else x.at[:, dest_M].set(v, mode="drop"))
+    m = dest_M.shape[0]
+    return s._replace(
+        cache=KVCache(at(s.cache.k_N_B_S_K_H, cache_M.k_N_B_S_K_H, 1),
+                      at(s.cache.v_N_B_S_K_H, cache_M.v_N_B_S_K_H, 1),
+                      at(s.cache.valid_B_S, cache_M.valid_B_S)),
+        logits_B_V=at(s.logits_B_V, logits_M_V), col_B=at(s.col_B, col_M),
+        turn_start_B=at(s.turn_start_B, col_M), position_B=at(s.position_B, position_M),
+        live_B=at(s.live_B, jnp.ones((m,), bool)), done_B=at(s.done_B, jnp.zeros((m,), bool)),
+        stop_B=at(s.stop_B, jnp.zeros((m,), jnp.int32) + RUNNING),
+        tokens_B_R=at(s.tokens_B_R, tokens_M_R), logp_B_R=at(s.logp_B_R, logp_M_R),
+        mask_B_R=at(s.mask_B_R, mask_M_R), loss_mask_B_R=at(s.loss_mask_B_R, loss_mask_M_R),
+        u_B_R=at(s.u_B_R, u_M_R))
+
+
 def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens: int,
                       eos_id: int, pad_id: int, stops: Sequence[Sequence[int]],
                       temperature: float, top_k: int = 0, top_p: float = 1.0,
@@ -178,28 +198,17 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
         episodes start from it, here or later). Row dest_M[m] then holds a fresh episode of
         sequence seq_M[m] (its own uniforms), live, at column 0."""
         on_trace("turn_insert")
-        at = lambda x, v, axis=0: (x.at[dest_M].set(v, mode="drop") if axis == 0
-                                   else x.at[:, dest_M].set(v, mode="drop"))
         pick = lambda x, axis=0: jnp.take(x, src_M, axis=axis)
         slots = s.cache.valid_B_S.shape[1]
         pad = lambda x: jnp.pad(x, [(0, 0)] * 2 + [(0, slots - prompt_len)]
                                 + [(0, 0)] * (x.ndim - 3))
         m = dest_M.shape[0]
-        zeros_M, zeros_M_R = jnp.zeros((m,), jnp.int32), jnp.zeros((m, r), jnp.float32)
-        return s._replace(
-            cache=KVCache(at(s.cache.k_N_B_S_K_H, pad(pick(pc.k_N_Q_L_K_H, 1)), 1),
-                          at(s.cache.v_N_B_S_K_H, pad(pick(pc.v_N_Q_L_K_H, 1)), 1),
-                          at(s.cache.valid_B_S, jnp.pad(pick(pc.valid_Q_L),
-                                                        ((0, 0), (0, slots - prompt_len))))),
-            logits_B_V=at(s.logits_B_V, pick(pc.logits_Q_V)), col_B=at(s.col_B, zeros_M),
-            turn_start_B=at(s.turn_start_B, zeros_M), position_B=at(s.position_B,
-                                                                    pick(pc.position_Q)),
-            live_B=at(s.live_B, jnp.ones((m,), bool)), done_B=at(s.done_B, jnp.zeros((m,), bool)),
-            stop_B=at(s.stop_B, zeros_M + RUNNING),
-            tokens_B_R=at(s.tokens_B_R, jnp.full((m, r), pad_id, jnp.int32)),
-            logp_B_R=at(s.logp_B_R, zeros_M_R), mask_B_R=at(s.mask_B_R, zeros_M_R),
-            loss_mask_B_R=at(s.loss_mask_B_R, zeros_M_R),
-            u_B_R=at(s.u_B_R, sequence_uniforms(key, seq_M, r)))
+        zeros_M_R = jnp.zeros((m, r), jnp.float32)
+        cache = KVCache(pad(pick(pc.k_N_Q_L_K_H, 1)), pad(pick(pc.v_N_Q_L_K_H, 1)),
+                        jnp.pad(pick(pc.valid_Q_L), ((0, 0), (0, slots - prompt_len))))
+        return start_rows(s, dest_M, cache, pick(pc.logits_Q_V), jnp.zeros((m,), jnp.int32),
+                          pick(pc.position_Q), jnp.full((m, r), pad_id, jnp.int32), zeros_M_R,
+                          zeros_M_R, zeros_M_R, sequence_uniforms(key, seq_M, r))
 
     def resume(params, s: TurnState, prompt_M_L, pmask_M_L, tokens_M_R, logp_M_R, mask_M_R,
                loss_mask_M_R, col_M, dest_M, seq_M, key) -> TurnState:
@@ -212,21 +221,9 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
         valid_T = jnp.concatenate([pmask_M_L.astype(bool), mask_M_R > 0], axis=1)
         logits_M_V, new = apply(params, "prefill", seq_T, valid_T, prompt_len + r + o,
                                 prompt_len + col_M - 1)
-        at = lambda x, v, axis=0: (x.at[dest_M].set(v, mode="drop") if axis == 0
-                                   else x.at[:, dest_M].set(v, mode="drop"))
-        m = dest_M.shape[0]
-        return s._replace(
-            cache=KVCache(at(s.cache.k_N_B_S_K_H, new.k_N_B_S_K_H, 1),
-                          at(s.cache.v_N_B_S_K_H, new.v_N_B_S_K_H, 1),
-                          at(s.cache.valid_B_S, new.valid_B_S)),
-            logits_B_V=at(s.logits_B_V, logits_M_V), col_B=at(s.col_B, col_M),
-            turn_start_B=at(s.turn_start_B, col_M),
-            position_B=at(s.position_B, jnp.sum(pmask_M_L.astype(jnp.int32), axis=-1)),
-            live_B=at(s.live_B, jnp.ones((m,), bool)), done_B=at(s.done_B, jnp.zeros((m,), bool)),
-            stop_B=at(s.stop_B, jnp.zeros((m,), jnp.int32) + RUNNING),
-            tokens_B_R=at(s.tokens_B_R, tokens_M_R), logp_B_R=at(s.logp_B_R, logp_M_R),
-            mask_B_R=at(s.mask_B_R, mask_M_R), loss_mask_B_R=at(s.loss_mask_B_R, loss_mask_M_R),
-            u_B_R=at(s.u_B_R, sequence_uniforms(key, seq_M, r)))
+        return start_rows(s, dest_M, new, logits_M_V, col_M,
+                          jnp.sum(pmask_M_L.astype(jnp.int32), axis=-1), tokens_M_R, logp_M_R,
+                          mask_M_R, loss_mask_M_R, sequence_uniforms(key, seq_M, r))
 
     def forward(params, s: TurnState, tokens_B_O, valid_B_O):
         """The new tokens at each row's column into the cache; -> (hidden_B_O_D, cache)."""
