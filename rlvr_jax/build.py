@@ -339,8 +339,18 @@ def updates(policy: Policy, setup: TaskSetup, algo: AlgoConfig, temperature: flo
     model, repl = policy.model, sharding.replicated(policy.mesh)
     a, o = algo, algo.optim
     group = a.samples_per_prompt if a.share_prompts else 1
+    pack = a.pack
+    if pack.row_tokens:
+        full = setup.prompt_len + setup.max_new_tokens
+        if pack.row_tokens < full:
+            raise ConfigError(f"config key 'algo.pack.row_tokens': {pack.row_tokens} slots "
+                              f"cannot hold one row of {setup.prompt_len} prompt + "
+                              f"{setup.max_new_tokens} response slots; use >= {full}")
+        sharding.check_batch(pack.microbatch_rows, policy.mesh, "algo.pack.microbatch_rows")
     schedule = train_step.UpdateSchedule(a.epochs_per_rollout, a.minibatches_per_epoch,
-                                         a.microbatches, group)
+                                         a.microbatches, group,
+                                         pack.microbatch_rows if pack.row_tokens else 0,
+                                         pack.row_tokens)
     per_step = schedule.epochs * schedule.minibatches
     layout = a.ppo.critic if a.name == "ppo" else None
     rl_tx, rl_lr = optim.make_rl_optimizer(

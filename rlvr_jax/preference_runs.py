@@ -26,8 +26,8 @@ from typing import Callable, NamedTuple, Optional
 import jax
 import numpy as np
 
-from rlvr_jax import (batching, build, distributed, learned_reward, optim, run_scaffold,
-                      sharding, train_step, warmstart)
+from rlvr_jax import (batching, build, distributed, learned_reward, optim, preference_steps,
+                      run_scaffold, sharding, warmstart)
 from rlvr_jax.checkpoint import Checkpointer
 from rlvr_jax.config import RunConfig
 from rlvr_jax.models import reward
@@ -108,7 +108,7 @@ def _reward_model_job(cfg: RunConfig, policy: build.Policy, warm, traces) -> Pai
     state = optim.init_train_state(reward.init_reward_model(
         policy.model.cfg, warm, jax.random.fold_in(jax.random.key(cfg.seed), 7)), tx)
     state = jax.device_put(state, policy.shardings(state))
-    step = train_step.make_reward_model_step(
+    step = preference_steps.make_reward_model_step(
         policy.model, tx, lr, state_sharding=policy.shardings(state),
         metrics_sharding=sharding.replicated(policy.mesh), margin=r.margin,
         label_smoothing=r.label_smoothing, on_trace=build.counter(traces, "reward_model_step"))
@@ -126,15 +126,15 @@ def _dpo_job(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, warm,
     state = optim.init_train_state({"policy": warm}, tx)
     state = jax.device_put(state, policy.shardings(state))
     ref = build.reference_params(warm, setup.model_cfg.compute_dtype)
-    step = train_step.make_dpo_step(
+    step = preference_steps.make_dpo_step(
         policy.model, tx, lr, prompt_len=prompt_len, beta=d.beta,
         label_smoothing=d.label_smoothing, state_sharding=policy.shardings(state),
         metrics_sharding=sharding.replicated(policy.mesh),
         on_trace=build.counter(traces, "dpo_step"))
-    with_ref = train_step.make_with_reference_logp(
+    with_ref = preference_steps.make_with_reference_logp(
         policy.model, prompt_len=prompt_len,
         on_trace=build.counter(traces, "dpo_reference_logp"))
-    logp = jax.jit(partial(train_step.pair_logp, policy.model, prompt_len=prompt_len))
+    logp = jax.jit(partial(preference_steps.pair_logp, policy.model, prompt_len=prompt_len))
 
     def margins(params, batch: PairBatch):
         """The implicit reward's margin / beta: (log-ratio of chosen) - (log-ratio of

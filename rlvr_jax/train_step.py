@@ -11,11 +11,11 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rlvr_jax import advantages, lora, losses, optim, preference, sharding
-from rlvr_jax.models import reward as reward_model
+from rlvr_jax import advantages, lora, losses, optim, packing, sharding
 from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder
-from rlvr_jax.types import PairBatch, SFTBatch, TrainBatch, TrainState
+from rlvr_jax.models.rope import positions_from_mask
+from rlvr_jax.types import SFTBatch, TrainBatch, TrainState
 
 
 class LossOptions(NamedTuple):
@@ -70,6 +70,11 @@ class UpdateSchedule(NamedTuple):
     minibatches: int = 1
     microbatches: int = 1
     group_size: int = 1
+    # Packed (packing.py; 0: padded): each minibatch's rows packed into rows of
+    # `pack_capacity` slots, with each unit's prompt once; the gradient accumulated over
+    # microbatches of `pack_rows` packed rows, the empty ones skipped (`microbatches` unused).
+    pack_rows: int = 0
+    pack_capacity: int = 0
 
 
 def response_logp(model: Decoder, params, tokens_B_T, input_mask_B_T, prompt_len: int,
@@ -86,6 +91,30 @@ def response_logp(model: Decoder, params, tokens_B_T, input_mask_B_T, prompt_len
         hidden_B_R_D, lambda h: apply("head", h), tokens_B_T[:, prompt_len:], temperature,
         model.cfg.logits_chunk_tokens)
     return (logp_B_R, entropy_B_R, hidden_B_R_D) if with_hidden else (logp_B_R, entropy_B_R)
+
+
+def packed_logp(model: Decoder, params, micro: packing.Micro, temperature: float):
+    """(logp_B_R, entropy_B_R, hidden_K_C_D): `response_logp` over one packed microbatch
+    (packing.py). The head runs on its packed slots, each predicting the next slot's token;
+    log-probs and entropies are gathered back to the minibatch's [B, R] (zeros for the rows
+    of other microbatches), the hidden states stay packed (for a value head: gather them with
+    packing.gather after it)."""
+    apply = lambda method, *a: model.apply({"params": params}, *a, method=method)
+    hidden_K_C_D = apply("forward_packed", *micro[:5])
+    next_K_C = jnp.pad(micro.tokens_K_C[:, 1:], ((0, 0), (0, 1)))
+    logp_K_C, entropy_K_C = losses.chunked_logp_and_entropy(
+        hidden_K_C_D, lambda h: apply("head", h), next_K_C, temperature,
+        model.cfg.logits_chunk_tokens)
+    return (packing.gather(logp_K_C, micro.predictor_B_R),
+            packing.gather(entropy_K_C, micro.predictor_B_R), hidden_K_C_D)
+
+
+def positions_per_token(input_mask_B_T, prompt_len: int, group_size: int, positions):
+    """The update's positions over its real tokens (each group's prompt counted once, with the
+    response spans up to their last real slot): 1.0 is no padding."""
+    first_B, n_B = packing.spans(input_mask_B_T, prompt_len)
+    real = jnp.sum((prompt_len - first_B)[::group_size]) + jnp.sum(n_B)
+    return positions / jnp.maximum(real, 1)
 
 
 LOSS_KEY_SALT = 0x10557  # folds the step's key into the objective's (apart from the splits')
@@ -122,20 +151,23 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
     sampled tokens in every update: see Distill."""
     if critic is not None and critic.layout not in ("separate", "head"):
         raise ValueError(f"unknown critic layout {critic.layout!r} (known: separate, head)")
-    epochs, minibatches, microbatches, g = schedule
+    epochs, minibatches, microbatches, g = schedule[:4]
+    pack_rows, capacity = schedule.pack_rows, schedule.pack_capacity
 
     def loss_fn(params, ref_params, mb: TrainBatch, total: losses.Counts, actor_on, key,
-                teacher_params):
+                teacher_params, micro: packing.Micro | None = None):
+        def rows_logp(net: Decoder, p):  # (logp_B_R, entropy_B_R, the trunk's hidden states)
+            if micro is not None:
+                return packed_logp(net, p, micro, temperature)
+            return response_logp(net, p, mb.tokens_B_T, mb.input_mask_B_T, prompt_len,
+                                 temperature, with_hidden=True, group_size=g)
+
         policy = (lora.merge(jax.lax.stop_gradient(ref_params), params["policy"]) if adapters
                   else params["policy"])
-        logp_B_R, entropy_B_R, hidden = response_logp(
-            model, policy, mb.tokens_B_T, mb.input_mask_B_T, prompt_len, temperature,
-            with_hidden=True, group_size=g)
+        logp_B_R, entropy_B_R, hidden = rows_logp(model, policy)
         ref_logp_B_R = None
         if loss.kl_coef > 0.0:
-            ref_logp_B_R, _ = response_logp(model, jax.lax.stop_gradient(ref_params),
-                                            mb.tokens_B_T, mb.input_mask_B_T, prompt_len,
-                                            temperature, group_size=g)
+            ref_logp_B_R = rows_logp(model, jax.lax.stop_gradient(ref_params))[0]
         options = loss._asdict()
         correction, cap = options.pop("correction"), options.pop("is_cap")
         bounds = options.pop("is_bounds")
@@ -151,10 +183,8 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
             decoupled = {"prox_logp_B_R": prox, "is_weights_B_R": w_B_R}
         adv_B_R, d_metrics, teacher_logp_B_R = mb.advantages_B_R, {}, None
         if distill is not None:
-            teacher_logp_B_R, _ = response_logp(distill.model,
-                                                jax.lax.stop_gradient(teacher_params),
-                                                mb.tokens_B_T, mb.input_mask_B_T, prompt_len,
-                                                temperature, group_size=g)
+            teacher_logp_B_R = rows_logp(distill.model,
+                                         jax.lax.stop_gradient(teacher_params))[0]
             # The sampled tokens' reverse KL to the teacher (the student's own samples).
             kl_B_R = mb.old_logp_B_R - teacher_logp_B_R
             d_metrics = {"distill_reverse_kl": losses.aggregate(
@@ -172,9 +202,13 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
             metrics["distill_k2"] = k2
         total_loss = actor_on * total_loss
         if critic is not None:
-            values_B_R = value_model.response_values(
-                model, params["value"], mb.tokens_B_T, mb.input_mask_B_T, prompt_len,
-                hidden_B_R_D=hidden if critic.layout == "head" else None, group_size=g)
+            shared = hidden if critic.layout == "head" else None
+            if micro is not None:
+                values_B_R = value_model.packed_values(model, params["value"], micro, shared)
+            else:
+                values_B_R = value_model.response_values(
+                    model, params["value"], mb.tokens_B_T, mb.input_mask_B_T, prompt_len,
+                    hidden_B_R_D=shared, group_size=g)
             v_loss, v_metrics = losses.value_loss(values_B_R, mb.old_values_B_R, mb.returns_B_R,
                                                   mb.response_mask_B_R, critic.value_clip, total)
             total_loss = total_loss + critic.vf_coef * v_loss
@@ -189,10 +223,47 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
         out, grads = value_and_grad(*args)
         return out, jax.lax.with_sharding_constraint(grads, state_sharding.params)
 
+    def packed_grads(state: TrainState, ref_params, mb: TrainBatch, total, actor_on, key,
+                     teacher_params):
+        """(grads, metrics) summed over the packed microbatches that hold rows (packing.py):
+        microbatch j's loss is the minibatch's with the other rows' tokens masked, under the
+        whole minibatch's counts, so the sum is the full-minibatch gradient."""
+        b = mb.tokens_B_T.shape[0]
+        plan = packing.plan(mb.input_mask_B_T, prompt_len, g, capacity)
+        positions_B_T = positions_from_mask(mb.input_mask_B_T > 0)
+        rows_sh = sharding.batch_sharding(metrics_sharding.mesh)
+
+        def one(j):
+            micro = packing.micro(plan, j, pack_rows, capacity, mb.tokens_B_T,
+                                  mb.input_mask_B_T, positions_B_T)
+            micro = micro._replace(**{f: jax.lax.with_sharding_constraint(
+                getattr(micro, f), rows_sh) for f in micro._fields[:5]})
+            mb_j = mb._replace(response_mask_B_R=mb.response_mask_B_R
+                               * (micro.predictor_B_R >= 0))
+            (_, m), grads = grad_fn(state.params, ref_params, mb_j, total, actor_on,
+                                    jax.random.fold_in(key, j), teacher_params, micro)
+            return grads, m
+
+        empty = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(one, 0))
+
+        def accumulate(grads, j):
+            g_j, m = jax.lax.cond(j * pack_rows < plan.rows_used, one, lambda _: empty, j)
+            return jax.tree.map(jnp.add, grads, g_j), m
+
+        zeros = jax.tree.map(jnp.zeros_like, state.params)
+        grads, metrics_U = jax.lax.scan(accumulate, zeros, jnp.arange(-(-b // pack_rows)))
+        # The rows computed: every row of each microbatch that holds any.
+        slots = -(-plan.rows_used // pack_rows) * pack_rows * capacity
+        return grads, dict(_combine(metrics_U, "sum"), update_positions_per_token=(
+            positions_per_token(mb.input_mask_B_T, prompt_len, g, slots)))
+
     def minibatch_update(state: TrainState, ref_params, mb: TrainBatch, actor_on, key,
                          teacher_params):
         total = losses.counts(mb.response_mask_B_R)
-        if microbatches == 1:
+        if pack_rows:
+            grads, metrics = packed_grads(state, ref_params, mb, total, actor_on, key,
+                                          teacher_params)
+        elif microbatches == 1:
             (_, metrics), grads = grad_fn(state.params, ref_params, mb, total, actor_on, key,
                                           teacher_params)
         else:
@@ -214,6 +285,12 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
             grads, metrics_U = jax.lax.scan(accumulate, zeros,
                                             (micro, jnp.arange(microbatches)))
             metrics = _combine(metrics_U, "sum")
+        if not pack_rows:
+            b, t = mb.tokens_B_T.shape
+            padded = (b // g * (prompt_len - 1) + b * (t - prompt_len + 1) if g > 1
+                      else b * t)
+            metrics["update_positions_per_token"] = positions_per_token(
+                mb.input_mask_B_T, prompt_len, g, padded)
         gate = {part: actor_on if part == "policy" else 1.0 for part in state.params}
         state, opt_metrics = optim.apply_grads(state, grads, tx, lr_schedule, gate)
         return state, dict(metrics, **opt_metrics)
@@ -340,11 +417,11 @@ def make_sft_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, state_sha
                                     prompt_len, 1.0)
         return losses.sft_loss(logp_B_R, batch.response_mask_B_R)
 
-    return _supervised_step(loss_fn, tx, lr_schedule, state_sharding, metrics_sharding,
+    return supervised_step(loss_fn, tx, lr_schedule, state_sharding, metrics_sharding,
                             on_trace)
 
 
-def _supervised_step(loss_fn, tx, lr_schedule, state_sharding, metrics_sharding, on_trace):
+def supervised_step(loss_fn, tx, lr_schedule, state_sharding, metrics_sharding, on_trace):
     """Jitted `step(state, batch) -> (state, metrics)`: one optimizer update on
     `loss_fn(params, batch) -> (loss, metrics)`. The train state (argument 0) is donated:
     params and optimizer moments are updated in place instead of held twice at the peak."""
@@ -356,68 +433,3 @@ def _supervised_step(loss_fn, tx, lr_schedule, state_sharding, metrics_sharding,
         return state, dict(metrics, **opt_metrics)
 
     return jax.jit(step, donate_argnums=(0,), out_shardings=(state_sharding, metrics_sharding))
-
-
-def make_reward_model_step(model: Decoder, tx, lr_schedule, *, state_sharding, metrics_sharding,
-                           margin: float = 0.0, label_smoothing: float = 0.0,
-                           on_trace: Callable[[], None] = lambda: None):
-    """Jitted `step(state, PairBatch) -> (state, metrics)`: the Bradley-Terry loss
-    (preference.py) of the reward model (models/reward.py, params {"trunk", "head"}); chosen
-    and rejected sides go through one forward."""
-
-    def loss_fn(params, batch: PairBatch):
-        b = batch.chosen_B_T.shape[0]
-        r_2B = reward_model.scores(
-            model, params, jnp.concatenate([batch.chosen_B_T, batch.rejected_B_T]),
-            jnp.concatenate([batch.chosen_mask_B_T, batch.rejected_mask_B_T]))
-        return preference.bradley_terry_loss(r_2B[:b], r_2B[b:], margin, label_smoothing)
-
-    return _supervised_step(loss_fn, tx, lr_schedule, state_sharding, metrics_sharding,
-                            on_trace)
-
-
-def sequence_logp(model: Decoder, params, tokens_B_T, mask_B_T, response_mask_B_R,
-                  prompt_len: int) -> jax.Array:
-    """log pi(response | prompt) per row: the sum of the response tokens' log-probs."""
-    logp_B_R, _ = response_logp(model, params, tokens_B_T, mask_B_T, prompt_len, 1.0)
-    return jnp.sum(logp_B_R * response_mask_B_R, axis=-1)
-
-
-def pair_logp(model: Decoder, params, batch: PairBatch, prompt_len: int):
-    """(log pi(chosen), log pi(rejected)) per pair, both sides through one forward."""
-    b = batch.chosen_B_T.shape[0]
-    logp_2B = sequence_logp(
-        model, params, jnp.concatenate([batch.chosen_B_T, batch.rejected_B_T]),
-        jnp.concatenate([batch.chosen_mask_B_T, batch.rejected_mask_B_T]),
-        jnp.concatenate([batch.chosen_response_mask_B_R, batch.rejected_response_mask_B_R]),
-        prompt_len)
-    return logp_2B[:b], logp_2B[b:]
-
-
-def make_with_reference_logp(model: Decoder, *, prompt_len: int,
-                             on_trace: Callable[[], None] = lambda: None):
-    """Jitted `(ref_params, PairBatch) -> PairBatch` carrying the reference's log-probs:
-    computed once per pair, when its batch is drawn, not at every step that uses it."""
-
-    def with_ref(ref_params, batch: PairBatch):
-        on_trace()
-        lc_B, lr_B = pair_logp(model, ref_params, batch, prompt_len)
-        return batch._replace(ref_logp_chosen_B=lc_B, ref_logp_rejected_B=lr_B)
-
-    return jax.jit(with_ref)
-
-
-def make_dpo_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, beta: float,
-                  label_smoothing: float = 0.0, state_sharding, metrics_sharding,
-                  on_trace: Callable[[], None] = lambda: None):
-    """Jitted `step(state, PairBatch) -> (state, metrics)`: the DPO loss (preference.py) of
-    the policy (state params {"policy": ...}, as an RL run's, so export and evaluation read
-    it alike) against the reference log-probs the batch carries (make_with_reference_logp)."""
-
-    def loss_fn(params, batch: PairBatch):
-        lc_B, lr_B = pair_logp(model, params["policy"], batch, prompt_len)
-        return preference.dpo_loss(lc_B, lr_B, batch.ref_logp_chosen_B,
-                                   batch.ref_logp_rejected_B, beta, label_smoothing)
-
-    return _supervised_step(loss_fn, tx, lr_schedule, state_sharding, metrics_sharding,
-                            on_trace)

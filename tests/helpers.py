@@ -34,12 +34,14 @@ def run_config(overrides=(), run_dir="."):
     return config_lib.to_run_config(cfg)
 
 
-def rl_step_options(critic=None, epochs=1, minibatches=1, microbatches=1, group_size=1, **loss):
+def rl_step_options(critic=None, epochs=1, minibatches=1, microbatches=1, group_size=1,
+                    pack_rows=0, pack_capacity=0, **loss):
     """make_rl_step's option records from flat keywords (loss knobs, critic layout, schedule)."""
     from rlvr_jax.train_step import CriticOptions, LossOptions, UpdateSchedule
 
     return dict(loss=LossOptions(**loss), critic=CriticOptions(critic) if critic else None,
-                schedule=UpdateSchedule(epochs, minibatches, microbatches, group_size))
+                schedule=UpdateSchedule(epochs, minibatches, microbatches, group_size,
+                                        pack_rows, pack_capacity))
 
 
 def sandbox_unavailable() -> str:
@@ -73,7 +75,7 @@ def scale_weights(params, factor: float):
 
 # A tiny random Qwen2-family model and GSM8K-format files for the real-checkpoint path.
 GSM8K_SMALL = ["model.compute_dtype=float32", "sampling.max_new_tokens=12",
-               "algo.prompts_per_step=4", "algo.samples_per_prompt=4", "algo.microbatches=2",
+               "algo.prompts_per_step=4", "algo.samples_per_prompt=4", "algo.pack.microbatch_rows=8",
                "eval.num_problems=8", "eval.sequences_per_batch=8", "eval.every_steps=1",
                "num_steps=2", "logger.mode=disabled", "logger.progress_bar=false",
                "checkpoint.every_steps=1", "verifier.workers=1",

@@ -42,6 +42,8 @@ def test_efficiency_tables():
     assert "| 1319 | 128 |" in text
     # the update's repeated prompts: positions from shapes, FLOPs counted on the jaxpr
     assert "| math_grpo | 5,632 -> 3,392 (39.8% fewer) |" in text
+    # the packed update (packing.py's own plan) against the padded one
+    assert "| update at math_grpo shapes" in text and "| packed, rows of 44 slots" in text
 
 
 def test_update_bench_at_toy_sizes():

@@ -87,6 +87,21 @@ def test_an_unresolved_kl_coefficient_is_refused(pieces):
         build.updates(policy, setup, algo, 1.0, 4, build.Traces())
 
 
+def test_packed_rows_shorter_than_a_row_are_refused(pieces):
+    """Issue 40: algo.pack.row_tokens below the prompt + response slots, and packed
+    microbatches that do not split over the data-parallel devices, name their keys."""
+    cfg, setup, policy = pieces
+    import dataclasses
+
+    full = setup.prompt_len + setup.max_new_tokens
+    assert policy.mesh.size == 8  # conftest's fake devices: 3 rows do not split
+    for pack, key in ((dict(row_tokens=full - 1), "algo.pack.row_tokens"),
+                      (dict(row_tokens=full, microbatch_rows=3), "algo.pack.microbatch_rows")):
+        algo = dataclasses.replace(cfg.algo, pack=dataclasses.replace(cfg.algo.pack, **pack))
+        with pytest.raises(ConfigError, match=key):
+            build.updates(policy, setup, algo, 1.0, 4, build.Traces())
+
+
 def test_the_warm_start_step_stands_alone_and_compiles_once(pieces):
     """No RL optimizer, step or PPO prepare is built for it (the preference jobs use it)."""
     from rlvr_jax import optim, warmstart

@@ -136,6 +136,9 @@ def test_bad_value_names_the_key(override, key):
     (["algo.loss.kind=dppo_tv", "+algo.loss.options.delta_low=0"],
      "algo.loss.options.delta_low"),
     (["+reward.weights.style=1"], "reward.weights.style"),
+    # issue 40: the packed update cuts its own microbatches
+    (["algo.pack.row_tokens=64", "algo.microbatches=2"], "algo.microbatches"),
+    (["algo.pack.microbatch_rows=0"], "algo.pack.microbatch_rows"),
     # issue 40: streaming needs multi-turn episodes; sizes in range
     (["rollout.stream.rows=8"], "rollout.stream.rows"),
     (["+experiment=calc_agent", "rollout.stream.rows=8", "rollout.stream.insert_rows=9"],

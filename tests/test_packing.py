@@ -1,11 +1,11 @@
-"""Packing rows without padding (rlvr_jax/packing.py): every real token lands once, in its
-own segment, and the model's forward over packed rows gives each sequence the hidden states
-of its own padded row."""
+"""The update's packing (rlvr_jax/packing.py): every real token lands once, each group's
+prompt head once per row that holds its responses, each response slot's predictor is the slot
+before its token, and the forward over packed rows gives each response token the hidden state
+its padded row gives it."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,101 +16,115 @@ from rlvr_jax.models.rope import positions_from_mask
 from tests.helpers import scale_weights
 
 
-def _rows(b=10, l=6, r=7, seed=0, vocab=40):
-    """Left-padded prompts ++ right-padded responses with long-tailed lengths, one empty
-    response, one row with nothing real at all, and a masked hole inside a response."""
+def _rows(g=4, p=3, l=6, r=7, seed=0, vocab=40):
+    """Groups of g rows sharing a left-padded prompt ++ right-padded responses of long-tailed
+    lengths: one empty response, a masked hole inside a response, a group whose prompt is a
+    single token (no head)."""
     rng = np.random.default_rng(seed)
+    b = g * p
     tokens = rng.integers(3, vocab, (b, l + r)).astype(np.int32)
-    plen = rng.integers(1, l + 1, b)
+    tokens[:, :l] = np.repeat(tokens[::g, :l], g, 0)
+    plen = np.repeat(rng.integers(2, l + 1, p), g)
+    plen[-g:] = 1
     rlen = np.minimum(rng.geometric(0.3, b), r)
     rlen[1], rlen[4] = 0, 4
-    mask = ((np.arange(l)[None] >= l - plen[:, None]).astype(np.int32))
+    mask = (np.arange(l)[None] >= l - plen[:, None]).astype(np.int32)
     mask = np.concatenate([mask, (np.arange(r)[None] < rlen[:, None]).astype(np.int32)], 1)
-    mask[3] = 0
     mask[4, l + 1] = 0
-    return tokens, mask
+    return tokens, mask, l
 
 
-def test_pack_places_every_real_token_once_in_its_own_segment():
-    tokens, mask = _rows()
+def _check_plan(tokens, mask, l, g, c, plan_fn=packing.plan):
     b, t = tokens.shape
-    packed = packing.pack(tokens, mask, capacity=t, rows=b, pad_id=0)
-    idx = packing.unpack_index(packed, t)
-    first, length = packing.spans(mask)
-    assert packed.row_B[3] == -1 and (idx[3] == -1).all()  # nothing real: not packed
-    flat_tokens, flat_mask = packed.tokens_K_C.reshape(-1), packed.mask_K_C.reshape(-1)
-    flat_seg = packed.segment_K_C.reshape(-1)
+    plan = jax.tree.map(np.asarray, plan_fn(jnp.asarray(mask), l, g, c))
+    src, unit, seg = plan.source_S, plan.unit_S, plan.segment_S
+    first, n = map(np.asarray, packing.spans(jnp.asarray(mask), l))
+    # Each response's slots L-1 .. L-1+n exactly once, in order, in segment b + 1 of one unit.
     for i in range(b):
-        inside = idx[i] >= 0
-        assert inside.sum() == length[i]
-        np.testing.assert_array_equal(flat_tokens[idx[i][inside]], tokens[i][inside])
-        np.testing.assert_array_equal(flat_mask[idx[i][inside]], mask[i][inside])
-        assert (flat_seg[idx[i][inside]] == i + 1).all()
-        assert (mask[i][~inside] == 0).all()  # nothing real is left out
-    used = idx[idx >= 0]
-    assert len(np.unique(used)) == len(used) == int(length.sum())  # no slot shared
-    assert (flat_seg[flat_mask > 0] > 0).all() and (flat_mask[flat_seg == 0] == 0).all()
-    assert packed.rows_used < b  # the padding went: fewer rows than sequences
-    assert packed.rows_used * t >= length.sum()
+        at = np.nonzero(seg == i + 1)[0]
+        assert len(at) == (n[i] + 1 if n[i] else 0)
+        np.testing.assert_array_equal(src[at], i * t + l - 1 + np.arange(len(at)))
+        assert len(np.unique(unit[at])) <= 1 and (np.diff(at) == 1).all()
+        if n[i]:  # the predictors: the slot before each response token, in that segment
+            pred = plan.predictor_B_R[i, :n[i]]
+            np.testing.assert_array_equal(src[pred + 1], i * t + l + np.arange(n[i]))
+            assert (plan.predictor_B_R[i, n[i]:] == -1).all()
+        else:
+            assert (plan.predictor_B_R[i] == -1).all()
+    # Each unit: its group's prompt head (the real prompt slots but the last) once, first.
+    for u in np.unique(unit[unit > 0]):
+        at = np.nonzero(unit == u)[0]
+        head = at[seg[at] == 0]
+        rows = {int(s) // t for s in src[at[seg[at] > 0]]}
+        q = min(rows) // g
+        assert {r_ // g for r_ in rows} == {q}  # one group per unit
+        np.testing.assert_array_equal(src[head], q * g * t + np.arange(first[q * g], l - 1))
+        assert len(head) == 0 or head.max() < at[seg[at] > 0].min()
+        assert len({int(s) // c for s in at}) == 1  # one packed row
+    # No response slot copied twice; a head is copied once per row its group is in.
+    assert len(np.unique(src[seg > 0])) == (seg > 0).sum()
+    real = (mask[:, l:] > 0).sum()
+    assert (seg > 0).sum() >= real
+    rows_used = int(plan.rows_used)
+    assert (src.reshape(b, c)[rows_used:] == -1).all() and (src.reshape(b, c)[:rows_used]
+                                                          >= 0).any(1).all()
+    return plan
 
 
-def test_pack_refuses_what_does_not_fit():
-    tokens, mask = _rows()
-    with pytest.raises(ValueError, match="exceeds"):
-        packing.pack(tokens, mask, capacity=3, rows=10)
-    with pytest.raises(ValueError, match="do not fit"):
-        packing.pack(tokens, mask, capacity=tokens.shape[1], rows=1)
+def test_the_plan_places_each_response_once_after_its_groups_prompt_head():
+    tokens, mask, l = _rows()
+    for g, c in ((4, 13), (4, 30), (1, 13), (2, 20)):
+        _check_plan(tokens, mask, l, g, c)
+    plan = _check_plan(tokens, mask, l, 4, 30)
+    assert int(plan.rows_used) < 12  # fewer rows than sequences: the padding went
 
 
-def test_positions_restart_at_each_segment():
-    """Hand-computed: two sequences in a row (the second with a masked hole), then empty
-    slots."""
-    mask = np.array([[1, 1, 1, 1, 0, 1, 0, 0]])
-    segment = np.array([[1, 1, 2, 2, 2, 2, 0, 0]])
-    np.testing.assert_array_equal(np.asarray(positions_from_mask(mask, segment)),
-                                  [[0, 1, 0, 1, 1, 2, 0, 0]])
+PLAN = jax.jit(packing.plan, static_argnums=(1, 2, 3))
 
 
-def test_forward_over_packed_rows_gives_each_rows_hidden_states():
-    """Decoder.forward over the packed rows (attention within a segment, positions
-    restarting), gathered back with unpack_index, equals the forward over the padded rows
-    at every real slot (float32; the weights scaled so a wrong position or a leak between
-    segments differs by O(1))."""
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([1, 2, 4]), st.sampled_from([0, 4]), st.integers(0, 10_000))
+def test_plan_fuzz(g, extra, seed):
+    """Any masks (holes anywhere in responses, empty rows, prompts of any length), rows of T
+    slots or more: the plan's invariants hold and B rows always suffice (shapes fixed, so
+    the jitted plan compiles once per group size and row size)."""
+    rng = np.random.default_rng(seed)
+    b, l, r = 8, 5, 6
+    p, t = b // g, l + r
+    mask = np.zeros((b, t), np.int32)
+    plen = np.repeat(rng.integers(0, l + 1, p), g)
+    mask[:, :l] = np.arange(l)[None] >= l - plen[:, None]
+    mask[:, l:] = rng.random((b, r)) < rng.random()
+    tokens = rng.integers(1, 50, (b, t)).astype(np.int32)
+    _check_plan(tokens, mask, l, g, t + extra, PLAN)
+
+
+def test_forward_over_packed_rows_gives_each_response_its_hidden_state():
+    """Decoder.forward_packed over the plan's microbatches, gathered at the predictors,
+    equals the padded forward at every slot that predicts a response token (float32; the
+    weights scaled so a wrong position or a leak between segments differs by O(1)); without
+    the units and segments the packed responses would see each other."""
     cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                       intermediate_size=64)
     model = Decoder(cfg, 40)
     params = scale_weights(init_params(model, jax.random.key(0)), 3.0)
-    tokens, mask = _rows()
+    tokens, mask, l = _rows()
     b, t = tokens.shape
-    packed = packing.pack(tokens, mask, capacity=t, rows=b)
-    apply = jax.jit(lambda *a: model.apply({"params": params}, *a, method="forward"))
-    rows = np.asarray(apply(tokens, mask))
-    flat = np.asarray(apply(packed.tokens_K_C, packed.mask_K_C,
-                            packed.segment_K_C)).reshape(b * t, -1)
-    idx = packing.unpack_index(packed, t)
-    real = mask > 0
-    np.testing.assert_allclose(flat[idx[real]], rows[real], rtol=1e-5, atol=1e-5)
-    assert float(np.std(rows[real])) > 0.5
-    # Without the segments the packed sequences would see each other: a different answer.
-    leaked = np.asarray(apply(packed.tokens_K_C, packed.mask_K_C)).reshape(b * t, -1)
-    assert np.abs(leaked[idx[real]] - rows[real]).max() > 1e-2
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.integers(1, 12), st.integers(1, 9), st.integers(0, 10_000))
-def test_pack_fuzz(b, t, seed):
-    """Any masks (holes anywhere, empty rows): each real token at one packed slot of its own
-    segment, nothing over capacity, and B rows of T slots always suffice."""
-    rng = np.random.default_rng(seed)
-    mask = (rng.random((b, t)) < rng.random()).astype(np.int32)
-    tokens = rng.integers(1, 50, (b, t)).astype(np.int32)
-    packed = packing.pack(tokens, mask, capacity=t, rows=b)
-    idx = packing.unpack_index(packed, t)
-    used = idx[idx >= 0]
-    assert len(np.unique(used)) == len(used)
-    real = mask > 0
-    assert (idx[real] >= 0).all()
-    np.testing.assert_array_equal(packed.tokens_K_C.reshape(-1)[idx[real]], tokens[real])
-    seg = packed.segment_K_C.reshape(-1)[idx]
-    rows_of = np.broadcast_to(np.arange(b)[:, None] + 1, (b, t))
-    assert (seg[idx >= 0] == rows_of[idx >= 0]).all()
+    c, k = 20, 2
+    plan = packing.plan(jnp.asarray(mask), l, 4, c)
+    positions = positions_from_mask(jnp.asarray(mask) > 0)
+    padded = np.asarray(model.apply({"params": params}, tokens, mask,
+                                    method="forward"))[:, l - 1:-1]
+    forward = jax.jit(lambda *a: model.apply({"params": params}, *a,
+                                            method="forward_packed"))
+    got, leaked = np.zeros_like(padded), np.zeros_like(padded)
+    for j in range(b // k):
+        m = packing.micro(plan, j, k, c, jnp.asarray(tokens), jnp.asarray(mask), positions)
+        got += np.asarray(packing.gather(forward(*m[:5]), m.predictor_B_R))
+        one = jnp.where(m.unit_K_C > 0, 1, 0)
+        h = forward(m.tokens_K_C, m.valid_K_C, m.positions_K_C, one, jnp.zeros_like(one))
+        leaked += np.asarray(packing.gather(h, m.predictor_B_R))
+    real = np.asarray(plan.predictor_B_R) >= 0
+    np.testing.assert_allclose(got[real], padded[real], rtol=1e-5, atol=1e-5)
+    assert float(np.std(padded[real])) > 0.5
+    assert np.abs(leaked[real] - padded[real]).max() > 1e-2

@@ -70,7 +70,7 @@ def test_dpo_loss_and_gradient_match_float64(beta, eps):
 
 
 # ---------------------------------------------------------------- reward model and DPO steps
-from rlvr_jax import optim, sharding, train_step  # noqa: E402
+from rlvr_jax import optim, preference_steps, sharding  # noqa: E402
 from rlvr_jax.config import ModelConfig  # noqa: E402
 from rlvr_jax.models import reward  # noqa: E402
 from rlvr_jax.models.policy import Decoder, init_params  # noqa: E402
@@ -134,7 +134,7 @@ def test_the_reward_model_step_learns_a_preference_and_compiles_once():
     model = Decoder(CFG, VOCAB)
     params = reward.init_reward_model(CFG, init_params(model, jax.random.key(0)),
                                       jax.random.key(1))
-    state, step, traces = _step(train_step.make_reward_model_step, params)
+    state, step, traces = _step(preference_steps.make_reward_model_step, params)
     batch = _pairs(16)
     first = None
     for _ in range(40):
@@ -152,14 +152,14 @@ def test_the_dpo_step_starts_at_log_2_and_raises_the_chosen_margin():
     model = Decoder(CFG, VOCAB)
     params = init_params(model, jax.random.key(0))
     batch = _pairs(16)
-    ref = [train_step.sequence_logp(model, params, t, m, r, L) for t, m, r in (
+    ref = [preference_steps.sequence_logp(model, params, t, m, r, L) for t, m, r in (
         (batch.chosen_B_T, batch.chosen_mask_B_T, batch.chosen_response_mask_B_R),
         (batch.rejected_B_T, batch.rejected_mask_B_T, batch.rejected_response_mask_B_R))]
-    with_ref = train_step.make_with_reference_logp(model, prompt_len=L)(params, batch)
+    with_ref = preference_steps.make_with_reference_logp(model, prompt_len=L)(params, batch)
     np.testing.assert_allclose(with_ref.ref_logp_chosen_B, ref[0], rtol=1e-5)
     np.testing.assert_allclose(with_ref.ref_logp_rejected_B, ref[1], rtol=1e-5)
     batch = batch._replace(ref_logp_chosen_B=ref[0], ref_logp_rejected_B=ref[1])
-    state, step, traces = _step(train_step.make_dpo_step, {"policy": params}, prompt_len=L,
+    state, step, traces = _step(preference_steps.make_dpo_step, {"policy": params}, prompt_len=L,
                                 beta=0.5)
     state, m = step(state, batch)
     assert float(m["loss"]) == pytest.approx(np.log(2), abs=1e-5)

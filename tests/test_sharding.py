@@ -2,7 +2,7 @@
 options, PPO with either critic layout, several minibatch updates) and the sampler give the
 same results on 1 device, 8-way data, 2x4 data x FSDP, 2x2x2 data x FSDP x model and 8-way
 tensor-parallel meshes; the update that computes each group's prompt once equals the per-row
-one on 1, 8 and 2x4 devices."""
+one on 1, 8 and 2x4 devices, and the packed update the padded one on 8 and 2x2x2."""
 
 import jax
 import numpy as np
@@ -99,6 +99,22 @@ def test_each_groups_prompt_once_is_the_same_update_on_every_layout():
         jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b),
                                                              rtol=1e-4, atol=1e-6),
                      once.params, rows.params)
+
+
+def test_the_packed_update_is_the_same_on_every_layout():
+    """Issue 40: the packed update (packing.py; microbatches of 8 packed rows) on 8-way data
+    and 2x2x2 data x FSDP x model against the padded one on one device: PPO with a value head
+    on the trunk, a KL term, each group's prompt once."""
+    options = dict(critic="head", entropy_coef=0.01, group_size=4)
+    rows, m_rows = _one_step(sharding.make_mesh(devices=jax.devices()[:1]), 0.1, **options)
+    for mesh in (MESHES()[0], MESHES()[2]):
+        packed, m_packed = _one_step(mesh, 0.1, pack_rows=8, pack_capacity=10, **options)
+        for k in ("loss", "pg_loss", "value_loss", "kl_ref", "grad_norm"):
+            np.testing.assert_allclose(float(m_packed[k]), float(m_rows[k]), rtol=1e-5,
+                                       err_msg=k)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b),
+                                                             rtol=1e-4, atol=1e-6),
+                     packed.params, rows.params)
 
 
 def MESHES():

@@ -392,6 +392,38 @@ def test_minibatches_of_whole_groups_equal_sequential_updates():
     assert int(fused.step) == 4
 
 
+@pytest.mark.parametrize("group_size, options", [
+    (G, dict(kl_coef=0.1, entropy_coef=0.01, critic="head")),
+    (1, dict(critic="separate", loss_agg="seq-mean-token-sum-norm", policy_loss="gspo")),
+    (G, dict(correction="token", is_cap=2.0, epochs=2, minibatches=2, policy_loss="cispo")),
+])
+def test_the_packed_update_equals_the_padded_one(group_size, options):
+    """Issue 40: the update packed (packing.py: each unit's prompt once, microbatches of 2
+    packed rows, the empty ones skipped) equals the padded one to float32 rounding: params
+    after an SGD step and every metric, with a hole inside a response, an empty row, prompts
+    padded differently, the policy, reference and critic forwards and the decoupled
+    correction. Its positions per real token fall below the padded update's."""
+    tx = optax.sgd(0.1)
+    batch = _grouped_batch()
+    mask, resp = batch.input_mask_B_T.copy(), batch.response_mask_B_R.copy()
+    mask[5, P + 1], resp[5, 1] = 0, 0  # a masked slot between two turns
+    batch = batch._replace(input_mask_B_T=mask, response_mask_B_R=resp)
+    critic = options.get("critic")
+    padded, m_pad = _step(tx, group_size=group_size, **options)(
+        *_state(tx, critic), batch, jax.random.key(0), 1.0)
+    packed, m_pack = _step(tx, group_size=group_size, pack_rows=2, pack_capacity=P + N + 3,
+                           **options)(*_state(tx, critic), batch, jax.random.key(0), 1.0)
+    _close(packed.params, padded.params, rtol=1e-4, atol=1e-6)
+    one_token = 1.0 / float(batch.response_mask_B_R.sum())
+    for k in m_pad:
+        if k != "update_positions_per_token":
+            np.testing.assert_allclose(float(m_pack[k]), float(m_pad[k]), rtol=1e-4,
+                                       atol=one_token + 1e-6 if k.endswith("_frac") else 1e-6,
+                                       err_msg=k)
+    assert 1.0 <= float(m_pack["update_positions_per_token"]) < float(
+        m_pad["update_positions_per_token"])
+
+
 @pytest.mark.parametrize("critic", ["separate", "head"])
 def test_ppo_prepare_with_each_groups_prompt_once(critic):
     """PPO's prepare (critic values, the reference's KL in the reward, GAE, whitening) with

@@ -12,8 +12,9 @@ evaluation's useful row-steps on long-tailed lengths, static batches against con
 batching (rlvr_jax/continuous.py's own schedule, simulated on the lengths). Between them,
 the bytes the decode steps read (weights and attended cache slots, from shapes) against the
 minimum, for the presets that compute in bfloat16; the update's positions and FLOPs, each
-prompt G times against once (`algo.share_prompts`). Not measured here: the compiled decode step's own traffic (gpu.py, on a
-GPU).
+prompt G times against once (`algo.share_prompts`); then the update padded against packed
+(`algo.pack`): positions per real token and counted FLOPs. Not measured here: the compiled
+decode step's own traffic (gpu.py, on a GPU).
 """
 
 from __future__ import annotations
@@ -170,30 +171,61 @@ def update_table(names) -> None:
               f"{f_rows / 1e12:.4g} -> {f_once / 1e12:.4g} | {1 - f_once / f_rows:.1%} |")
 
 
-def padding_line(case: Case = None, median: float = 200, p95: float = 500,
-                 samples: int = 100_000) -> None:
-    """What packing (no padding) would remove on top: the response slots past each
-    response's end, at the issue's stated long-tailed lengths (lognormal, median 200, p95
-    500, cut at R), as a share of the update's positions after sharing."""
-    c = case or CASES["gsm8k_grpo"]
-    rng = np.random.default_rng(0)
+def packing_table(name: str, seeds: int = 3) -> None:
+    """The update's positions per real token (each group's prompt once + the response spans)
+    at a preset's shapes, the issue's long-tailed response lengths (lognormal, median 200,
+    p95 500 at R = 512, scaled with R; cut at R) and full prompts: padded per row, padded with each group's prompt once
+    (`algo.share_prompts`), and packed (`algo.pack`, rlvr_jax/packing.py's own plan, the
+    rows of every microbatch that holds any counted) for a few row sizes and microbatch
+    budgets; with the attention score entries (rows x C^2, masked ones included: no kernel
+    skips them), against the shared-prompt update's. Mean over `seeds` steps."""
+    c = CASES[name]
+    median, p95 = c.response_len * 200 / 512, c.response_len * 500 / 512
+    b, l, r = c.prompts * c.group, c.prompt_len, c.response_len
+    t = l + r
     sigma = np.log(p95 / median) / 1.645
-    lengths = np.minimum(np.ceil(rng.lognormal(np.log(median), sigma, samples)),
-                         c.response_len)
-    b = c.prompts * c.group
-    pad_per_row = c.response_len - lengths.mean()
-    once = c.prompts * (c.prompt_len - 1) + b * (c.response_len + 1)
-    print(f"\ngsm8k_grpo shapes, response lengths lognormal (median {median:.0f}, p95 {p95:.0f}, "
-          f"cut at {c.response_len}): mean {lengths.mean():.0f} tokens, response padding "
-          f"{b * pad_per_row / once:.1%} of the update's positions after sharing "
-          "(packing's further saving, not built; prompt padding not counted)")
-    # The packer itself (rlvr_jax/packing.py) on one step's B sequences, full prompts.
-    t = c.prompt_len + c.response_len
-    mask = (np.arange(t)[None, :] < c.prompt_len + lengths[:b, None]).astype(np.int32)
-    packed = packing.pack(np.zeros_like(mask), mask, capacity=t, rows=b)
-    print(f"packing.pack of one step's {b} sequences (full prompts + those lengths) into rows "
-          f"of {t} slots: {packed.rows_used} rows instead of {b} "
-          f"({1 - packed.rows_used / b:.1%} fewer positions)")
+    steps = []
+    for seed in range(seeds):
+        n = np.minimum(np.ceil(np.random.default_rng(seed).lognormal(np.log(median), sigma, b)),
+                       r).astype(int)
+        steps.append(((np.arange(t)[None] < l + n[:, None]).astype(np.int32), n))
+    real = np.mean([c.prompts * l + n.sum() for _, n in steps])
+    mean_len = np.mean([n.mean() for _, n in steps])
+    shared = c.prompts * (l - 1) + b * (r + 1)
+    shared_att = c.prompts * l * l + b * (r + 1) * (l + r)
+    f_rows, f_once = update_flops(c, 1), update_flops(c, c.group)
+    print(f"\n| update at {name} shapes (responses: mean {mean_len:.0f} of {r}) | positions "
+          "per real token | attention entries | update TFLOP (fwd + bwd) |")
+    print("|---|---|---|---|")
+    print(f"| padded, per row | {b * t / real:.3f} | {b * t * t / shared_att:.2f}x | "
+          f"{f_rows / 1e12:.4g} ({f_rows / f_once:.2f}x) |")
+    print(f"| padded, each group's prompt once | {shared / real:.3f} | 1.00x | "
+          f"{f_once / 1e12:.4g} (1.00x) |")
+    plan = jax.jit(packing.plan, static_argnums=(1, 2, 3))
+    for cap, rows in ((2 * t, 4), (3 * t, 2), (4 * t, 2), (4 * t, 4)):
+        used = [int(plan(jnp.asarray(m), l, c.group, cap).rows_used) for m, _ in steps]
+        micro = np.mean([-(-u // rows) for u in used])
+        f = micro * packed_flops(c, rows, cap)
+        print(f"| packed, rows of {cap} slots, microbatches of {rows} rows | "
+              f"{micro * rows * cap / real:.3f} | {micro * rows * cap * cap / shared_att:.2f}x"
+              f" | {f / 1e12:.4g} ({f / f_once:.2f}x) |")
+
+
+def packed_flops(case: Case, rows: int, capacity: int) -> float:
+    """Matmul FLOPs of one packed microbatch's gradient of its response log-probs (forward
+    over `rows` x `capacity` slots, the head on every slot), traced with abstract inputs."""
+    model = Decoder(ModelConfig(**case.model), case.vocab)
+    params = jax.eval_shape(lambda k: init_params(model, k), jax.random.key(0))
+    b, r = case.prompts * case.group, case.response_len
+    sds = jax.ShapeDtypeStruct
+    kc = sds((rows, capacity), jnp.int32)
+    micro = packing.Micro(kc, kc, kc, kc, kc, sds((b, r), jnp.int32))
+
+    def grad(params, micro):
+        logp = lambda p: train_step.packed_logp(model, p, micro, 1.0)[0]
+        return jax.grad(lambda p: jnp.sum(logp(p)))(params)
+
+    return perf.traced_flops(jax.jit(grad), params, micro)
 
 
 def main() -> None:
@@ -212,7 +244,8 @@ def main() -> None:
               f"{pre_b / all_b:.1%} -> {pre_a / all_a:.1%} |")
     reads_table(args.cases.split(","))
     update_table(args.cases.split(","))
-    padding_line()
+    for name in args.cases.split(","):
+        packing_table(name)
     eval_table()
 
 

@@ -98,9 +98,12 @@ def _memory(compiled) -> dict:
             "temp": mem.temp_size_in_bytes, "alias": mem.alias_size_in_bytes}
 
 
-def analyse_update(case: Case, cfg: ModelConfig, group_size: int) -> dict:
+def analyse_update(case: Case, cfg: ModelConfig, group_size: int, pack: tuple = (0, 0)
+                   ) -> dict:
     """Per-device memory and total FLOPs of one update over the step's whole batch
-    (`group_size`: UpdateSchedule's; G computes each group's prompt once)."""
+    (`group_size`: UpdateSchedule's; G computes each group's prompt once; `pack`: (rows per
+    microbatch, row slots) of the packed update, whose FLOPs are then every microbatch's:
+    the empty ones it skips are counted too, see efficiency.py for the work done)."""
     model, mesh = Decoder(cfg, cfg.vocab_size), _mesh(case)
     tx = optax.adamw(1e-6)
     base, adapters = jax.eval_shape(lambda: lora.split(init_params(model, jax.random.key(0))))
@@ -118,8 +121,9 @@ def analyse_update(case: Case, cfg: ModelConfig, group_size: int) -> dict:
     step = train_step.make_rl_step(
         model, tx, optax.constant_schedule(1e-6), prompt_len=case.prompt, temperature=1.0,
         loss=train_step.LossOptions(kl_coef=0.001),
-        schedule=train_step.UpdateSchedule(microbatches=case.microbatches,
-                                           group_size=group_size),
+        schedule=train_step.UpdateSchedule(microbatches=1 if pack[0] else case.microbatches,
+                                           group_size=group_size, pack_rows=pack[0],
+                                           pack_capacity=pack[1]),
         state_sharding=state_sh, metrics_sharding=sharding.replicated(mesh),
         adapters=cfg.lora_rank > 0)
     # The reference policy as the loop holds it: in the compute dtype (warmstart.py).
@@ -164,6 +168,9 @@ def main() -> None:
                     help="also compile each update without remat and with whole logits")
     ap.add_argument("--chunk", type=int, default=128, help="model.logits_chunk_tokens")
     ap.add_argument("--remat", default="full", choices=["full", "dots"])
+    ap.add_argument("--packed", default="", metavar="ROWS,SLOTS",
+                    help="also compile each update packed (algo.pack.microbatch_rows, "
+                    "algo.pack.row_tokens)")
     ap.add_argument("--per-row", action="store_true",
                     help="also compile each update with every row's prompt computed (G = 1)")
     args = ap.parse_args()
@@ -177,6 +184,10 @@ def main() -> None:
         new = model_cfg(case.model, args.remat, args.chunk, case.lora_rank)
         g = case.group
         runs = [("update", f"update remat={args.remat} chunks={args.chunk}, prompt once", new, g)]
+        pack = tuple(int(x) for x in args.packed.split(",")) if args.packed else (0, 0)
+        if args.packed:
+            runs.append(("packed", f"update packed, microbatches of {pack[0]} rows x {pack[1]}"
+                         " slots", new, g))
         if args.per_row:
             runs.insert(0, ("update", f"update remat={args.remat} chunks={args.chunk}, per row",
                             new, 1))
@@ -188,13 +199,14 @@ def main() -> None:
                             model_cfg(case.model, "none", 0), 1))
         runs.append(("sampler", f"sampler {case.sequences // case.sample_chunks} rows", new, g))
         for kind, label, cfg, group in runs:
-            r = (analyse_update(case, cfg, group) if kind == "update"
-                 else analyse_sampler(case, cfg))
+            r = (analyse_update(case, cfg, group, pack if kind == "packed" else (0, 0))
+                 if kind != "sampler" else analyse_sampler(case, cfg))
             total = r["args"] + r["out"] - r["alias"] + r["temp"]
             print(f"| {name} | {case.preset} | {','.join(map(str, case.mesh))} | "
                   f"{label} ({case.sequences // (case.microbatches if kind == 'update' else 1)}"
                   f" seq x {case.prompt}+{case.response}) | {r['args'] / GB:.1f} | "
-                  f"{r['temp'] / GB:.1f} | {total / GB:.1f} | {r['flops'] / 1e9:,.0f} | "
+                  f"{r['temp'] / GB:.1f} | {total / GB:.1f} | "
+                  f"{'see efficiency.py' if kind == 'packed' else format(r['flops'] / 1e9, ',.0f')} | "
                   f"{r['compile_s']:.0f} |", flush=True)
 
 

@@ -227,6 +227,21 @@ class GiGPOConfig:
 
 
 @dataclass
+class PackConfig:
+    """The update packed without padding (rlvr_jax/packing.py): each minibatch's rows go into
+    rows of `row_tokens` slots (each unit's prompt once, responses one after another), the
+    gradient accumulated over microbatches of `microbatch_rows` packed rows, the empty ones
+    skipped. The same gradient as the padded update to float32 rounding."""
+
+    row_tokens: int = 0  # slots per packed row, at least the prompt + response budget; 0: off
+    microbatch_rows: int = 8  # packed rows per microbatch: its token budget is this x row_tokens
+
+    def check(self, key: str) -> None:
+        _check(self.row_tokens >= 0, f"{key}.row_tokens", "must be >= 0 (0: off)")
+        _check(self.microbatch_rows >= 1, f"{key}.microbatch_rows", "must be >= 1")
+
+
+@dataclass
 class DAPOConfig:
     """DAPO's sampling and shaping (Yu et al. 2025, arXiv:2503.14476), `algo.dapo`."""
 
@@ -277,6 +292,7 @@ class AlgoConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     dapo: DAPOConfig = field(default_factory=DAPOConfig)
     gigpo: GiGPOConfig = field(default_factory=GiGPOConfig)
+    pack: PackConfig = field(default_factory=PackConfig)
 
     def check(self, max_new_tokens: int, key: str = "algo") -> None:
         _check(self.prompts_per_step >= 1, f"{key}.prompts_per_step", "must be >= 1")
@@ -305,6 +321,10 @@ class AlgoConfig:
         self.ppo.check(f"{key}.ppo")
         self.dapo.check(f"{key}.dapo", self.prompts_per_step, max_new_tokens)
         self.gigpo.check(f"{key}.gigpo")
+        self.pack.check(f"{key}.pack")
+        _check(not self.pack.row_tokens or self.microbatches == 1, f"{key}.microbatches",
+               "packing (algo.pack.row_tokens) cuts its own microbatches, of "
+               "algo.pack.microbatch_rows packed rows each: leave algo.microbatches at 1")
         _check(self.gigpo.weight == 0 or self.name != "ppo", f"{key}.gigpo.weight",
                "step-level groups add to a group estimator's advantages; PPO's GAE gives each "
                "token its own credit already")

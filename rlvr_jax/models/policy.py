@@ -16,6 +16,7 @@ The entry points share one `Block`, whose N copies are stacked parameters run by
     hidden_B_T_D = apply("forward", tokens_B_T, mask_B_T)            # training: all positions
     hidden_B_R_D = apply("response_hidden", tokens_B_T, mask_B_T, L, G)  # the trainer's: the
         # positions that predict the response; G > 1 computes each group's prompt once
+    hidden_K_C_D = apply("forward_packed", *packed_microbatch)     # the packed update's
     logits_B_T_V = apply("head", hidden_B_T_D)                       # float32; caller decides where
     last_logits_B_V, cache = apply("prefill", prompt_B_L, mask_B_L, slots)   # sampler, once
     logits_B_V, cache = apply("decode_step", token_B, valid_B, rope_B, cache, index)  # per token
@@ -39,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlvr_jax import packing
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models.attention import attend, decode_attend, fused_attend  # noqa: F401
 from rlvr_jax.models.rope import apply_rope, positions_from_mask, rope_for
@@ -219,15 +221,11 @@ class Block(nn.Module):
         return self._finish(x_B_O_D, out), (k, v)
 
 
-def causal_mask(valid_B_T: jax.Array, segment_B_T: jax.Array | None = None) -> jax.Array:
-    """mask_B_T_T: query t sees keys s <= t that are real tokens (of its own segment, when
-    rows are packed: `segment_B_T`)."""
+def causal_mask(valid_B_T: jax.Array) -> jax.Array:
+    """mask_B_T_T: query t sees keys s <= t that are real tokens."""
     t = valid_B_T.shape[1]
     causal_T_T = jnp.arange(t)[None, :] <= jnp.arange(t)[:, None]
-    mask_B_T_T = causal_T_T[None] & valid_B_T[:, None, :]
-    if segment_B_T is None:
-        return mask_B_T_T
-    return mask_B_T_T & (segment_B_T[:, :, None] == segment_B_T[:, None, :])
+    return causal_T_T[None] & valid_B_T[:, None, :]
 
 
 def _block_init(cfg: ModelConfig, key: jax.Array) -> dict:
@@ -271,17 +269,23 @@ class Decoder(nn.Module):
 
         return jax.lax.scan(rematerialised(body, remat), x_B_T_D, self.stack.value)
 
-    def forward(self, tokens_B_T, mask_B_T, segment_B_T=None):
+    def forward(self, tokens_B_T, mask_B_T):
         """Final-normed hidden states [B, T, D] of left-padded sequences (positions restart at
         each row's first real token; pad keys are masked). The blocks are rematerialised as
-        `model.remat` says (this is the forward that training differentiates). `segment_B_T`:
-        packed rows, several sequences per row (int ids, one run each): a token attends
-        within its own segment and positions restart at each (the packing of levanter and
-        verl's remove-padding); each sequence's hidden states are its own row's."""
+        `model.remat` says (this is the forward that training differentiates)."""
         valid_B_T = mask_B_T.astype(bool)
-        rope_B_T = rope_for(self.cfg, positions_from_mask(valid_B_T, segment_B_T))
-        x, _ = self._blocks(self.embed_tokens(tokens_B_T), rope_B_T,
-                            causal_mask(valid_B_T, segment_B_T), self.cfg.remat, keep_kv=False)
+        rope_B_T = rope_for(self.cfg, positions_from_mask(valid_B_T))
+        x, _ = self._blocks(self.embed_tokens(tokens_B_T), rope_B_T, causal_mask(valid_B_T),
+                            self.cfg.remat, keep_kv=False)
+        return self.norm(x)
+
+    def forward_packed(self, tokens_K_C, valid_K_C, positions_K_C, unit_K_C, segment_K_C):
+        """`forward` over packed rows (packing.py: units of a prompt head and segments, each
+        slot at its padded row's position): each token's hidden state is the one its padded
+        row gives it, to float32 rounding."""
+        x, _ = self._blocks(self.embed_tokens(tokens_K_C), rope_for(self.cfg, positions_K_C),
+                            packing.attention_mask(valid_K_C, unit_K_C, segment_K_C),
+                            self.cfg.remat, keep_kv=False)
         return self.norm(x)
 
     def response_hidden(self, tokens_B_T, mask_B_T, prompt_len: int, group_size: int = 1):

@@ -11,20 +11,9 @@ import numpy as np
 from rlvr_jax.config import ModelConfig
 
 
-def positions_from_mask(input_mask_B_T: jax.Array, segment_B_T: jax.Array | None = None
-                        ) -> jax.Array:
-    """Position ids that start at 0 on the first real token (left padding gets position 0).
-    With `segment_B_T` (packed rows: several sequences one after another, each a run of equal
-    ids), the count restarts at each segment's first slot."""
+def positions_from_mask(input_mask_B_T: jax.Array) -> jax.Array:
+    """Position ids that start at 0 on the first real token (left padding gets position 0)."""
     count_B_T = jnp.cumsum(input_mask_B_T.astype(jnp.int32), axis=-1)
-    if segment_B_T is not None:
-        starts_B_T = jnp.concatenate([jnp.ones_like(segment_B_T[:, :1], bool),
-                                      segment_B_T[:, 1:] != segment_B_T[:, :-1]], axis=-1)
-        # The real tokens before each segment (the count is non-decreasing, so the running
-        # maximum over segment starts is the latest start's).
-        before_B_T = jax.lax.cummax(jnp.where(
-            starts_B_T, count_B_T - input_mask_B_T.astype(jnp.int32), 0), axis=1)
-        count_B_T = count_B_T - before_B_T
     return jnp.maximum(count_B_T - 1, 0)
 
 

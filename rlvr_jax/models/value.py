@@ -17,6 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from rlvr_jax import packing
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models.policy import Decoder, Linear
 
@@ -56,3 +57,14 @@ def response_values(model: Decoder, critic: dict, tokens_B_T, input_mask_B_T, pr
         hidden_B_R_D = model.apply({"params": critic["trunk"]}, tokens_B_T, input_mask_B_T,
                                    prompt_len, group_size, method="response_hidden")
     return ValueHead(model.cfg).apply({"params": critic["head"]}, hidden_B_R_D)
+
+
+def packed_values(model: Decoder, critic: dict, micro, hidden_K_C_D=None):
+    """`response_values` over one packed microbatch (packing.py): the values at each response
+    slot's predicting slot, [B, R] (zeros for the rows of other microbatches). `hidden_K_C_D`:
+    the policy trunk's over the packed rows (layout "head")."""
+    if hidden_K_C_D is None:
+        hidden_K_C_D = model.apply({"params": critic["trunk"]}, *micro[:5],
+                                   method="forward_packed")
+    values_K_C = ValueHead(model.cfg).apply({"params": critic["head"]}, hidden_K_C_D)
+    return packing.gather(values_K_C, micro.predictor_B_R)
