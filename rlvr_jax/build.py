@@ -350,7 +350,7 @@ def updates(policy: Policy, setup: TaskSetup, algo: AlgoConfig, temperature: flo
     schedule = train_step.UpdateSchedule(a.epochs_per_rollout, a.minibatches_per_epoch,
                                          a.microbatches, group,
                                          pack.microbatch_rows if pack.row_tokens else 0,
-                                         pack.row_tokens)
+                                         pack.row_tokens, a.samples_per_prompt)
     per_step = schedule.epochs * schedule.minibatches
     layout = a.ppo.critic if a.name == "ppo" else None
     rl_tx, rl_lr = optim.make_rl_optimizer(

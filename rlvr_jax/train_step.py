@@ -75,6 +75,9 @@ class UpdateSchedule(NamedTuple):
     # microbatches of `pack_rows` packed rows, the empty ones skipped (`microbatches` unused).
     pack_rows: int = 0
     pack_capacity: int = 0
+    # Rows per prompt in the batch (G, whatever the layout): the update's real tokens count
+    # each prompt once in `update_positions_per_token`, so the layouts compare. 0: group_size.
+    prompt_rows: int = 0
 
 
 def response_logp(model: Decoder, params, tokens_B_T, input_mask_B_T, prompt_len: int,
@@ -153,6 +156,7 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
         raise ValueError(f"unknown critic layout {critic.layout!r} (known: separate, head)")
     epochs, minibatches, microbatches, g = schedule[:4]
     pack_rows, capacity = schedule.pack_rows, schedule.pack_capacity
+    prompt_rows = schedule.prompt_rows or g
 
     def loss_fn(params, ref_params, mb: TrainBatch, total: losses.Counts, actor_on, key,
                 teacher_params, micro: packing.Micro | None = None):
@@ -255,7 +259,7 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
         # The rows computed: every row of each microbatch that holds any.
         slots = -(-plan.rows_used // pack_rows) * pack_rows * capacity
         return grads, dict(_combine(metrics_U, "sum"), update_positions_per_token=(
-            positions_per_token(mb.input_mask_B_T, prompt_len, g, slots)))
+            positions_per_token(mb.input_mask_B_T, prompt_len, prompt_rows, slots)))
 
     def minibatch_update(state: TrainState, ref_params, mb: TrainBatch, actor_on, key,
                          teacher_params):
@@ -290,7 +294,7 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
             padded = (b // g * (prompt_len - 1) + b * (t - prompt_len + 1) if g > 1
                       else b * t)
             metrics["update_positions_per_token"] = positions_per_token(
-                mb.input_mask_B_T, prompt_len, g, padded)
+                mb.input_mask_B_T, prompt_len, prompt_rows, padded)
         gate = {part: actor_on if part == "policy" else 1.0 for part in state.params}
         state, opt_metrics = optim.apply_grads(state, grads, tx, lr_schedule, gate)
         return state, dict(metrics, **opt_metrics)

@@ -35,13 +35,13 @@ def run_config(overrides=(), run_dir="."):
 
 
 def rl_step_options(critic=None, epochs=1, minibatches=1, microbatches=1, group_size=1,
-                    pack_rows=0, pack_capacity=0, **loss):
+                    pack_rows=0, pack_capacity=0, prompt_rows=0, **loss):
     """make_rl_step's option records from flat keywords (loss knobs, critic layout, schedule)."""
     from rlvr_jax.train_step import CriticOptions, LossOptions, UpdateSchedule
 
     return dict(loss=LossOptions(**loss), critic=CriticOptions(critic) if critic else None,
                 schedule=UpdateSchedule(epochs, minibatches, microbatches, group_size,
-                                        pack_rows, pack_capacity))
+                                        pack_rows, pack_capacity, prompt_rows))
 
 
 def sandbox_unavailable() -> str:

@@ -166,3 +166,32 @@ def test_calls_overlap_decoding_and_the_wait_is_measured():
     fast = run(EchoEnv())
     for a, b in zip(slow.rollout, fast.rollout):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow
+def test_streamed_rows_split_over_eight_devices_equal_lock_step():
+    """Issue 40: the streamed pieces on an 8-way data mesh (8 rows, rows released during
+    calls, random call latencies; params replicated, rows sharded) give each episode the
+    lock-step driver's tokens on one device."""
+    from rlvr_jax import sharding
+
+    n, g, max_turns = 16, 2, 4
+    want = _lock_step(n, g, max_turns)
+    tok, _, glue, params, prompt, pmask, contexts = _pieces(n, g)
+    mesh = sharding.make_mesh(data=8, fsdp=1)
+    model = _setup()[1]
+    sampler = make_turn_sampler(model, max_new_tokens=R, observation_tokens=O,
+                                eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
+                                stops=[tok.encode("#", add_special_tokens=False)],
+                                temperature=1.0, group_size=g, prompt_len=L, mesh=mesh)
+    put = lambda x: jax.device_put(x, sharding.batch_sharding(mesh))
+    got = streaming.run(sampler, Delayed(EchoEnv(), 0.002, 0.02, seed=1), tok, glue,
+                        jax.device_put(params, sharding.replicated(mesh)), prompt, pmask,
+                        jax.random.key(3), max_turns=max_turns, put=put, group_size=g,
+                        schedule=streaming.Schedule(8, 8, 4, 1, release=True),
+                        contexts=contexts)
+    for name in ("tokens_B_R", "mask_B_R", "loss_mask_B_R", "turn_rewards_B_R"):
+        np.testing.assert_array_equal(getattr(got.rollout, name), getattr(want.rollout, name))
+    np.testing.assert_allclose(got.rollout.logp_B_R, want.rollout.logp_B_R, rtol=1e-5,
+                               atol=1e-6)
+    assert got.texts == want.texts
