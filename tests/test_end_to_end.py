@@ -171,7 +171,8 @@ def test_mixed_sources_run_with_per_source_metrics(tiny, tmp_path):
     summary = jobs.run(run_config([
         "+experiment=mixed_sources", f"model.path={tiny / 'model'}",
         f"task.train_path={data / 'train.jsonl'}", f"task.test_path={data / 'test.jsonl'}",
-        *SMALL, "eval.extra_sets=[humaneval]", "eval.extra_problems=8"], run_dir))
+        *SMALL, "algo.microbatches=2", "eval.extra_sets=[humaneval]",
+        "eval.extra_problems=8"], run_dir))
     assert summary["compiles"]["train_step"] == 1
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "reward/mean" in r]

@@ -92,6 +92,16 @@ def _lock_step(n, g, max_turns):
                         contexts=contexts)
 
 
+def _same_episodes(got, want):
+    """Tokens, masks and per-turn rewards exactly; the log-probs to float32 rounding (a row's
+    matmuls in a batch of another size round differently in the last bit on CPU)."""
+    for name in ("tokens_B_R", "mask_B_R", "loss_mask_B_R", "turn_rewards_B_R"):
+        np.testing.assert_array_equal(getattr(got.rollout, name), getattr(want.rollout, name))
+    np.testing.assert_allclose(got.rollout.logp_B_R, want.rollout.logp_B_R, rtol=1e-5,
+                               atol=1e-6)
+    assert got.texts == want.texts
+
+
 @pytest.mark.parametrize("rows,insert,chunk,delay,median_s,release", [
     (16, 16, 50, 0, 0.0, False), (5, 2, 3, 1, 0.002, False), (3, 1, 1, 2, 0.004, False),
     (7, 3, 4, 0, 0.003, True), (4, 2, 2, 3, 0.003, True)])
@@ -111,13 +121,7 @@ def test_tokens_equal_the_lock_step_drivers(rows, insert, chunk, delay, median_s
                         schedule=streaming.Schedule(rows, insert, chunk, delay,
                                                     release=release),
                         contexts=contexts)
-    # Tokens, masks and per-turn rewards exactly; the log-probs to float32 rounding (a row's
-    # matmuls in a batch of another size round differently in the last bit on CPU).
-    for name in ("tokens_B_R", "mask_B_R", "loss_mask_B_R", "turn_rewards_B_R"):
-        np.testing.assert_array_equal(getattr(got.rollout, name), getattr(want.rollout, name))
-    np.testing.assert_allclose(got.rollout.logp_B_R, want.rollout.logp_B_R, rtol=1e-5,
-                               atol=1e-6)
-    assert got.texts == want.texts
+    _same_episodes(got, want)
     assert [(v.status, v.detail) for v in got.verdicts] == [
         (v.status, v.detail) for v in want.verdicts]
     for k, v in want.stats.items():
@@ -190,8 +194,4 @@ def test_streamed_rows_split_over_eight_devices_equal_lock_step():
                         jax.random.key(3), max_turns=max_turns, put=put, group_size=g,
                         schedule=streaming.Schedule(8, 8, 4, 1, release=True),
                         contexts=contexts)
-    for name in ("tokens_B_R", "mask_B_R", "loss_mask_B_R", "turn_rewards_B_R"):
-        np.testing.assert_array_equal(getattr(got.rollout, name), getattr(want.rollout, name))
-    np.testing.assert_allclose(got.rollout.logp_B_R, want.rollout.logp_B_R, rtol=1e-5,
-                               atol=1e-6)
-    assert got.texts == want.texts
+    _same_episodes(got, want)
