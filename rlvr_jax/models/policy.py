@@ -223,9 +223,8 @@ class Block(nn.Module):
 
 def causal_mask(valid_B_T: jax.Array) -> jax.Array:
     """mask_B_T_T: query t sees keys s <= t that are real tokens."""
-    t = valid_B_T.shape[1]
-    causal_T_T = jnp.arange(t)[None, :] <= jnp.arange(t)[:, None]
-    return causal_T_T[None] & valid_B_T[:, None, :]
+    t_T = jnp.arange(valid_B_T.shape[1])
+    return (t_T[None, :] <= t_T[:, None])[None] & valid_B_T[:, None, :]
 
 
 def _block_init(cfg: ModelConfig, key: jax.Array) -> dict:
@@ -270,9 +269,8 @@ class Decoder(nn.Module):
         return jax.lax.scan(rematerialised(body, remat), x_B_T_D, self.stack.value)
 
     def forward(self, tokens_B_T, mask_B_T):
-        """Final-normed hidden states [B, T, D] of left-padded sequences (positions restart at
-        each row's first real token; pad keys are masked). The blocks are rematerialised as
-        `model.remat` says (this is the forward that training differentiates)."""
+        """Final-normed hidden states [B, T, D] of left-padded rows (positions from each row's
+        first real token, pad keys masked), blocks rematerialised as `model.remat` says."""
         valid_B_T = mask_B_T.astype(bool)
         rope_B_T = rope_for(self.cfg, positions_from_mask(valid_B_T))
         x, _ = self._blocks(self.embed_tokens(tokens_B_T), rope_B_T, causal_mask(valid_B_T),
@@ -280,9 +278,8 @@ class Decoder(nn.Module):
         return self.norm(x)
 
     def forward_packed(self, tokens_K_C, valid_K_C, positions_K_C, unit_K_C, segment_K_C):
-        """`forward` over packed rows (packing.py: units of a prompt head and segments, each
-        slot at its padded row's position): each token's hidden state is the one its padded
-        row gives it, to float32 rounding."""
+        """`forward` over packed rows (packing.py), each slot at its padded row's position: a
+        token's hidden state is the one its padded row gives it, to float32 rounding."""
         x, _ = self._blocks(self.embed_tokens(tokens_K_C), rope_for(self.cfg, positions_K_C),
                             packing.attention_mask(valid_K_C, unit_K_C, segment_K_C),
                             self.cfg.remat, keep_kv=False)
