@@ -22,8 +22,8 @@ from transformers import PreTrainedTokenizerBase
 
 import jax.numpy as jnp
 
-from rlvr_jax import (distributed, envs, episodes, generate, lora, optim, sharding, streaming,
-                      tasks, train_step)
+from rlvr_jax import (carry, distributed, envs, episodes, generate, lora, optim, sharding,
+                      streaming, tasks, train_step)
 from rlvr_jax.envs import chat
 from rlvr_jax.config import (AlgoConfig, ConfigError, EnvConfig, MeshConfig, ModelConfig,
                              RunConfig, SamplingConfig, StreamConfig, WarmupConfig)
@@ -290,10 +290,10 @@ def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=N
                               f"process, not yet {jax.process_count()} (set it to 0: lock step)")
         schedule = streaming.Schedule(stream.rows, stream.inserts, stream.chunk_steps,
                                       stream.call_delay_chunks, stream.env_threads,
-                                      stream.release_rows)
+                                      stream.release_rows, stream.carry_cache == "keep")
 
     def make(name: str, temperature: float, top_k: int = 0, top_p: float = 1.0,
-             every_row: bool = True, group_size: int = 1):
+             every_row: bool = True, group_size: int = 1, carry_batches: int = 0):
         sampler = make_turn_sampler(
             policy.model, max_new_tokens=setup.max_new_tokens,
             observation_tokens=env_cfg.observation_tokens, eos_id=tok.eos_token_id,
@@ -301,13 +301,18 @@ def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=N
             top_p=top_p, group_size=group_size,
             prompt_len=setup.prompt_len if schedule else 0, mesh=policy.mesh,
             on_trace=lambda piece: traces.update([f"{name}_{piece}"]))
+        if schedule and carry_batches:  # the rows kept across steps (carry.py)
+            return carry.Carried(streaming.Stream(
+                sampler, env, tok, glue, max_turns=env_cfg.max_turns, put=put,
+                schedule=schedule, group_size=group_size), carry_batches)
         if schedule:  # episodes streamed through the rows, calls overlapped (streaming.py)
             return generate.streamed(sampler, env, tok, glue, env_cfg.max_turns, put,
                                      schedule, group_size)
         return generate.multi_turn(sampler, env, tok, glue, env_cfg.max_turns, put, every_row)
 
     return Generators(make("sampler", sampling.temperature, sampling.top_k, sampling.top_p,
-                           every_row=train_every_row, group_size=policy.group_size),
+                           every_row=train_every_row, group_size=policy.group_size,
+                           carry_batches=stream.carry_batches if stream else 0),
                       make(f"sampler_eval_greedy{name and '_' + name}", 0.0),
                       make(f"sampler_eval_sampled{name and '_' + name}", 1.0), glue)
 

@@ -25,7 +25,7 @@ import shutil
 import sys
 import threading
 import traceback
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import jax
 import numpy as np
@@ -147,9 +147,10 @@ class Checkpointer:
         return self._manager.latest_step()
 
     def maybe_save(self, step: int, state: TrainState, loop: LoopState, force: bool = False,
-                   behind: Optional[tuple] = ()) -> bool:
+                   behind: Optional[tuple] = (), carried: Optional[Callable] = None) -> bool:
         """Save after `step` completed steps when due (every N) or forced; returns whether saved.
-        `behind`: asynchronous rollouts' params snapshots (rollouts.py), saved with the state."""
+        `behind`: asynchronous rollouts' params snapshots (rollouts.py), saved with the state;
+        `carried()`: what a carried stream has in flight (JSON, or None: carry.py)."""
         if not force and step % self.every_steps:
             return False
         if self._manager.latest_step() == step:
@@ -160,6 +161,9 @@ class Checkpointer:
         items = dict(state=ocp.args.StandardSave(state), loop=ocp.args.JsonSave(loop_json))
         if behind:
             items["behind"] = ocp.args.StandardSave(list(behind))
+        in_flight = carried() if carried is not None else None
+        if in_flight is not None:
+            items["carried"] = ocp.args.JsonSave(in_flight)
         self._manager.save(step, args=ocp.args.Composite(**items))
         return True
 
@@ -192,6 +196,20 @@ class Checkpointer:
             raise _unreadable("restore checkpoint", path, e, ". Delete that step directory to "
                               "fall back to the previous checkpoint.") from e
         return tuple(out["behind"])
+
+    def restore_carried(self, step: int) -> Optional[dict]:
+        """Checkpoint `step`'s carried stream (carry.state), or None when it has none."""
+        path = os.path.join(self.directory, str(step), "carried")
+        if not step or not os.path.isdir(path):
+            return None
+        try:
+            with _quiet_leftovers():
+                out = self._manager.restore(step, args=ocp.args.Composite(
+                    carried=ocp.args.JsonRestore()))
+        except Exception as e:
+            raise _unreadable("restore checkpoint", path, e, ". Delete that step directory to "
+                              "fall back to the previous checkpoint.") from e
+        return out["carried"]
 
     # ------------------------------------------------------------------ warm start
     def has_warmstart(self) -> bool:

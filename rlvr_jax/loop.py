@@ -22,7 +22,7 @@ from functools import partial
 
 import jax
 
-from rlvr_jax import (build, distill, learned_reward, perf, rewards, rollouts, run_scaffold,
+from rlvr_jax import (build, carry, distill, learned_reward, perf, rewards, rollouts, run_scaffold,
                       stages, warmstart)
 from rlvr_jax.config import ConfigError, RunConfig, reward_components
 from rlvr_jax.types import LoopState, StepTimes
@@ -79,11 +79,13 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
                          eval_rows=(cfg.eval.decode_rows, cfg.eval.insert_rows))
     # eval.extra_sets: their verifiers, prompt slots and evaluation samplers
     extra = build.extra_sets(setup, v, lambda own, name: generators(setup=own, name=name))
+    gens = None
     try:
         gens = generators(setup=setup)
         return _run(cfg, setup, policy, sampler, sft, updates, gens, env, verifier, learned,
                     traces, session, extra, teacher)
     finally:
+        carry.close(getattr(gens, "train", None))  # the episodes a carried stream holds
         for closing in [verifier] + [x.verifier for x in extra]:
             closing.close()  # worker processes, if any
         if env is not None:
@@ -157,8 +159,12 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
                     overlong_buffer_tokens=d.overlong_buffer_tokens,
                     overlong_penalty_factor=d.overlong_penalty_factor,
                     mask_truncated=d.mask_truncated)
-    begin = partial(stages.begin, prompts=prompts, start=start, key=rl_key,
-                    sampler_params=sampler_params)
+    plain_begin = partial(stages.begin, prompts=prompts, start=start, key=rl_key,
+                          sampler_params=sampler_params)
+    inputs = partial(stages.inputs, prompts=prompts, task=setup.task, key=rl_key,
+                     samples_per_prompt=G)
+    # With a carried stream (carry.py) the batches ahead are queued first.
+    begin = carry.begin_for(gens.train, plain_begin, inputs=inputs, num_steps=cfg.num_steps)
     finish = partial(stages.finish, score=score)
     select = partial(stages.select, dynamic=d.dynamic_sampling, prompts_per_step=P)
     with_advantages = partial(stages.with_advantages, put=policy.put,
@@ -176,7 +182,10 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
 
     last = run_scaffold.last_step(loop.step, cfg.num_steps, cfg.stop_after_steps)
     off = cfg.rollout.off_policy_steps
-    ahead = rollouts.fresh(off, rollouts.restore(ckpt, loop.step, state.params, off, snapshot))
+    ahead = rollouts.fresh(off, rollouts.restore(ckpt, loop.step, state.params, off, snapshot),
+                           carry.restore(gens.train, ckpt.restore_carried(loop.step),
+                                         plain_begin, inputs, state.params))
+    in_flight = partial(carry.state, gens.train)  # (ahead, next step) -> JSON or None
     # Batch k+d sampled on the sampler's own devices while update k runs, where that is safe.
     producer = rollouts.producer(off, sampler is not policy, jax.process_count(), env is None)
     take = partial(rollouts.take, begin=begin, finish=finish, snapshot=snapshot,
@@ -186,7 +195,8 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
     for step in range(loop.step, last):
         if stop_requested():  # it came during the warm start or an evaluation: stop here
             if step > 0:
-                ckpt.maybe_save(step, state, loop, force=True, behind=ahead.behind)
+                ckpt.maybe_save(step, state, loop, force=True, behind=ahead.behind,
+                                carried=partial(in_flight, ahead, step))
             last = step
             break
         t0 = time.perf_counter()
@@ -216,6 +226,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
                | utilisation(update_flops, times, sampled.rollout.mask_B_R)
                | sampled.stats | kept.stats | adv_row | {"train/kl_coef": kl_coef}
                | {"rollout/staleness": step - made.version, "time/take_s": t2 - t0}
+               | rollouts.version_lag(step, made)
                | {f"compiles/{k}": v for k, v in traces.items()}
                | {f"verify/samples_process_{i}": n for i, n in enumerate(sampled.verified)})
         tracker.log(step + 1, row)                                                     # log
@@ -231,7 +242,8 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
         loop = LoopState(step + 1, (step + 1) * sampled_P, loop.rng_key, kl_coef, kept.carry)
         stopping = stop_requested()                                                    # SIGTERM
         if ckpt.maybe_save(step + 1, state, loop, force=step + 1 == last or stopping,
-                           behind=ahead.behind):                                       # checkpoint
+                           behind=ahead.behind,
+                           carried=partial(in_flight, ahead, step + 1)):               # checkpoint
             write_wall(wall_before + time.perf_counter() - t_start)
         if stopping:
             last = step + 1

@@ -44,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
+import numpy as np
 
 from rlvr_jax.types import Groups
 
@@ -124,11 +125,26 @@ def producer(off_policy_steps: int, own_devices: bool, processes: int,
     return None
 
 
-def fresh(off_policy_steps: int, restored: Optional[Sequence] = None) -> Ahead:
-    """The producer's state at a run's start (`restored`: the checkpoint's snapshots)."""
+def fresh(off_policy_steps: int, restored: Optional[Sequence] = None,
+          started: Optional[tuple] = None) -> Ahead:
+    """The producer's state at a run's start (`restored`: the checkpoint's snapshots;
+    `started`: its batches in flight, where they cannot be sampled again from the snapshots:
+    a carried stream's, carry.restore)."""
     if not off_policy_steps:
         return Ahead((), ())
-    return Ahead(tuple(restored) if restored is not None else None, ())
+    return Ahead(tuple(restored) if restored is not None else None, started or ())
+
+
+def version_lag(step: int, made: Made) -> dict:
+    """The version lag of the policy's tokens the update at `step` trains on (step minus the
+    params version each was sampled under: the batch's, or each token's where they vary),
+    max and mean."""
+    r = made.sampled.rollout
+    mask = np.asarray(r.mask_B_R if r.loss_mask_B_R is None else r.loss_mask_B_R) > 0
+    version = made.version if r.version_B_R is None else np.asarray(r.version_B_R)
+    lag = (step - np.broadcast_to(version, mask.shape))[mask]
+    return {"rollout/version_lag_max": float(lag.max()) if lag.size else 0.0,
+            "rollout/version_lag_mean": float(lag.mean()) if lag.size else 0.0}
 
 
 def copy_policy(params) -> dict:

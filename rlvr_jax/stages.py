@@ -275,6 +275,14 @@ def begin(step: int, params, version: int, *, prompts: Callable, start: Callable
                          jax.random.fold_in(key, step)), version)
 
 
+def inputs(step: int, *, prompts: Callable, task: Task, key, samples_per_prompt: int):
+    """Batch `step`'s sampler inputs ahead of its `begin` (a carried stream queues them,
+    carry.py): (prompt_B_L, pmask_B_L, the step's key, the rows' task contexts)."""
+    problems, prompt_B_L, pmask_B_L = prompts(step)
+    return (prompt_B_L, pmask_B_L, jax.random.fold_in(key, step),
+            tool_contexts(task, repeat_each(problems, samples_per_prompt)))
+
+
 def finish(started: Started, *, score: Callable) -> Made:
     """Wait for a started batch's verdicts and score it (rollouts.take's `finish`)."""
     sampled = finish_sampling(started.sampling)

@@ -38,9 +38,10 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from itertools import islice
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 import jax.numpy as jnp
 import numpy as np
@@ -65,6 +66,10 @@ class Schedule:
     # own resumes in a free row once the observation is appended, its history (prompt ++
     # response so far ++ observation) prefilled again. False: the row waits for its call.
     release: bool = False
+    # Episodes carried across a change of params: False, each carried row is taken out at
+    # the change and its history prefilled again under the new params (what a resume from a
+    # checkpoint rebuilds: bitwise); True, its cache from the old params is kept.
+    keep_cache: bool = False
 
 
 class _Timed:
@@ -84,324 +89,537 @@ class _Timed:
         return self.pool.submit(job)
 
 
+@dataclass(eq=False)
+class _Ep:
+    """One episode's host-side state (its record lives in its batch's arrays)."""
+
+    b: "_Batch"
+    i: int  # its index in the batch
+    episode: object = None  # the environment's Episode, once its open is back
+    row: int = -1  # the row it decodes in (-1: none)
+    col: int = 0  # next column (host: at its stops, or when it left its row)
+    start: int = 0  # its current turn's first column
+    live: bool = False  # it left its row in the middle of a turn (carried: resumes there)
+    started: bool = False
+    ended: bool = False
+    turns: int = 0
+    failed: bool = False
+    why: str = ""  # why its sandbox failed (a restored episode's, its session not reopened)
+    said: list = field(default_factory=list)  # its calls' texts, in order (a resume replays)
+    versions: list = field(default_factory=list)  # (first column, params version) segments
+
+
+class _Batch:
+    """A batch's episodes and their records (host arrays [N, R])."""
+
+    def __init__(self, j: int, prompt_N_L, pmask_N_L, key, contexts, seq_N, r: int,
+                 tools: int, pad_id: int):
+        n = len(prompt_N_L)
+        self.j, self.n, self.key = j, n, key
+        self.prompt_N_L, self.pmask_N_L = np.asarray(prompt_N_L), np.asarray(pmask_N_L)
+        self.contexts = contexts if contexts is not None else [{}] * n
+        self.seq_N = np.arange(n) if seq_N is None else np.asarray(seq_N)
+        self.eps = [_Ep(self, i) for i in range(n)]
+        self.res = Rollout(np.full((n, r), pad_id, np.int32), np.zeros((n, r), np.float32),
+                           np.zeros((n, r), np.float32), np.zeros((n, r), np.float32),
+                           np.zeros((n, r), np.float32))
+        self.calls_N_T_O = np.zeros((n, tools + 1, len(OUTCOMES)), np.int32)
+        self.reason_N = np.zeros(n, np.int8)
+        self.cut_N = np.zeros(n, np.int32)
+        self.finals: list = [""] * n
+        self.verdicts: list = [None] * n
+        self.finishing: list = []  # (episodes, future of their verdicts)
+        self.opens: dict[int, tuple] = {}  # first of M episodes -> (them, future of the open)
+        self.left = n  # episodes not yet ended
+
+    def versions(self) -> np.ndarray:
+        """int32 [N, R]: the params version each column was written under."""
+        out = np.zeros(self.res.tokens_B_R.shape, np.int32)
+        for e in self.eps:
+            for col, v in e.versions:
+                out[e.i, col:] = v
+        return out
+
+
 def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, prompt_N_L,
         pmask_N_L, key, *, max_turns: int, put: Callable, schedule: Schedule,
         group_size: int = 1, contexts=None, rows_N=None) -> Generated:
     """N episodes (host arrays in, host arrays out, in input order; prompts in P_G order, G
     = `group_size`) through `schedule.rows` decode rows. The record is episodes.run's."""
-    n = len(prompt_N_L)
-    contexts = contexts if contexts is not None else [{}] * n
-    threads = schedule.env_threads if getattr(env, "concurrent_episodes", False) else 1
-    jobs = _Timed(threads)
-    opens: dict[int, Future] = {}  # first episode of an open batch -> its future
+    stream = Stream(sampler, env, tokenizer, glue, max_turns=max_turns, put=put,
+                    schedule=schedule, group_size=group_size)
     try:
-        return _Driver(sampler, env, tokenizer, glue, params, np.asarray(prompt_N_L),
-                       np.asarray(pmask_N_L), key, max_turns, put, schedule, group_size,
-                       contexts, rows_N, jobs, opens).run()
+        stream.add(0, prompt_N_L, pmask_N_L, key, contexts, rows_N)
+        return stream.run(params, 0, 0)
     finally:
-        # Jobs not started are dropped (an exception cut the run: their episodes are closed
-        # below); every job running is waited for.
-        jobs.pool.shutdown(wait=True, cancel_futures=True)
-        leftover = []
-        for f in opens.values():
-            if f.cancelled():
-                continue
-            try:
-                leftover += [e for e in f.result() if not e.closed]
-            except Exception:  # noqa: BLE001 (an open that raised has nothing to close)
-                pass
-        if leftover:  # an exception cut the run short: what it opened is closed
-            env.close_episodes(leftover)
+        stream.close()
 
 
-class _Driver:
-    def __init__(self, sampler, env, tokenizer, glue, params, prompt_N_L, pmask_N_L, key,
-                 max_turns, put, schedule: Schedule, group_size, contexts, rows_N, jobs, opens):
-        self.s, self.env, self.tok, self.glue, self.params = sampler, env, tokenizer, glue, params
-        self.prompt_N_L, self.pmask_N_L, self.key = prompt_N_L, pmask_N_L, key
-        self.max_turns, self.put, self.sch, self.g = max_turns, put, schedule, max(group_size, 1)
-        self.contexts, self.jobs, self.opens = contexts, jobs, opens
-        n, b = len(prompt_N_L), schedule.rows
-        self.n, self.b = n, b
-        self.seq_N = np.arange(n) if rows_N is None else np.asarray(rows_N)
+class Stream:
+    """The rows and the queue of episodes, kept from one batch to the next: `add` queues a
+    batch's episodes, `run(params, version, j)` streams until batch j's have all ended and
+    returns its record; episodes of later batches already in rows, or waiting on calls, are
+    carried into the next `run` (under its params). `close` closes every open episode."""
+
+    def __init__(self, sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, *,
+                 max_turns: int, put: Callable, schedule: Schedule, group_size: int = 1):
+        self.s, self.env, self.tok, self.glue, self.put = sampler, env, tokenizer, glue, put
+        self.max_turns, self.sch, self.g = max_turns, schedule, max(group_size, 1)
+        threads = schedule.env_threads if getattr(env, "concurrent_episodes", False) else 1
+        self.jobs = _Timed(threads)
         self.tools = tuple(env.tools)
-        self.turns_N = np.zeros(n, np.int32)
-        self.reason_N = np.zeros(n, np.int8)
-        self.failed_N = np.zeros(n, bool)
-        self.calls_N_T_O = np.zeros((n, len(self.tools) + 1, len(OUTCOMES)), np.int32)
-        self.cut_N = np.zeros(n, np.int32)
-        self.episode: list = [None] * n  # env.Episode, once its open is back
-        self.row_N = np.full(n, -1)  # the row an episode is in
-        self.owner_B = np.full(b, -1)  # the episode in each row (-1: free)
-        self.finals: list = [""] * n
-        self.verdicts: list = [None] * n
-        self.finishing: list = []  # (episodes' indices, future of their verdicts)
+        m, b = schedule.insert_rows, schedule.rows
+        self.b = b
+        # Prompt slots: those of the prompts one insert touches (the head group's, which may
+        # be partly inserted already, and the next ones).
+        self.q = min(m, -(-(m - 1) // self.g) + 1)
+        self.state, self.pc = self.s.empty(b, self.q)
+        self.r = self.state.tokens_B_R.shape[1]
+        self.slot_of: dict = {}  # (batch, prompt) -> its prompt slot
+        self.owner: list = [None] * b  # the episode in each row
+        self.queue: deque = deque()  # episodes not started, in order
+        self.batches: dict[int, _Batch] = {}
         self.due: dict[int, list] = {}  # boundary -> [(episode, future of its reply)]
-        self.wait_s = 0.0  # the driver blocked on the environment (the devices idle)
-        self.prefills = 0  # prompts prefilled by inserts
-        self.col_N = np.zeros(n, np.int64)  # an episode's next column (host, at its stops)
-        self.start_N = np.zeros(n, np.int64)  # its current turn's first column
-        self.resumes: list[int] = []  # released episodes whose observation is appended
-        self.recomputed = 0  # history tokens prefilled again by resumes
+        self.resumes: list = []  # episodes out of rows, ready to go on (in order)
+        self.ended: list = []  # episodes that ended since the last boundary (rows to free)
+        self.t = 0  # boundaries so far (they go on counting across batches)
+        self.params, self.version = None, None
+        self.wait_s, self.prefills, self.recomputed = 0.0, 0, 0
+        self.open_jobs: list = []  # every open submitted (`close` closes what is left)
+        self.replayed = 0  # calls replayed into reopened sessions (a restored stream)
 
-    # ------------------------------------------------------------------ helpers
+    # ------------------------------------------------------------------ the queue
+    def add(self, j: int, prompt_N_L, pmask_N_L, key, contexts=None, rows_N=None) -> None:
+        """Batch j's episodes, queued after those added before."""
+        batch = _Batch(j, prompt_N_L, pmask_N_L, key, contexts, rows_N, self.r,
+                       len(self.tools), self.tok.pad_token_id)
+        self.batches[j] = batch
+        self.queue.extend(batch.eps)
+
+    def _open(self, e: _Ep) -> None:
+        """Open (on the environment's thread) the batch of M episodes of e's batch that holds
+        e (batches of M from its first episode; those started already, restored with their
+        own sessions, left out)."""
+        b, m = e.b, self.sch.insert_rows
+        first = e.i - e.i % m
+        if first not in b.opens:
+            eps = [x for x in b.eps[first:first + m] if not x.started]
+            b.opens[first] = (eps, self.jobs.submit(self.env.open,
+                                                    [b.contexts[x.i] for x in eps]))
+            self.open_jobs.append(b.opens[first][1])
+
+    def _opened(self, e: _Ep):
+        if e.episode is None:
+            eps, future = e.b.opens[e.i - e.i % self.sch.insert_rows]
+            for x, episode in zip(eps, self._wait(future)):
+                x.episode = episode
+                x.failed |= bool(episode.failed)  # its session could not open
+        return e.episode
+
     def _wait(self, future: Future):
         t0 = time.perf_counter()
         out = future.result()
         self.wait_s += time.perf_counter() - t0
         return out
 
-    def _open_batch(self, i: int) -> None:
-        """Open (on the environment's thread) the batch of M episodes that holds episode i
-        (batches of M from episode 0, in queue order)."""
-        first = i - i % self.sch.insert_rows
-        if first < self.n and first not in self.opens:
-            last = min(first + self.sch.insert_rows, self.n)
-            ctx = [self.contexts[i] for i in range(first, last)]
-            self.opens[first] = self.jobs.submit(self.env.open, ctx)
-
-    def _opened(self, i: int):
-        first = i - i % self.sch.insert_rows
-        if self.episode[i] is None:
-            for j, e in enumerate(self._wait(self.opens[first])):
-                self.episode[first + j] = e
-                self.failed_N[first + j] = bool(e.failed)  # its session could not open
-        return self.episode[i]
-
-    def _end(self, i: int, reason: str, failed: bool = False) -> None:
-        self.reason_N[i] = REASONS.index(reason)
-        self.failed_N[i] |= failed
+    def _end(self, e: _Ep, reason: str, failed: bool = False) -> None:
+        e.b.reason_N[e.i] = REASONS.index(reason)
+        e.failed |= failed
+        e.ended = True
+        self.ended.append(e)
 
     # ------------------------------------------------------------------ the boundaries
-    def run(self) -> Generated:
-        n, b, m, k = self.n, self.b, self.sch.insert_rows, self.sch.chunk_steps
-        self._open_batch(0)
-        self._open_batch(m)  # one batch ahead: its sessions start while the first decode
-        queue = deque(range(n))
-        # Prompt slots: those of the prompts one insert touches (the head group's, which may
-        # be partly inserted already, and the next ones).
-        self.q, self.slot_of = min(m, -(-(m - 1) // self.g) + 1), {}
-        state, self.pc = self.s.empty(b, self.q)
-        r = state.tokens_B_R.shape[1]
-        o = self.s.observation_tokens
-        self.res = Rollout(np.full((n, r), self.tok.pad_token_id, np.int32),
-                           np.zeros((n, r), np.float32), np.zeros((n, r), np.float32),
-                           np.zeros((n, r), np.float32))
-        self.turn_rewards_N_R = np.zeros((n, r), np.float32)
-        t0, t, chunks, live_sum = time.perf_counter(), 0, 0, 0
-        ended: list[int] = []  # episodes that ended since the last boundary (rows to free)
+    def run(self, params, version: int, j: int) -> Generated:
+        """Stream until batch j's episodes have all ended; -> its record. `version`: the
+        params' (each token records the version it was sampled under)."""
+        if self.version is not None and version != self.version:
+            self._new_version(version)
+        self.params, self.version = params, version
+        self.wait_s, self.prefills, self.recomputed = 0.0, 0, 0
+        calls_before, steps_before = len(self.jobs.call_s), int(distributed.to_host(
+            self.state.steps))
+        batch, b, k, o = self.batches[j], self.b, self.sch.chunk_steps, self.s.observation_tokens
+        t0, chunks, live_sum = time.perf_counter(), 0, 0
+        for e in list(islice(self.queue, self.sch.insert_rows + 1))[::self.sch.insert_rows]:
+            self._open(e)  # the first two opens: their sessions start while rows decode
         while True:
             obs_B_O = np.full((b, o), self.tok.pad_token_id, np.int32)
             len_B = np.zeros(b, np.int32)
             # 1. Observations due now (the only wait on the environment's calls).
-            for i, future in self.due.pop(t, []):
-                row = self.row_N[i]  # -1: released
-                reply = self._wait(future)
-                col = int(self.col_N[i])
-                tool = self.tools.index(reply.tool) if reply.tool in self.tools else len(
-                    self.tools)
-                self.calls_N_T_O[i, tool, OUTCOMES.index(reply.outcome)] += 1
-                self.turn_rewards_N_R[i, col - 1] += reply.reward  # the call's last token
-                if reply.outcome == SANDBOX_ERROR:
-                    self._end(i, "sandbox_error", failed=True)
-                    ended.append(i)
-                    continue
-                ids, cut = self.glue.ids(reply.text, o)
-                if col + len(ids) >= r:  # no slot left to answer in
-                    self._end(i, "no_room")
-                    ended.append(i)
-                    continue
-                self.cut_N[i] += cut
-                if row < 0:  # appended to its record: it resumes in a free row
-                    for x, v in zip(self.res, (ids, 0.0, 1.0, 0.0)):
-                        x[i, col:col + len(ids)] = v
-                    self.col_N[i] = self.start_N[i] = col + len(ids)
-                    self.resumes.append(i)
-                else:
-                    obs_B_O[row, :len(ids)], len_B[row] = ids, len(ids)
+            for e, future in self.due.pop(self.t, []):
+                self._observe(e, self._wait(future), obs_B_O, len_B)
             # 2. Finished episodes leave their rows (their records copied out).
-            if ended:
-                self._leave(ended, state)
-                ended = []
-            # 3. Free rows refilled: released episodes first (in the order their calls came
-            # due), then new ones in queue order, M per call.
-            free = [x for x in range(b) if self.owner_B[x] < 0]
+            if self.ended:
+                self._leave(self.ended)
+                self.ended = []
+            complete = not batch.left
+            # 3. Free rows refilled: episodes out of rows first (in the order they became
+            # ready), then new ones in queue order, M per call (one batch's per call).
+            free = [] if complete else [x for x in range(b) if self.owner[x] is None]
             while self.resumes and free:
-                take, self.resumes = self.resumes[:min(m, len(free))], self.resumes[
-                    min(m, len(free)):]
+                take = self._head(self.resumes, len(free))
+                self.resumes = self.resumes[len(take):]
+                self._resume(take, free[:len(take)])
+                free = free[len(take):]
+            while self.queue and free:
+                take = self._head(self.queue, len(free))
+                for _ in take:
+                    self.queue.popleft()
+                ahead = list(islice(self.queue, self.sch.insert_rows))
+                for e in take[:1] + take[-1:] + ahead[:1] + ahead[-1:]:
+                    self._open(e)  # these, and the next M (their sessions start meanwhile)
                 dest, free = free[:len(take)], free[len(take):]
-                state = self._resume(state, take, dest)
-            while queue and free:
-                take = [queue.popleft() for _ in range(min(m, len(free), len(queue)))]
-                dest, free = free[:len(take)], free[len(take):]
-                for i in (take[0], take[-1], take[-1] + m):  # these, and the next batch
-                    self._open_batch(i)
-                state = self._insert(state, take, dest)
-                for i, row in zip(take, dest):
-                    e = self._opened(i)
-                    if e.observation and not e.failed:  # what the environment showed at reset
-                        room = min(o, r - 1)  # a slot is left for the first turn
-                        ids, cut = self.glue.ids(e.observation, room)
-                        self.cut_N[i] += cut
+                self._insert(take, dest)
+                for e, row in zip(take, dest):
+                    x = self._opened(e)
+                    if x.observation and not e.failed:  # what the environment showed at reset
+                        room = min(o, self.r - 1)  # a slot is left for the first turn
+                        ids, cut = self.glue.ids(x.observation, room)
+                        e.b.cut_N[e.i] += cut
                         obs_B_O[row, :len(ids)], len_B[row] = ids, len(ids)
             if len_B.any():
-                state = self.s.extend(self.params, state, self.put(obs_B_O), self.put(len_B),
-                                      self.put(np.zeros(b, bool)))
-            if not (self.owner_B >= 0).any() and not queue and not self.due:
+                self.state = self.s.extend(self.params, self.state, self.put(obs_B_O),
+                                           self.put(len_B), self.put(np.zeros(b, bool)))
+            if complete:
                 break
-            live_B = np.asarray(distributed.to_host(state.live_B))
+            live_B = np.asarray(distributed.to_host(self.state.live_B))
             if not live_B.any():  # every row waits on a call: on to the next one due
-                t = min(self.due)
+                self.t = min(self.due)
                 continue
             # 4. A chunk of decoding; the rows that stopped in it, handled at boundary t+1.
-            state = self.s.decode(self.params, state, np.int32(k))
+            self.state = self.s.decode(self.params, self.state, np.int32(k))
             chunks += 1
             live_sum += int(live_B.sum())
             host = dict(zip(("live", "stop", "col", "start"), (np.asarray(x) for x in (
-                distributed.to_host((state.live_B, state.stop_B, state.col_B,
-                                     state.turn_start_B))))))
+                distributed.to_host((self.state.live_B, self.state.stop_B, self.state.col_B,
+                                     self.state.turn_start_B))))))
             stopped = [x for x in range(b) if live_B[x] and not host["live"][x]]
-            t += 1
+            self.t += 1
             if stopped:
-                tokens_B_R = np.asarray(distributed.to_host(state.tokens_B_R))
-                ended += self._stopped(stopped, host, tokens_B_R, t, state)
-        steps = int(distributed.to_host(state.steps))
+                self._stopped(stopped, host)
+        steps = int(distributed.to_host(self.state.steps)) - steps_before
         wall = time.perf_counter() - t0
-        for idx, future in self.finishing:
-            for i, v in zip(idx, self._wait(future)):
-                self.verdicts[i] = v
-        return self._record(steps, chunks, live_sum, wall)
+        for eps, future in batch.finishing:
+            for e, v in zip(eps, self._wait(future)):
+                e.b.verdicts[e.i] = v
+        del self.batches[j]
+        record = self._record(batch, steps, chunks, live_sum, wall,
+                              self.jobs.call_s[calls_before:])
+        if not self.sch.keep_cache:
+            self._take_out_rows()
+        return record
 
-    def _insert(self, state, take: list, dest: list):
-        """Episodes `take` into rows `dest`, from their prompts' slots: a prompt is prefilled
-        once, when its group's first episode starts, and kept until its last has."""
+    def _head(self, items, free: int) -> list:
+        """The first episodes of `items` that go in one call: at most M and `free`, of one
+        batch (a call draws with one batch's key)."""
+        take = []
+        for e in items:
+            if len(take) == min(self.sch.insert_rows, free) or (take and e.b is not take[0].b):
+                break
+            take.append(e)
+        return take
+
+    def _observe(self, e: _Ep, reply, obs_B_O, len_B) -> None:
+        """A call's reply: into e's row's observation, or its record when e is out of rows."""
+        o, col = self.s.observation_tokens, e.col
+        tool = self.tools.index(reply.tool) if reply.tool in self.tools else len(self.tools)
+        e.b.calls_N_T_O[e.i, tool, OUTCOMES.index(reply.outcome)] += 1
+        e.b.res.turn_rewards_B_R[e.i, col - 1] += reply.reward  # the call's last token
+        if reply.outcome == SANDBOX_ERROR:
+            return self._end(e, "sandbox_error", failed=True)
+        ids, cut = self.glue.ids(reply.text, o)
+        if col + len(ids) >= self.r:  # no slot left to answer in
+            return self._end(e, "no_room")
+        e.b.cut_N[e.i] += cut
+        if e.row < 0:  # appended to its record: it resumes in a free row
+            for x, v in zip(e.b.res[:4], (ids, 0.0, 1.0, 0.0)):
+                x[e.i, col:col + len(ids)] = v
+            e.col = e.start = col + len(ids)
+            self.resumes.append(e)
+        else:
+            obs_B_O[e.row, :len(ids)], len_B[e.row] = ids, len(ids)
+
+    def _insert(self, take: list, dest: list) -> None:
+        """Episodes `take` (of one batch) into rows `dest`, from their prompts' slots: a
+        prompt is prefilled once, when its group's first episode starts, and kept until its
+        last has (or the params change)."""
         m, b, g, q = self.sch.insert_rows, self.b, self.g, self.q
-        new = [p for p in dict.fromkeys(i // g for i in take) if p not in self.slot_of]
-        free = [x for x in range(q) if x not in self.slot_of.values()]
+        batch = take[0].b
+        new = [p for p in dict.fromkeys(e.i // g for e in take) if (batch.j, p) not in
+               self.slot_of]
+        used = set(self.slot_of.values())
+        free = [x for x in range(q) if x not in used]
         assert len(new) <= len(free), (new, self.slot_of)
-        self.slot_of.update(zip(new, free))
+        self.slot_of.update({(batch.j, p): x for p, x in zip(new, free)})
         if new:
             first = [p * g for p in new] + [new[0] * g] * (q - len(new))
-            slots = [self.slot_of[p] for p in new] + [q] * (q - len(new))  # q: dropped
-            self.pc = self.s.prompts(self.params, self.pc, jnp.asarray(self.prompt_N_L[first]),
-                                     jnp.asarray(self.pmask_N_L[first]), jnp.int32(slots))
+            slots = [self.slot_of[batch.j, p] for p in new] + [q] * (q - len(new))  # q: dropped
+            self.pc = self.s.prompts(self.params, self.pc,
+                                     jnp.asarray(batch.prompt_N_L[first]),
+                                     jnp.asarray(batch.pmask_N_L[first]), jnp.int32(slots))
             self.prefills += len(new)
-        src_M = [self.slot_of[i // g] for i in take] + [0] * (m - len(take))
+        src_M = [self.slot_of[batch.j, e.i // g] for e in take] + [0] * (m - len(take))
         dest_M = dest + [b] * (m - len(take))  # B: the write is dropped
-        seq_M = [self.seq_N[i] for i in take] + [0] * (m - len(take))
-        state = self.s.insert(state, self.pc, jnp.int32(src_M), jnp.int32(dest_M),
-                              jnp.int32(seq_M), self.key)
-        for i, row in zip(take, dest):
-            self.row_N[i], self.owner_B[row] = row, i
-            if i == min((i // g + 1) * g, self.n) - 1:  # its group's last: the slot is free
-                del self.slot_of[i // g]
-        return state
+        seq_M = [batch.seq_N[e.i] for e in take] + [0] * (m - len(take))
+        self.state = self.s.insert(self.state, self.pc, jnp.int32(src_M), jnp.int32(dest_M),
+                                   jnp.int32(seq_M), batch.key)
+        for e, row in zip(take, dest):
+            e.row, self.owner[row], e.started = row, e, True
+            e.versions.append((0, self.version))
+            if e.i == min((e.i // g + 1) * g, batch.n) - 1:  # its group's last: slot freed
+                del self.slot_of[batch.j, e.i // g]
 
-    def _resume(self, state, take: list, dest: list):
-        """Released episodes `take` back into rows `dest`, their histories prefilled."""
-        m, b = self.sch.insert_rows, self.b
-        pick = take + [take[0]] * (m - len(take))
+    def _resume(self, take: list, dest: list) -> None:
+        """Episodes `take` (of one batch, out of rows) back into rows `dest`, their histories
+        prefilled under the current params."""
+        m, b, batch = self.sch.insert_rows, self.b, take[0].b
+        pick = [e.i for e in take] + [take[0].i] * (m - len(take))
+        col = [e.col for e in take] + [take[0].col] * (m - len(take))
+        start = [e.start for e in take] + [take[0].start] * (m - len(take))
         # M rows (any M): whole on every device, as the prompt slots are; the rows' layout
         # is the piece's out_shardings.
-        state = self.s.resume(self.params, state, *(jnp.asarray(x) for x in (
-            self.prompt_N_L[pick], self.pmask_N_L[pick], self.res.tokens_B_R[pick],
-            self.res.logp_B_R[pick], self.res.mask_B_R[pick], self.res.loss_mask_B_R[pick],
-            np.int32(self.col_N[pick]), np.int32(dest + [b] * (m - len(take))),
-            np.int32(self.seq_N[pick]))), self.key)
-        for i, row in zip(take, dest):
-            self.row_N[i], self.owner_B[row] = row, i
-            self.recomputed += int(self.pmask_N_L[i].sum() + self.col_N[i])
-        return state
+        self.state = self.s.resume(self.params, self.state, *(jnp.asarray(x) for x in (
+            batch.prompt_N_L[pick], batch.pmask_N_L[pick], batch.res.tokens_B_R[pick],
+            batch.res.logp_B_R[pick], batch.res.mask_B_R[pick], batch.res.loss_mask_B_R[pick],
+            np.int32(col), np.int32(start), np.int32(dest + [b] * (m - len(take))),
+            np.int32(batch.seq_N[pick]))), batch.key)
+        for e, row in zip(take, dest):
+            e.row, self.owner[row], e.live = row, e, False
+            self.recomputed += int(batch.pmask_N_L[e.i].sum() + e.col)
 
-    def _stopped(self, rows: list, host: dict, tokens_B_R, t: int, state) -> list[int]:
-        """Rows whose turn stopped in the chunk before boundary t: the episodes that ended
-        (returned), the calls issued (due at t + d); with `release`, the calling rows
-        freed (their records copied out)."""
-        ended, calls = [], []
+    def _stopped(self, rows: list, host: dict) -> None:
+        """Rows whose turn stopped in the chunk before boundary t: episodes that ended (to
+        leave at t), calls issued (due at t + d); with `release`, the calling rows freed
+        (their records copied out)."""
+        calls = []
+        tokens_B_R = None
         for row in rows:
-            i = self.owner_B[row]
-            self.turns_N[i] += 1
-            self.col_N[i], self.start_N[i] = host["col"][row], host["start"][row]
+            e = self.owner[row]
+            e.turns += 1
+            e.col, e.start = int(host["col"][row]), int(host["start"][row])
             stop = host["stop"][row]
             if stop == STOP_EOS:
-                self._end(i, "eos")
+                self._end(e, "eos")
             elif stop == STOP_BUDGET:
-                self._end(i, "budget")
-            elif self.turns_N[i] == self.max_turns:  # the last turn's call is never run
-                self._end(i, "max_turns")
-            elif self.failed_N[i]:  # no session to call
-                self._end(i, "sandbox_error")
+                self._end(e, "budget")
+            elif e.turns == self.max_turns:  # the last turn's call is never run
+                self._end(e, "max_turns")
+            elif e.failed:  # no session to call
+                self._end(e, "sandbox_error")
             else:
                 assert stop == STOP_CALL, stop
-                calls.append((i, turn_text(self.tok, tokens_B_R[row, host["start"][row]:
-                                                                 host["col"][row]])))
-                continue
-            ended.append(i)
+                if tokens_B_R is None:
+                    tokens_B_R = np.asarray(distributed.to_host(self.state.tokens_B_R))
+                e.said.append(turn_text(self.tok, tokens_B_R[row, e.start:e.col]))
+                calls.append(e)
         if calls and self.sch.release:
-            self._copy_out([i for i, _ in calls], state)
-            for i, _ in calls:
-                self.owner_B[self.row_N[i]], self.row_N[i] = -1, -1
-        if calls:
-            if self.jobs.threads == 1:  # one thread: one batch (sessions in parallel)
-                f = self.jobs.submit(self.env.step, [self.episode[i] for i, _ in calls],
-                                     [text for _, text in calls], calls=len(calls))
-                futures = [_item(f, j) for j in range(len(calls))]
-            else:  # each call on its own: a slow one holds up no other
-                futures = [_item(self.jobs.submit(self.env.step, [self.episode[i]], [text],
-                                                  calls=1), 0) for i, text in calls]
-            self.due.setdefault(t + self.sch.call_delay, []).extend(
-                (i, f) for (i, _), f in zip(calls, futures))
-        return ended
+            self._copy_out(calls)
+            for e in calls:
+                self.owner[e.row], e.row = None, -1
+        self._call(calls, self.t + self.sch.call_delay)
 
-    def _copy_out(self, episodes: list[int], state) -> None:
-        """The records of these episodes' rows into the host's."""
-        rows = [self.row_N[i] for i in episodes]
-        host = distributed.to_host((state.tokens_B_R, state.logp_B_R, state.mask_B_R,
-                                    state.loss_mask_B_R))
-        for dst, src in zip(self.res, host):
-            dst[episodes] = np.asarray(src)[rows]
+    def _call(self, calls: list, due: int) -> None:
+        """Each episode's last call handed to the environment, its reply due at `due`."""
+        if not calls:
+            return
+        if self.jobs.threads == 1:  # one thread: one batch (sessions in parallel)
+            f = self.jobs.submit(self.env.step, [e.episode for e in calls],
+                                 [e.said[-1] for e in calls], calls=len(calls))
+            futures = [_item(f, j) for j in range(len(calls))]
+        else:  # each call on its own: a slow one holds up no other
+            futures = [_item(self.jobs.submit(self.env.step, [e.episode], [e.said[-1]],
+                                              calls=1), 0) for e in calls]
+        self.due.setdefault(due, []).extend(zip(calls, futures))
 
-    def _leave(self, ended: list[int], state) -> None:
-        """Ended episodes' rows copied out and freed (a released episode's record is the
-        host's already); their final texts to `env.finish`, then `close_episodes`, on the
+    def _copy_out(self, eps: list) -> None:
+        """These episodes' rows into their records (host), with where each is."""
+        host = distributed.to_host((self.state.tokens_B_R, self.state.logp_B_R,
+                                    self.state.mask_B_R, self.state.loss_mask_B_R,
+                                    self.state.col_B, self.state.turn_start_B,
+                                    self.state.live_B))
+        arrays, (col, start, live) = host[:4], [np.asarray(x) for x in host[4:]]
+        for e in eps:
+            for dst, src in zip(e.b.res[:4], arrays):
+                dst[e.i] = np.asarray(src)[e.row]
+            e.col, e.start, e.live = int(col[e.row]), int(start[e.row]), bool(live[e.row])
+
+    def _leave(self, ended: list) -> None:
+        """Ended episodes' rows copied out and freed (one out of rows has its record on the
+        host already); their final texts to `env.finish`, then `close_episodes`, on the
         environment's thread."""
-        in_rows = [i for i in ended if self.row_N[i] >= 0]
+        in_rows = [e for e in ended if e.row >= 0]
         if in_rows:
-            self._copy_out(in_rows, state)
-            start, col = (np.asarray(x) for x in distributed.to_host((state.turn_start_B,
-                                                                      state.col_B)))
-            for i in in_rows:
-                self.start_N[i], self.col_N[i] = start[self.row_N[i]], col[self.row_N[i]]
-                self.owner_B[self.row_N[i]], self.row_N[i] = -1, -1
-        for i in ended:
-            self.finals[i] = _text(self.tok, self.res.tokens_B_R[i, self.start_N[i]:
-                                                                 self.col_N[i]],
-                                   self.tok.eos_token_id)
-        episodes = [self.episode[i] for i in ended]
+            self._copy_out(in_rows)
+            for e in in_rows:
+                self.owner[e.row], e.row = None, -1
+        for e in ended:
+            e.b.finals[e.i] = _text(self.tok, e.b.res.tokens_B_R[e.i, e.start:e.col],
+                                    self.tok.eos_token_id)
+            e.b.left -= 1
+        for batch in dict.fromkeys(e.b for e in ended):
+            mine = [e for e in ended if e.b is batch]
+            episodes = [e.episode for e in mine]
 
-        def finish_and_close(episodes=episodes, texts=[self.finals[i] for i in ended]):
+            def finish_and_close(episodes=episodes, texts=[batch.finals[e.i] for e in mine]):
+                try:
+                    return self.env.finish(episodes, texts)
+                finally:
+                    self.env.close_episodes(episodes)
+            batch.finishing.append((mine, self.jobs.submit(finish_and_close)))
+
+    # ------------------------------------------------------------------ across params
+    def _take_out_rows(self) -> None:
+        """Every carried episode out of its row (its record copied out), the rows and prompt
+        slots emptied: the next params prefill what they go on with again (`_resume`)."""
+        rows = [e for e in self.owner if e is not None]
+        if not rows and not self.slot_of:
+            return  # nothing carried in the rows: their state is not read again
+        if rows:
+            self._copy_out(rows)
+        for e in rows:
+            self.owner[e.row], e.row = None, -1
+        # Mid-turn ones go on at once (by batch and index); those waiting on a call resume
+        # when their observation is appended.
+        self.resumes += sorted((e for e in rows if e.live), key=lambda e: (e.b.j, e.i))
+        self.state, self.pc = self.s.empty(self.b, self.q)
+        self.slot_of = {}
+
+    def _new_version(self, version: int) -> None:
+        """Each carried episode's tokens from its next column on are the new params'."""
+        in_rows = [e for e in self.owner if e is not None]
+        col = np.asarray(distributed.to_host(self.state.col_B)) if in_rows else None
+        for batch in self.batches.values():
+            for e in batch.eps:
+                if e.started and not e.ended:
+                    e.versions.append((int(col[e.row]) if e.row >= 0 else e.col, version))
+
+    def snapshot(self) -> dict:
+        """What a resume rebuilds the stream from, between two `run`s (JSON): every started
+        episode's record and counters, the calls in flight (their texts; due how many
+        boundaries on) and the order of those waiting for a row. Rows and prompt slots are
+        empty there (with `keep_cache`, the rows are emptied now: a checkpoint's step
+        recomputes them as a resumed run does); the sessions are not saved: `restore` opens
+        them again and replays their calls."""
+        if self.sch.keep_cache:
+            self._take_out_rows()
+        out = {"version": self.version, "batches": [], "resumes": [[e.b.j, e.i] for e in
+                                                                    self.resumes],
+               "due": [[t - self.t, e.b.j, e.i] for t in sorted(self.due)
+                       for e, _ in self.due[t]]}
+        for batch in self.batches.values():
+            for eps, future in batch.finishing:  # the ended episodes' verdicts
+                for e, v in zip(eps, future.result()):
+                    batch.verdicts[e.i] = v
+            eps = []
+            for e in batch.eps:
+                if not e.started:
+                    continue
+                c, i = e.col, e.i
+                eps.append({
+                    "i": i, "col": c, "start": e.start, "live": e.live, "turns": e.turns,
+                    "failed": e.failed, "why": self._why(e), "ended": e.ended, "said": e.said,
+                    "versions": e.versions, "reason": int(batch.reason_N[i]),
+                    "cut": int(batch.cut_N[i]), "calls": batch.calls_N_T_O[i].tolist(),
+                    "record": [x[i, :c].tolist() for x in batch.res[:5]],
+                    "final": batch.finals[i], "verdict": verdict_json(batch.verdicts[i])})
+            out["batches"].append({"j": batch.j, "eps": eps})
+        return out
+
+    def restore(self, st: dict) -> None:
+        """The stream `snapshot` saved, its batches added again first: records and counters
+        back, the started episodes' sessions opened again with their answered calls
+        replayed in order (their replies are in the records already), the calls that were in
+        flight issued again."""
+        self.version = st["version"]
+        for saved in st["batches"]:
+            batch = self.batches[saved["j"]]
+            for d in saved["eps"]:
+                e, i, c = batch.eps[d["i"]], d["i"], d["col"]
+                e.col, e.start, e.live, e.turns = d["col"], d["start"], d["live"], d["turns"]
+                e.failed, e.why, e.ended, e.started = d["failed"], d["why"], d["ended"], True
+                e.said, e.versions = list(d["said"]), [tuple(v) for v in d["versions"]]
+                batch.reason_N[i], batch.cut_N[i] = d["reason"], d["cut"]
+                batch.calls_N_T_O[i] = d["calls"]
+                for x, v in zip(batch.res[:5], d["record"]):
+                    x[i, :c] = v
+                batch.finals[i], batch.verdicts[i] = d["final"], verdict_of(d["verdict"])
+                batch.left -= e.ended
+        order = sorted(self.batches.values(), key=lambda b: b.j)
+        self.queue = deque(e for b in order for e in b.eps if not e.started)
+        pending = {(j, i) for _, j, i in st["due"]}
+        going = [e for b in order for e in b.eps if e.started and not e.ended and not e.failed]
+        if going:
+            self.open_jobs.append(self.jobs.submit(self.env.open,
+                                                   [e.b.contexts[e.i] for e in going]))
+            opened = self._wait(self.open_jobs[-1])
+            for e, x in zip(going, opened):
+                e.episode, e.failed, e.why = x, bool(x.failed), x.failed
+        answered = {e: e.said[:-1] if (e.b.j, e.i) in pending else e.said for e in going}
+        for k in range(max((len(a) for a in answered.values()), default=0)):
+            eps = [e for e in going if not e.failed and len(answered[e]) > k]
+            replies = self._wait(self.jobs.submit(self.env.step, [e.episode for e in eps],
+                                                  [answered[e][k] for e in eps]))
+            self.replayed += len(eps)
+            for e, reply in zip(eps, replies):
+                if reply.outcome == SANDBOX_ERROR:  # its next call, or stop, says so
+                    e.failed, e.why = True, e.episode.failed or "a replayed call failed"
+        for offset in sorted({o for o, _, _ in st["due"]}):
+            self._call([self.batches[j].eps[i] for o, j, i in st["due"] if o == offset],
+                       self.t + offset)
+        self.resumes = [self.batches[j].eps[i] for j, i in st["resumes"]]
+
+    @staticmethod
+    def _why(e: _Ep) -> str:
+        return (e.episode.failed if e.episode is not None else "") or e.why
+
+    def carried(self) -> int:
+        """Episodes started and not ended (carried into the next `run`)."""
+        return sum(e.started and not e.ended for b in self.batches.values() for e in b.eps)
+
+    def close(self) -> None:
+        """Jobs not started are dropped; every job running is waited for; every episode
+        opened and not closed is closed."""
+        self.jobs.pool.shutdown(wait=True, cancel_futures=True)
+        leftover = []
+        for f in self.open_jobs:
+            if f.cancelled():
+                continue
             try:
-                return self.env.finish(episodes, texts)
-            finally:
-                self.env.close_episodes(episodes)
-        self.finishing.append((list(ended), self.jobs.submit(finish_and_close)))
+                leftover += [x for x in f.result() if not x.closed]
+            except Exception:  # noqa: BLE001 (an open that raised has nothing to close)
+                pass
+        if leftover:
+            self.env.close_episodes(leftover)
 
-    def _record(self, steps: int, chunks: int, live_sum: int, wall: float) -> Generated:
-        n, b = self.n, self.b
+    # ------------------------------------------------------------------ the record
+    def _record(self, batch: _Batch, steps: int, chunks: int, live_sum: int, wall: float,
+                call_s) -> Generated:
+        n = batch.n
         verdicts = [Verdict(Status.SANDBOX_ERROR,
-                            f"the episode's sandbox failed: {self.episode[i].failed}"[:300])
-                    if self.failed_N[i] else self.verdicts[i] for i in range(n)]
-        rollout = self.res._replace(turn_rewards_B_R=self.turn_rewards_N_R)
-        row = stats(self.turns_N, self.calls_N_T_O, self.tools, self.reason_N, rollout,
-                    self.cut_N, self.pmask_N_L)
-        row["episode/turn_reward_mean"] = float(self.turn_rewards_N_R.sum() / n)
-        call_s = self.jobs.call_s
-        row.update(episodes.rollout_stats(self.wait_s, wall, rollout, steps, b, call_s))
+                            f"the episode's sandbox failed: {self._why(e)}"[:300])
+                    if e.failed else batch.verdicts[e.i] for e in batch.eps]
+        rollout = batch.res._replace(version_B_R=batch.versions())
+        turns_N = np.array([e.turns for e in batch.eps], np.int32)
+        row = stats(turns_N, batch.calls_N_T_O, self.tools, batch.reason_N, rollout,
+                    batch.cut_N, batch.pmask_N_L)
+        row["episode/turn_reward_mean"] = float(rollout.turn_rewards_B_R.sum() / n)
+        row.update(episodes.rollout_stats(self.wait_s, wall, rollout, steps, self.b, call_s))
         row.update({"stream/chunks": float(chunks),
                     "stream/live_rows_mean": live_sum / max(chunks, 1),
                     "stream/prefills_per_prompt": self.prefills / max(-(-n // self.g), 1),
-                    "stream/recomputed_tokens_per_episode": self.recomputed / n})
-        return Generated(rollout, self.finals, verdicts, {**row, **self.env.stats()})
+                    "stream/recomputed_tokens_per_episode": self.recomputed / n,
+                    "stream/carried_episodes": float(self.carried())})
+        return Generated(rollout, list(batch.finals), verdicts, {**row, **self.env.stats()})
+
+
+def verdict_json(v) -> Optional[list]:
+    return None if v is None else [int(v.status), v.detail, v.fraction,
+                                   [list(p) for p in v.parts]]
+
+
+def verdict_of(x) -> Optional[Verdict]:
+    return None if x is None else Verdict(Status(x[0]), x[1], fraction=x[2],
+                                          parts=tuple(tuple(p) for p in x[3]))
 
 
 def _item(future: Future, j: int) -> Future:

@@ -87,7 +87,7 @@ class TurnSampler(NamedTuple):
     prompts: Callable = None  # (params, Prompts, prompt_Q_L, mask_Q_L, slot_Q) -> Prompts
     insert: Callable = None  # (state, Prompts, src_M, dest_M, seq_M, key) -> state
     # (params, state, prompt_M_L, pmask_M_L, tokens_M_R, logp_M_R, mask_M_R, loss_mask_M_R,
-    #  col_M, dest_M, seq_M, key) -> state: released episodes back, their histories prefilled
+    #  col_M, start_M, dest_M, seq_M, key) -> state: episodes back, their histories prefilled
     resume: Callable = None
 
 
@@ -115,9 +115,11 @@ def ends_with_stop(tokens_B_R, col_B, turn_start_B, table_M_W, lengths_M) -> jax
 
 
 def start_rows(s: TurnState, dest_M, cache_M: KVCache, logits_M_V, col_M, position_M,
-               tokens_M_R, logp_M_R, mask_M_R, loss_mask_M_R, u_M_R) -> TurnState:
-    """Rows dest_M (B: none, the write dropped) start a turn at column col_M, live, with
-    these caches and records (the streamed pieces `insert` and `resume`)."""
+               tokens_M_R, logp_M_R, mask_M_R, loss_mask_M_R, u_M_R,
+               start_M=None) -> TurnState:
+    """Rows dest_M (B: none, the write dropped) go on live at column col_M, in a turn that
+    began at start_M (default col_M: a new turn), with these caches and records (the
+    streamed pieces `insert` and `resume`)."""
     at = lambda x, v, axis=0: (x.at[dest_M].set(v, mode="drop") if axis == 0
                                else x.at[:, dest_M].set(v, mode="drop"))
     m = dest_M.shape[0]
@@ -126,7 +128,8 @@ def start_rows(s: TurnState, dest_M, cache_M: KVCache, logits_M_V, col_M, positi
                       at(s.cache.v_N_B_S_K_H, cache_M.v_N_B_S_K_H, 1),
                       at(s.cache.valid_B_S, cache_M.valid_B_S)),
         logits_B_V=at(s.logits_B_V, logits_M_V), col_B=at(s.col_B, col_M),
-        turn_start_B=at(s.turn_start_B, col_M), position_B=at(s.position_B, position_M),
+        turn_start_B=at(s.turn_start_B, col_M if start_M is None else start_M),
+        position_B=at(s.position_B, position_M),
         live_B=at(s.live_B, jnp.ones((m,), bool)), done_B=at(s.done_B, jnp.zeros((m,), bool)),
         stop_B=at(s.stop_B, jnp.zeros((m,), jnp.int32) + RUNNING),
         tokens_B_R=at(s.tokens_B_R, tokens_M_R), logp_B_R=at(s.logp_B_R, logp_M_R),
@@ -211,11 +214,12 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
                           zeros_M_R, zeros_M_R, sequence_uniforms(key, seq_M, r))
 
     def resume(params, s: TurnState, prompt_M_L, pmask_M_L, tokens_M_R, logp_M_R, mask_M_R,
-               loss_mask_M_R, col_M, dest_M, seq_M, key) -> TurnState:
-        """M episodes that left their rows during a call back into rows dest_M (B: dropped),
-        their histories (prompt ++ the response record so far, its observation appended)
-        prefilled whole: the recompute a released row costs. Each resumes at column col_M
-        with a new turn."""
+               loss_mask_M_R, col_M, start_M, dest_M, seq_M, key) -> TurnState:
+        """M episodes that left their rows back into rows dest_M (B: dropped), their
+        histories (prompt ++ the response record so far) prefilled whole under `params`: the
+        recompute a released row costs (its observation appended), or a carried episode's
+        under new params (streaming.py). Each goes on at column col_M in a turn that began
+        at start_M (= col_M: a new one)."""
         on_trace("turn_resume")
         seq_T = jnp.concatenate([prompt_M_L, tokens_M_R], axis=1)
         valid_T = jnp.concatenate([pmask_M_L.astype(bool), mask_M_R > 0], axis=1)
@@ -223,7 +227,7 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
                                 prompt_len + col_M - 1)
         return start_rows(s, dest_M, new, logits_M_V, col_M,
                           jnp.sum(pmask_M_L.astype(jnp.int32), axis=-1), tokens_M_R, logp_M_R,
-                          mask_M_R, loss_mask_M_R, sequence_uniforms(key, seq_M, r))
+                          mask_M_R, loss_mask_M_R, sequence_uniforms(key, seq_M, r), start_M)
 
     def forward(params, s: TurnState, tokens_B_O, valid_B_O):
         """The new tokens at each row's column into the cache; -> (hidden_B_O_D, cache)."""

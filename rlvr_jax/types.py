@@ -72,6 +72,9 @@ class Rollout(NamedTuple):
     # float32 reward positions: an environment's per-turn rewards at the tokens that ended
     # the turns they answer (multi-turn episodes); None: none (zeros)
     turn_rewards_B_R: Any = None
+    # int32 the params version each token was sampled under, where it varies within the
+    # batch (streamed episodes carried across updates: streaming.py); None: the batch's own
+    version_B_R: Any = None
 
     def host(self) -> "Rollout":
         """Host numpy arrays of fetched values (None stays None)."""

@@ -195,3 +195,87 @@ def test_streamed_rows_split_over_eight_devices_equal_lock_step():
                         schedule=streaming.Schedule(8, 8, 4, 1, release=True),
                         contexts=contexts)
     _same_episodes(got, want)
+
+
+def _batches(n, g, count):
+    """`count` batches of n episodes: batch j's prompts (rolled), key and contexts (keys
+    under which the tiny model calls tools often enough for calls to be carried)."""
+    tok, sampler, glue, params, prompt, pmask, _ = _pieces(n, g)
+    return [(np.roll(prompt, j * g, axis=0), np.roll(pmask, j * g, axis=0),
+             jax.random.key((6, 8, 3, 11)[j]), [{"id": j * n + i} for i in range(n)])
+            for j in range(count)]
+
+
+def _carried(n, g, versions, release, keep=False, stop_after=None, latency=0.003, seed=0):
+    """Batches streamed through 5 rows, one batch queued ahead (episodes carried across
+    `run`s), batch j run under params version versions[j] (params scaled by it). With
+    `stop_after` k: the stream saved after batch k, a new stream (and environment)
+    restored from the saved JSON runs the rest."""
+    import json
+
+    tok, sampler, glue, params, *_ = _pieces(n, g)
+    batches = _batches(n, g, len(versions))
+    sch = streaming.Schedule(5, 2, 3, 1, release=release, keep_cache=keep)
+    make = lambda env: streaming.Stream(sampler, env, tok, glue, max_turns=4, put=jnp.asarray,
+                                        schedule=sch, group_size=g)
+    envs = [EchoEnv()]
+    stream, out = make(Delayed(envs[0], latency, 10 * latency, seed=seed)), []
+    try:
+        for j, v in enumerate(versions):
+            if j == 0:
+                stream.add(0, *batches[0])
+            if j + 1 < len(versions) and j + 1 not in stream.batches:
+                stream.add(j + 1, *batches[j + 1])
+            p = jax.tree.map(lambda x: x * (1 + 0.05 * v), params)
+            out.append(stream.run(p, v, j))
+            if stop_after == j:
+                saved = json.loads(json.dumps(stream.snapshot()))
+                stream.close()
+                envs.append(EchoEnv())
+                stream = make(Delayed(envs[-1], latency, 10 * latency, seed=seed + 1))
+                for k in range(j + 1, min(j + 2, len(versions))):
+                    stream.add(k, *batches[k])
+                stream.restore(saved)
+    finally:
+        stream.close()
+    for env in envs:
+        assert env.opened and all(e.closed for e in env.opened)
+    return out, stream
+
+
+@pytest.mark.parametrize("release", [False, True])
+def test_carried_batches_equal_the_lock_step_driver_per_batch(release):
+    """Episodes carried from one `run` to the next (the same params throughout) have the
+    lock-step driver's tokens for their own batch (its prompts, key and contexts)."""
+    n, g = 16, 2
+    tok, sampler, glue, params, *_ = _pieces(n, g)
+    got, _ = _carried(n, g, [0, 0, 0], release)
+    for (prompt, pmask, key, ctx), record in zip(_batches(n, g, 3), got):
+        want = episodes.run(sampler, EchoEnv(), tok, glue, params, prompt, pmask, key,
+                            max_turns=4, put=jnp.asarray, contexts=ctx)
+        _same_episodes(record, want)
+        assert [(v.status, v.detail) for v in record.verdicts] == [
+            (v.status, v.detail) for v in want.verdicts]
+    assert sum(r.stats["stream/carried_episodes"] for r in got[:-1]) > 0
+
+
+@pytest.mark.parametrize("release,keep", [(False, False), (True, False), (False, True)])
+def test_a_restored_stream_equals_the_uninterrupted_one(release, keep):
+    """New params at every batch: carried episodes go on under them (each token's version
+    recorded); the stream saved after batch 1 (a call in flight) and restored in a new process's stead (new
+    environment: sessions reopened, calls replayed) gives the uninterrupted run's records
+    bit for bit (with keep_cache both recompute at the save)."""
+    n, g = 16, 2
+    versions = [0, 1, 2, 3]
+    whole, _ = _carried(n, g, versions, release, keep, stop_after=1 if keep else None)
+    cut, stream = _carried(n, g, versions, release, keep, stop_after=1, seed=5)
+    assert stream.replayed > 0  # sessions rebuilt by replaying their calls
+    for a, b in zip(whole, cut):
+        for x, y in zip(a.rollout, b.rollout):
+            np.testing.assert_array_equal(x, y)
+        assert a.texts == b.texts
+        assert [(v.status, v.detail) for v in a.verdicts] == [
+            (v.status, v.detail) for v in b.verdicts]
+    lags = [set(np.unique(r.rollout.version_B_R[r.rollout.loss_mask_B_R > 0]))
+            for r in whole]
+    assert lags[0] == {0} and any(len(s) > 1 for s in lags[1:]), lags  # carried: mixed

@@ -108,6 +108,11 @@ def validate(cfg: RunConfig) -> RunConfig:
     cfg.rollout.check()
     _check(cfg.rollout.stream.rows == 0 or cfg.env.kind != "none", "rollout.stream.rows",
            "streams multi-turn episodes: set env.kind (one-turn batches are sampled whole)")
+    if cfg.rollout.stream.carry_batches:  # a step's batch is one record of the stream's
+        _check(v.overlap_chunks == 1, "verifier.overlap_chunks",
+               "must be 1 with rollout.stream.carry_batches (a batch streams whole)")
+        _check(cfg.reward.source == "verifier", "reward.source", "a reward model does not "
+               "score carried episodes yet: set rollout.stream.carry_batches=0")
     cfg.mesh.check()
     cfg.distributed.check()
     cfg.preferences.check()

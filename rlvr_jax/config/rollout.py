@@ -26,6 +26,13 @@ class StreamConfig:
     # resumes in a free row, its history prefilled again (rows never wait on calls, at the
     # cost of the recompute). false: the row waits for its call, its cache kept.
     release_rows: bool = False
+    # W >= 1: episodes carried across updates (rlvr_jax/carry.py): the rows a step's last
+    # episodes free take episodes of the next W steps' batches, which go on under the next
+    # params; a token's version lag is then at most rollout.off_policy_steps + W (logged)
+    carry_batches: int = 0
+    # what a carried row's cache is under new params: recompute (its history prefilled again
+    # under them; a resume is bitwise) or keep (the old params' cache; no recompute)
+    carry_cache: str = "recompute"
 
     def check(self, key: str = "rollout.stream") -> None:
         _check(self.rows >= 0, f"{key}.rows", "must be >= 0 (0: lock step)")
@@ -34,6 +41,11 @@ class StreamConfig:
         _check(self.chunk_steps >= 1, f"{key}.chunk_steps", "must be >= 1")
         _check(self.call_delay_chunks >= 0, f"{key}.call_delay_chunks", "must be >= 0")
         _check(self.env_threads >= 1, f"{key}.env_threads", "must be >= 1")
+        _check(self.carry_batches >= 0, f"{key}.carry_batches", "must be >= 0 (0: none)")
+        _check(self.carry_batches == 0 or self.rows > 0, f"{key}.carry_batches",
+               f"carries streamed episodes: set {key}.rows > 0")
+        _check(self.carry_cache in ("recompute", "keep"), f"{key}.carry_cache",
+               "must be recompute or keep")
 
     @property
     def inserts(self) -> int:
@@ -58,3 +70,7 @@ class RolloutConfig:
         _check(self.off_policy_steps >= 0, f"{key}.off_policy_steps", "must be >= 0")
         _check(self.sampler_devices >= 0, f"{key}.sampler_devices", "must be >= 0")
         self.stream.check(f"{key}.stream")
+        _check(self.stream.carry_batches == 0 or self.off_policy_steps >= 1,
+               f"{key}.stream.carry_batches", "carried episodes are sampled under older "
+               f"params than their step's: set {key}.off_policy_steps >= 1 (and "
+               "algo.loss.correction)")
