@@ -105,7 +105,7 @@ def restore(train: Callable, saved: Optional[dict], begin: Callable, inputs: Cal
     if not isinstance(train, Carried) or saved is None:
         return None
     made = saved["made"]
-    for j in range(made[-1]["j"] + 1 if made else 0, saved["added"]):
+    for j in saved["stream"]["queued"]:
         train.stream.add(j, *inputs(j))  # the batches the stream had queued
     train.added = saved["added"]
     train.stream.restore(saved["stream"])

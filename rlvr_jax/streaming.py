@@ -502,7 +502,8 @@ class Stream:
         them again and replays their calls."""
         if self.sch.keep_cache:
             self._take_out_rows()
-        out = {"version": self.version, "batches": [], "resumes": [[e.b.j, e.i] for e in
+        out = {"version": self.version, "queued": sorted(self.batches), "batches": [],
+               "resumes": [[e.b.j, e.i] for e in
                                                                     self.resumes],
                "due": [[t - self.t, e.b.j, e.i] for t in sorted(self.due)
                        for e, _ in self.due[t]]}

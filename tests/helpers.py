@@ -7,6 +7,15 @@ from hydra.core.global_hydra import GlobalHydra
 
 from rlvr_jax import config as config_lib
 
+def xla_env(devices: int, **extra) -> dict:
+    """The environment for a subprocess with `devices` fake CPU devices and the suite's other
+    XLA flags (conftest.py: fast compiles)."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+             if not f.startswith("--xla_force_host_platform_device_count")]
+    return dict(os.environ, XLA_FLAGS=" ".join(
+        [f"--xla_force_host_platform_device_count={devices}"] + flags), **extra)
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 CONF_DIR = os.path.join(ROOT, "conf")
 

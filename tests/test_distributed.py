@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from rlvr_jax.checkpoint import read_policy_params
+from tests.helpers import xla_env
 
 pytestmark = pytest.mark.slow
 
@@ -38,8 +39,7 @@ def _free_port() -> int:
 
 def _start(run_dir, overrides, processes: int, heartbeat_s: int = 30):
     """The entry point as `processes` processes sharing 4 CPU devices."""
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={4 // processes}",
-               HF_HUB_OFFLINE="1")
+    env = xla_env(4 // processes, HF_HUB_OFFLINE="1")
     # No persistent compilation cache here: with the suite's shared cache, the processes of
     # one run were seen to load different entries and hang in a collective (a barrier timed
     # out: "workers are out of sync"), depending on what earlier tests had cached.
@@ -181,8 +181,7 @@ def _rows(run_dir) -> list[dict]:
 def test_a_sweep_through_the_submitit_launcher_writes_both_runs(tmp_path):
     """`-m hydra/launcher=local` (hydra-submitit-launcher's local executor): two sweep points,
     each its own process, each ends with its summary."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1",
-               XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    env = xla_env(2, HF_HUB_OFFLINE="1")
     proc = subprocess.run(
         [sys.executable, "-m", "rlvr_jax.train", "-m", "hydra/launcher=local", *COMMON,
          "num_steps=1", "warmup.steps=0", "seed=0,1"], cwd=tmp_path, env=env,

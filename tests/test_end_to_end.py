@@ -18,7 +18,7 @@ from rlvr_jax.checkpoint import read_policy_params
 from rlvr_jax.models import hf
 from rlvr_jax.models.policy import Decoder
 from tests.helpers import GSM8K_SMALL as SMALL
-from tests.helpers import ROOT, make_tiny_gsm8k, run_config
+from tests.helpers import ROOT, make_tiny_gsm8k, run_config, xla_env
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_gsm8k_grpo_trains_exports_and_evaluates(tiny, tmp_path):
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
 
     # The CLI on the exported HF directory; the same function in-process on the run directory.
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env = xla_env(8)
     res = tmp_path / "eval.json"
     data = str(tiny / "data" / "test.jsonl")
     proc = subprocess.run(

@@ -35,7 +35,9 @@ PPO_DAPO = ["algo=ppo", "algo.ppo.kl_in_reward=true", "algo.loss.kl_coef=0.05", 
 # Multi-turn tool use: 3-digit products with the calculator in the sandbox (issue 27), with
 # PPO: its critic and GAE run over the policy's tokens across the observations; the episodes
 # streamed through 8 decode rows (issue 40), rows released during calls, each call delayed
-# by a random latency: nothing may depend on when a call comes back.
+# by a random latency: nothing may depend on when a call comes back. One step off-policy,
+# with episodes carried across updates (the next batch's started in the rows a batch's last
+# episodes free): the restart rebuilds them, their sessions and a call in flight.
 CALC_AGENT = ["task.operators=[*]", "task.operand_digits=3", "task.zero_pad_operands=false",
               "env.kind=tools", "env.demo_tool_fraction=1.0",
               "sampling.max_new_tokens=64", "warmup.steps=40", "env.workers=1", "algo=ppo",
@@ -43,7 +45,8 @@ CALC_AGENT = ["task.operators=[*]", "task.operand_digits=3", "task.zero_pad_oper
               "+env.turn_rewards.tool_error=-0.1", "+env.turn_rewards.malformed=-0.1",
               "algo.share_prompts=true", "rollout.stream.rows=8",
               "rollout.stream.insert_rows=3", "rollout.stream.chunk_steps=4",
-              "rollout.stream.release_rows=true",
+              "rollout.stream.release_rows=true", "rollout.stream.carry_batches=1",
+              "rollout.off_policy_steps=1", "algo.loss.correction=token",
               "env.wrap=experiments.bench.env_latency:quick"]
 
 
@@ -100,8 +103,12 @@ def test_resume_is_exact(tmp_path, extra):
                       if f"compiles/sampler_{piece}" in r]  # extend: once a call was made
             assert counts and set(counts) == {1}, (piece, counts)
         for key in ("episode/turns_mean", "episode/tool_calls_mean",
-                    "episode/turn_reward_mean"):
+                    "episode/turn_reward_mean", "rollout/version_lag_mean",
+                    "stream/carried_episodes"):
             assert [r[key] for r in steps] == [r[key] for r in once_steps], key
+        # Tokens sampled one and two updates back (carried): the lag bound d + W = 2.
+        assert max(r["rollout/version_lag_max"] for r in steps) == 2
+        assert all(1 <= r["rollout/version_lag_mean"] <= 2 for r in steps[1:])
         # The offline evaluation CLI runs the episodes as the run's own evaluation did: on
         # the same problems, batches and draws it gives the run's final numbers back.
         from rlvr_jax.evaluate import evaluate_model

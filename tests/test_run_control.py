@@ -16,11 +16,11 @@ import orbax.checkpoint as ocp
 import pytest
 
 from rlvr_jax import loop, run_control
-from tests.helpers import ROOT, TINY
+from tests.helpers import ROOT, TINY, xla_env
 
 pytestmark = pytest.mark.slow  # see pyproject.toml: not in the daily `-m "not slow"` run
 
-ENV = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+ENV = xla_env(8)
 
 
 def _train(args, cwd=ROOT, timeout=600, **kw):

@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT, TINY
+from tests.helpers import ROOT, TINY, xla_env
 
 pytestmark = pytest.mark.slow  # see pyproject.toml: not in the daily `-m "not slow"` run
 
 
 def test_multirun_sweeps_the_learning_rate(tmp_path):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env = xla_env(8)
     proc = subprocess.run(
         [sys.executable, "-m", "rlvr_jax.train", "-m", "+experiment=math_grpo", "num_steps=1",
          "algo.optim.learning_rate=1e-4,3e-4", *TINY, "warmup.steps=2", f"hydra.sweep.dir={tmp_path}"],
