@@ -32,6 +32,10 @@ once its observation is appended, its history prefilled again (`turn_sampler.res
 recompute, counted in `stream/recomputed_tokens_per_episode`). Either way the tokens are
 the lock-step driver's (tested; a resumed row's log-probs to float rounding). One process
 only (several would have to agree on every boundary's refills: not built; refused).
+
+A `Stream` keeps its rows and queue from one batch to the next: episodes of later batches
+started in rows a batch's last episodes freed go on in the next `run`, under its params
+(carry.py; each token's params version recorded; stream_state.py: what a checkpoint keeps).
 """
 
 from __future__ import annotations
@@ -39,18 +43,19 @@ from __future__ import annotations
 import time
 from collections import deque
 from itertools import islice
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Callable, Optional
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Callable
 
 import jax.numpy as jnp
 import numpy as np
 
-from rlvr_jax import distributed, episodes
+from rlvr_jax import distributed, stream_state
 from rlvr_jax.envs.base import SANDBOX_ERROR, Environment
-from rlvr_jax.episodes import OUTCOMES, REASONS, Glue, _text, stats, turn_text
+from rlvr_jax.episodes import OUTCOMES, REASONS, Glue, _text, turn_text
+from rlvr_jax.stream_state import Batch, Ep, Timed, item
 from rlvr_jax.turn_sampler import STOP_BUDGET, STOP_CALL, STOP_EOS, TurnSampler
-from rlvr_jax.types import Generated, Rollout, Status, Verdict
+from rlvr_jax.types import Generated
 
 
 @dataclass(frozen=True)
@@ -70,75 +75,6 @@ class Schedule:
     # the change and its history prefilled again under the new params (what a resume from a
     # checkpoint rebuilds: bitwise); True, its cache from the old params is kept.
     keep_cache: bool = False
-
-
-class _Timed:
-    """Environment jobs on worker threads, each job's seconds recorded."""
-
-    def __init__(self, threads: int):
-        self.threads = threads
-        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="env")
-        self.call_s: list[float] = []  # per call: its batch's seconds
-
-    def submit(self, fn: Callable, *args, calls: int = 0) -> Future:
-        def job():
-            t0 = time.perf_counter()
-            out = fn(*args)
-            self.call_s.extend([time.perf_counter() - t0] * calls)
-            return out
-        return self.pool.submit(job)
-
-
-@dataclass(eq=False)
-class _Ep:
-    """One episode's host-side state (its record lives in its batch's arrays)."""
-
-    b: "_Batch"
-    i: int  # its index in the batch
-    episode: object = None  # the environment's Episode, once its open is back
-    row: int = -1  # the row it decodes in (-1: none)
-    col: int = 0  # next column (host: at its stops, or when it left its row)
-    start: int = 0  # its current turn's first column
-    live: bool = False  # it left its row in the middle of a turn (carried: resumes there)
-    started: bool = False
-    ended: bool = False
-    turns: int = 0
-    failed: bool = False
-    why: str = ""  # why its sandbox failed (a restored episode's, its session not reopened)
-    said: list = field(default_factory=list)  # its calls' texts, in order (a resume replays)
-    versions: list = field(default_factory=list)  # (first column, params version) segments
-
-
-class _Batch:
-    """A batch's episodes and their records (host arrays [N, R])."""
-
-    def __init__(self, j: int, prompt_N_L, pmask_N_L, key, contexts, seq_N, r: int,
-                 tools: int, pad_id: int):
-        n = len(prompt_N_L)
-        self.j, self.n, self.key = j, n, key
-        self.prompt_N_L, self.pmask_N_L = np.asarray(prompt_N_L), np.asarray(pmask_N_L)
-        self.contexts = contexts if contexts is not None else [{}] * n
-        self.seq_N = np.arange(n) if seq_N is None else np.asarray(seq_N)
-        self.eps = [_Ep(self, i) for i in range(n)]
-        self.res = Rollout(np.full((n, r), pad_id, np.int32), np.zeros((n, r), np.float32),
-                           np.zeros((n, r), np.float32), np.zeros((n, r), np.float32),
-                           np.zeros((n, r), np.float32))
-        self.calls_N_T_O = np.zeros((n, tools + 1, len(OUTCOMES)), np.int32)
-        self.reason_N = np.zeros(n, np.int8)
-        self.cut_N = np.zeros(n, np.int32)
-        self.finals: list = [""] * n
-        self.verdicts: list = [None] * n
-        self.finishing: list = []  # (episodes, future of their verdicts)
-        self.opens: dict[int, tuple] = {}  # first of M episodes -> (them, future of the open)
-        self.left = n  # episodes not yet ended
-
-    def versions(self) -> np.ndarray:
-        """int32 [N, R]: the params version each column was written under."""
-        out = np.zeros(self.res.tokens_B_R.shape, np.int32)
-        for e in self.eps:
-            for col, v in e.versions:
-                out[e.i, col:] = v
-        return out
 
 
 def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, prompt_N_L,
@@ -166,7 +102,7 @@ class Stream:
         self.s, self.env, self.tok, self.glue, self.put = sampler, env, tokenizer, glue, put
         self.max_turns, self.sch, self.g = max_turns, schedule, max(group_size, 1)
         threads = schedule.env_threads if getattr(env, "concurrent_episodes", False) else 1
-        self.jobs = _Timed(threads)
+        self.jobs = Timed(threads)
         self.tools = tuple(env.tools)
         m, b = schedule.insert_rows, schedule.rows
         self.b = b
@@ -178,7 +114,7 @@ class Stream:
         self.slot_of: dict = {}  # (batch, prompt) -> its prompt slot
         self.owner: list = [None] * b  # the episode in each row
         self.queue: deque = deque()  # episodes not started, in order
-        self.batches: dict[int, _Batch] = {}
+        self.batches: dict[int, Batch] = {}
         self.due: dict[int, list] = {}  # boundary -> [(episode, future of its reply)]
         self.resumes: list = []  # episodes out of rows, ready to go on (in order)
         self.ended: list = []  # episodes that ended since the last boundary (rows to free)
@@ -191,12 +127,12 @@ class Stream:
     # ------------------------------------------------------------------ the queue
     def add(self, j: int, prompt_N_L, pmask_N_L, key, contexts=None, rows_N=None) -> None:
         """Batch j's episodes, queued after those added before."""
-        batch = _Batch(j, prompt_N_L, pmask_N_L, key, contexts, rows_N, self.r,
+        batch = Batch(j, prompt_N_L, pmask_N_L, key, contexts, rows_N, self.r,
                        len(self.tools), self.tok.pad_token_id)
         self.batches[j] = batch
         self.queue.extend(batch.eps)
 
-    def _open(self, e: _Ep) -> None:
+    def _open(self, e: Ep) -> None:
         """Open (on the environment's thread) the batch of M episodes of e's batch that holds
         e (batches of M from its first episode; those started already, restored with their
         own sessions, left out)."""
@@ -208,7 +144,7 @@ class Stream:
                                                     [b.contexts[x.i] for x in eps]))
             self.open_jobs.append(b.opens[first][1])
 
-    def _opened(self, e: _Ep):
+    def _opened(self, e: Ep):
         if e.episode is None:
             eps, future = e.b.opens[e.i - e.i % self.sch.insert_rows]
             for x, episode in zip(eps, self._wait(future)):
@@ -222,7 +158,7 @@ class Stream:
         self.wait_s += time.perf_counter() - t0
         return out
 
-    def _end(self, e: _Ep, reason: str, failed: bool = False) -> None:
+    def _end(self, e: Ep, reason: str, failed: bool = False) -> None:
         e.b.reason_N[e.i] = REASONS.index(reason)
         e.failed |= failed
         e.ended = True
@@ -303,8 +239,8 @@ class Stream:
             for e, v in zip(eps, self._wait(future)):
                 e.b.verdicts[e.i] = v
         del self.batches[j]
-        record = self._record(batch, steps, chunks, live_sum, wall,
-                              self.jobs.call_s[calls_before:])
+        record = stream_state.record(self, batch, steps, chunks, live_sum, wall,
+                                     self.jobs.call_s[calls_before:])
         if not self.sch.keep_cache:
             self._take_out_rows()
         return record
@@ -319,7 +255,7 @@ class Stream:
             take.append(e)
         return take
 
-    def _observe(self, e: _Ep, reply, obs_B_O, len_B) -> None:
+    def _observe(self, e: Ep, reply, obs_B_O, len_B) -> None:
         """A call's reply: into e's row's observation, or its record when e is out of rows."""
         o, col = self.s.observation_tokens, e.col
         tool = self.tools.index(reply.tool) if reply.tool in self.tools else len(self.tools)
@@ -425,9 +361,9 @@ class Stream:
         if self.jobs.threads == 1:  # one thread: one batch (sessions in parallel)
             f = self.jobs.submit(self.env.step, [e.episode for e in calls],
                                  [e.said[-1] for e in calls], calls=len(calls))
-            futures = [_item(f, j) for j in range(len(calls))]
+            futures = [item(f, j) for j in range(len(calls))]
         else:  # each call on its own: a slow one holds up no other
-            futures = [_item(self.jobs.submit(self.env.step, [e.episode], [e.said[-1]],
+            futures = [item(self.jobs.submit(self.env.step, [e.episode], [e.said[-1]],
                                               calls=1), 0) for e in calls]
         self.due.setdefault(due, []).extend(zip(calls, futures))
 
@@ -494,143 +430,18 @@ class Stream:
                     e.versions.append((int(col[e.row]) if e.row >= 0 else e.col, version))
 
     def snapshot(self) -> dict:
-        """What a resume rebuilds the stream from, between two `run`s (JSON): every started
-        episode's record and counters, the calls in flight (their texts; due how many
-        boundaries on) and the order of those waiting for a row. Rows and prompt slots are
-        empty there (with `keep_cache`, the rows are emptied now: a checkpoint's step
-        recomputes them as a resumed run does); the sessions are not saved: `restore` opens
-        them again and replays their calls."""
-        if self.sch.keep_cache:
-            self._take_out_rows()
-        out = {"version": self.version, "queued": sorted(self.batches), "batches": [],
-               "resumes": [[e.b.j, e.i] for e in
-                                                                    self.resumes],
-               "due": [[t - self.t, e.b.j, e.i] for t in sorted(self.due)
-                       for e, _ in self.due[t]]}
-        for batch in self.batches.values():
-            for eps, future in batch.finishing:  # the ended episodes' verdicts
-                for e, v in zip(eps, future.result()):
-                    batch.verdicts[e.i] = v
-            eps = []
-            for e in batch.eps:
-                if not e.started:
-                    continue
-                c, i = e.col, e.i
-                eps.append({
-                    "i": i, "col": c, "start": e.start, "live": e.live, "turns": e.turns,
-                    "failed": e.failed, "why": self._why(e), "ended": e.ended, "said": e.said,
-                    "versions": e.versions, "reason": int(batch.reason_N[i]),
-                    "cut": int(batch.cut_N[i]), "calls": batch.calls_N_T_O[i].tolist(),
-                    "record": [x[i, :c].tolist() for x in batch.res[:5]],
-                    "final": batch.finals[i], "verdict": verdict_json(batch.verdicts[i])})
-            out["batches"].append({"j": batch.j, "eps": eps})
-        return out
+        """What a checkpoint keeps of the stream between two `run`s (stream_state.py)."""
+        return stream_state.snapshot(self)
 
-    def restore(self, st: dict) -> None:
-        """The stream `snapshot` saved, its batches added again first: records and counters
-        back, the started episodes' sessions opened again with their answered calls
-        replayed in order (their replies are in the records already), the calls that were in
-        flight issued again."""
-        self.version = st["version"]
-        for saved in st["batches"]:
-            batch = self.batches[saved["j"]]
-            for d in saved["eps"]:
-                e, i, c = batch.eps[d["i"]], d["i"], d["col"]
-                e.col, e.start, e.live, e.turns = d["col"], d["start"], d["live"], d["turns"]
-                e.failed, e.why, e.ended, e.started = d["failed"], d["why"], d["ended"], True
-                e.said, e.versions = list(d["said"]), [tuple(v) for v in d["versions"]]
-                batch.reason_N[i], batch.cut_N[i] = d["reason"], d["cut"]
-                batch.calls_N_T_O[i] = d["calls"]
-                for x, v in zip(batch.res[:5], d["record"]):
-                    x[i, :c] = v
-                batch.finals[i], batch.verdicts[i] = d["final"], verdict_of(d["verdict"])
-                batch.left -= e.ended
-        order = sorted(self.batches.values(), key=lambda b: b.j)
-        self.queue = deque(e for b in order for e in b.eps if not e.started)
-        pending = {(j, i) for _, j, i in st["due"]}
-        going = [e for b in order for e in b.eps if e.started and not e.ended and not e.failed]
-        if going:
-            self.open_jobs.append(self.jobs.submit(self.env.open,
-                                                   [e.b.contexts[e.i] for e in going]))
-            opened = self._wait(self.open_jobs[-1])
-            for e, x in zip(going, opened):
-                e.episode, e.failed, e.why = x, bool(x.failed), x.failed
-        answered = {e: e.said[:-1] if (e.b.j, e.i) in pending else e.said for e in going}
-        for k in range(max((len(a) for a in answered.values()), default=0)):
-            eps = [e for e in going if not e.failed and len(answered[e]) > k]
-            replies = self._wait(self.jobs.submit(self.env.step, [e.episode for e in eps],
-                                                  [answered[e][k] for e in eps]))
-            self.replayed += len(eps)
-            for e, reply in zip(eps, replies):
-                if reply.outcome == SANDBOX_ERROR:  # its next call, or stop, says so
-                    e.failed, e.why = True, e.episode.failed or "a replayed call failed"
-        for offset in sorted({o for o, _, _ in st["due"]}):
-            self._call([self.batches[j].eps[i] for o, j, i in st["due"] if o == offset],
-                       self.t + offset)
-        self.resumes = [self.batches[j].eps[i] for j, i in st["resumes"]]
-
-    @staticmethod
-    def _why(e: _Ep) -> str:
-        return (e.episode.failed if e.episode is not None else "") or e.why
+    def restore(self, saved: dict) -> None:
+        """The stream a `snapshot` saved, its batches added again first (stream_state.py)."""
+        stream_state.restore(self, saved)
 
     def carried(self) -> int:
         """Episodes started and not ended (carried into the next `run`)."""
         return sum(e.started and not e.ended for b in self.batches.values() for e in b.eps)
 
     def close(self) -> None:
-        """Jobs not started are dropped; every job running is waited for; every episode
-        opened and not closed is closed."""
-        self.jobs.pool.shutdown(wait=True, cancel_futures=True)
-        leftover = []
-        for f in self.open_jobs:
-            if f.cancelled():
-                continue
-            try:
-                leftover += [x for x in f.result() if not x.closed]
-            except Exception:  # noqa: BLE001 (an open that raised has nothing to close)
-                pass
-        if leftover:
-            self.env.close_episodes(leftover)
-
-    # ------------------------------------------------------------------ the record
-    def _record(self, batch: _Batch, steps: int, chunks: int, live_sum: int, wall: float,
-                call_s) -> Generated:
-        n = batch.n
-        verdicts = [Verdict(Status.SANDBOX_ERROR,
-                            f"the episode's sandbox failed: {self._why(e)}"[:300])
-                    if e.failed else batch.verdicts[e.i] for e in batch.eps]
-        rollout = batch.res._replace(version_B_R=batch.versions())
-        turns_N = np.array([e.turns for e in batch.eps], np.int32)
-        row = stats(turns_N, batch.calls_N_T_O, self.tools, batch.reason_N, rollout,
-                    batch.cut_N, batch.pmask_N_L)
-        row["episode/turn_reward_mean"] = float(rollout.turn_rewards_B_R.sum() / n)
-        row.update(episodes.rollout_stats(self.wait_s, wall, rollout, steps, self.b, call_s))
-        row.update({"stream/chunks": float(chunks),
-                    "stream/live_rows_mean": live_sum / max(chunks, 1),
-                    "stream/prefills_per_prompt": self.prefills / max(-(-n // self.g), 1),
-                    "stream/recomputed_tokens_per_episode": self.recomputed / n,
-                    "stream/carried_episodes": float(self.carried())})
-        return Generated(rollout, list(batch.finals), verdicts, {**row, **self.env.stats()})
-
-
-def verdict_json(v) -> Optional[list]:
-    return None if v is None else [int(v.status), v.detail, v.fraction,
-                                   [list(p) for p in v.parts]]
-
-
-def verdict_of(x) -> Optional[Verdict]:
-    return None if x is None else Verdict(Status(x[0]), x[1], fraction=x[2],
-                                          parts=tuple(tuple(p) for p in x[3]))
-
-
-def _item(future: Future, j: int) -> Future:
-    """A future of element j of `future`'s list."""
-    out: Future = Future()
-
-    def done(f: Future):
-        try:
-            out.set_result(f.result()[j])
-        except Exception as e:  # noqa: BLE001 (the caller's wait re-raises it)
-            out.set_exception(e)
-    future.add_done_callback(done)
-    return out
+        """Jobs not started dropped, those running waited for; every episode opened and not
+        closed, closed."""
+        stream_state.close(self)

@@ -1,0 +1,230 @@
+"""A stream's episodes on the host (streaming.py): each episode's state (`Ep`) and its
+batch's records (`Batch`), and what a checkpoint keeps of them between two of the stream's
+runs (`snapshot`, `restore`: episodes carried across updates, carry.py)."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from rlvr_jax.envs.base import SANDBOX_ERROR
+from rlvr_jax import episodes
+from rlvr_jax.episodes import OUTCOMES, stats
+from rlvr_jax.types import Generated, Rollout, Status, Verdict
+
+
+@dataclass(eq=False)
+class Ep:
+    """One episode's host-side state (its record lives in its batch's arrays)."""
+
+    b: "Batch"
+    i: int  # its index in the batch
+    episode: object = None  # the environment's Episode, once its open is back
+    row: int = -1  # the row it decodes in (-1: none)
+    col: int = 0  # next column (host: at its stops, or when it left its row)
+    start: int = 0  # its current turn's first column
+    live: bool = False  # it left its row in the middle of a turn (carried: resumes there)
+    started: bool = False
+    ended: bool = False
+    turns: int = 0
+    failed: bool = False
+    why: str = ""  # why its sandbox failed (a restored episode's, its session not reopened)
+    said: list = field(default_factory=list)  # its calls' texts, in order (a resume replays)
+    versions: list = field(default_factory=list)  # (first column, params version) segments
+
+
+class Batch:
+    """A batch's episodes and their records (host arrays [N, R])."""
+
+    def __init__(self, j: int, prompt_N_L, pmask_N_L, key, contexts, seq_N, r: int,
+                 tools: int, pad_id: int):
+        n = len(prompt_N_L)
+        self.j, self.n, self.key = j, n, key
+        self.prompt_N_L, self.pmask_N_L = np.asarray(prompt_N_L), np.asarray(pmask_N_L)
+        self.contexts = contexts if contexts is not None else [{}] * n
+        self.seq_N = np.arange(n) if seq_N is None else np.asarray(seq_N)
+        self.eps = [Ep(self, i) for i in range(n)]
+        self.res = Rollout(np.full((n, r), pad_id, np.int32), np.zeros((n, r), np.float32),
+                           np.zeros((n, r), np.float32), np.zeros((n, r), np.float32),
+                           np.zeros((n, r), np.float32))
+        self.calls_N_T_O = np.zeros((n, tools + 1, len(OUTCOMES)), np.int32)
+        self.reason_N = np.zeros(n, np.int8)
+        self.cut_N = np.zeros(n, np.int32)
+        self.finals: list = [""] * n
+        self.verdicts: list = [None] * n
+        self.finishing: list = []  # (episodes, future of their verdicts)
+        self.opens: dict[int, tuple] = {}  # first of M episodes -> (them, future of the open)
+        self.left = n  # episodes not yet ended
+
+    def versions(self) -> np.ndarray:
+        """int32 [N, R]: the params version each column was written under."""
+        out = np.zeros(self.res.tokens_B_R.shape, np.int32)
+        for e in self.eps:
+            for col, v in e.versions:
+                out[e.i, col:] = v
+        return out
+
+
+class Timed:
+    """Environment jobs on worker threads, each job's seconds recorded."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="env")
+        self.call_s: list[float] = []  # per call: its batch's seconds
+
+    def submit(self, fn: Callable, *args, calls: int = 0) -> Future:
+        def job():
+            t0 = time.perf_counter()
+            out = fn(*args)
+            self.call_s.extend([time.perf_counter() - t0] * calls)
+            return out
+        return self.pool.submit(job)
+
+
+def why(e: Ep) -> str:
+    """Why e's sandbox failed ("" if it did not)."""
+    return (e.episode.failed if e.episode is not None else "") or e.why
+
+
+def snapshot(stream) -> dict:
+    """What a resume rebuilds the stream from, between two `run`s (JSON): every started
+    episode's record and counters, the calls in flight (their texts; due how many
+    boundaries on) and the order of those waiting for a row. Rows and prompt slots are
+    empty there (with `keep_cache`, the rows are emptied now: a checkpoint's step
+    recomputes them as a resumed run does); the sessions are not saved: `restore` opens
+    them again and replays their calls."""
+    if stream.sch.keep_cache:
+        stream._take_out_rows()
+    out = {"version": stream.version, "queued": sorted(stream.batches), "batches": [],
+           "resumes": [[e.b.j, e.i] for e in
+                                                                stream.resumes],
+           "due": [[t - stream.t, e.b.j, e.i] for t in sorted(stream.due)
+                   for e, _ in stream.due[t]]}
+    for batch in stream.batches.values():
+        for eps, future in batch.finishing:  # the ended episodes' verdicts
+            for e, v in zip(eps, future.result()):
+                batch.verdicts[e.i] = v
+        eps = []
+        for e in batch.eps:
+            if not e.started:
+                continue
+            c, i = e.col, e.i
+            eps.append({
+                "i": i, "col": c, "start": e.start, "live": e.live, "turns": e.turns,
+                "failed": e.failed, "why": why(e), "ended": e.ended, "said": e.said,
+                "versions": e.versions, "reason": int(batch.reason_N[i]),
+                "cut": int(batch.cut_N[i]), "calls": batch.calls_N_T_O[i].tolist(),
+                "record": [x[i, :c].tolist() for x in batch.res[:5]],
+                "final": batch.finals[i], "verdict": verdict_json(batch.verdicts[i])})
+        out["batches"].append({"j": batch.j, "eps": eps})
+    return out
+
+def restore(stream, st: dict) -> None:
+    """The stream `snapshot` saved, its batches added again first: records and counters
+    back, the started episodes' sessions opened again with their answered calls
+    replayed in order (their replies are in the records already), the calls that were in
+    flight issued again."""
+    stream.version = st["version"]
+    for saved in st["batches"]:
+        batch = stream.batches[saved["j"]]
+        for d in saved["eps"]:
+            e, i, c = batch.eps[d["i"]], d["i"], d["col"]
+            e.col, e.start, e.live, e.turns = d["col"], d["start"], d["live"], d["turns"]
+            e.failed, e.why, e.ended, e.started = d["failed"], d["why"], d["ended"], True
+            e.said, e.versions = list(d["said"]), [tuple(v) for v in d["versions"]]
+            batch.reason_N[i], batch.cut_N[i] = d["reason"], d["cut"]
+            batch.calls_N_T_O[i] = d["calls"]
+            for x, v in zip(batch.res[:5], d["record"]):
+                x[i, :c] = v
+            batch.finals[i], batch.verdicts[i] = d["final"], verdict_of(d["verdict"])
+            batch.left -= e.ended
+    order = sorted(stream.batches.values(), key=lambda b: b.j)
+    stream.queue = deque(e for b in order for e in b.eps if not e.started)
+    pending = {(j, i) for _, j, i in st["due"]}
+    going = [e for b in order for e in b.eps if e.started and not e.ended and not e.failed]
+    if going:
+        stream.open_jobs.append(stream.jobs.submit(stream.env.open,
+                                               [e.b.contexts[e.i] for e in going]))
+        opened = stream._wait(stream.open_jobs[-1])
+        for e, x in zip(going, opened):
+            e.episode, e.failed, e.why = x, bool(x.failed), x.failed
+    answered = {e: e.said[:-1] if (e.b.j, e.i) in pending else e.said for e in going}
+    for k in range(max((len(a) for a in answered.values()), default=0)):
+        eps = [e for e in going if not e.failed and len(answered[e]) > k]
+        replies = stream._wait(stream.jobs.submit(stream.env.step, [e.episode for e in eps],
+                                              [answered[e][k] for e in eps]))
+        stream.replayed += len(eps)
+        for e, reply in zip(eps, replies):
+            if reply.outcome == SANDBOX_ERROR:  # its next call, or stop, says so
+                e.failed, e.why = True, e.episode.failed or "a replayed call failed"
+    for offset in sorted({o for o, _, _ in st["due"]}):
+        stream._call([stream.batches[j].eps[i] for o, j, i in st["due"] if o == offset],
+                   stream.t + offset)
+    stream.resumes = [stream.batches[j].eps[i] for j, i in st["resumes"]]
+
+
+
+def verdict_json(v) -> Optional[list]:
+    return None if v is None else [int(v.status), v.detail, v.fraction,
+                                   [list(p) for p in v.parts]]
+
+
+def verdict_of(x) -> Optional[Verdict]:
+    return None if x is None else Verdict(Status(x[0]), x[1], fraction=x[2],
+                                          parts=tuple(tuple(p) for p in x[3]))
+
+
+def close(stream) -> None:
+    """Jobs not started are dropped; every job running is waited for; every episode
+    opened and not closed is closed."""
+    stream.jobs.pool.shutdown(wait=True, cancel_futures=True)
+    leftover = []
+    for f in stream.open_jobs:
+        if f.cancelled():
+            continue
+        try:
+            leftover += [x for x in f.result() if not x.closed]
+        except Exception:  # noqa: BLE001 (an open that raised has nothing to close)
+            pass
+    if leftover:
+        stream.env.close_episodes(leftover)
+
+
+def record(stream, batch: Batch, steps: int, chunks: int, live_sum: int, wall: float,
+           call_s) -> Generated:
+    """Batch's record once its episodes have all ended (the stream's metrics of its run)."""
+    n = batch.n
+    verdicts = [Verdict(Status.SANDBOX_ERROR,
+                        f"the episode's sandbox failed: {why(e)}"[:300])
+                if e.failed else batch.verdicts[e.i] for e in batch.eps]
+    rollout = batch.res._replace(version_B_R=batch.versions())
+    turns_N = np.array([e.turns for e in batch.eps], np.int32)
+    row = stats(turns_N, batch.calls_N_T_O, stream.tools, batch.reason_N, rollout,
+                batch.cut_N, batch.pmask_N_L)
+    row["episode/turn_reward_mean"] = float(rollout.turn_rewards_B_R.sum() / n)
+    row.update(episodes.rollout_stats(stream.wait_s, wall, rollout, steps, stream.b, call_s))
+    row.update({"stream/chunks": float(chunks),
+                "stream/live_rows_mean": live_sum / max(chunks, 1),
+                "stream/prefills_per_prompt": stream.prefills / max(-(-n // stream.g), 1),
+                "stream/recomputed_tokens_per_episode": stream.recomputed / n,
+                "stream/carried_episodes": float(stream.carried())})
+    return Generated(rollout, list(batch.finals), verdicts, {**row, **stream.env.stats()})
+
+
+def item(future: Future, j: int) -> Future:
+    """A future of element j of `future`'s list."""
+    out: Future = Future()
+
+    def done(f: Future):
+        try:
+            out.set_result(f.result()[j])
+        except Exception as e:  # noqa: BLE001 (the caller's wait re-raises it)
+            out.set_exception(e)
+    future.add_done_callback(done)
+    return out
