@@ -61,8 +61,9 @@ def test_decode_phases_bench_at_toy_sizes():
 
 
 def test_streaming_bench_at_toy_sizes():
-    text = _run("experiments/bench/streaming.py", "--episodes", "8", "--rows", "4",
-                "--insert", "2", "--new-tokens", "24", "--hidden", "32", "--layers", "1",
+    text = _run("experiments/bench/streaming.py", "--episodes", "8", "--steps", "2",
+                "--rows", "4", "--insert", "2", "--new-tokens", "24", "--hidden", "32",
+                "--layers", "1",
                 "--median", "0.002", "--p99", "0.02", "--repeats", "1", "--cover", "0.01")
-    rows = [line for line in text.splitlines() if line.startswith("| streamed")]
-    assert len(rows) == 4 and all(line.endswith("| True |") for line in rows), text
+    rows = [line for line in text.splitlines() if line.startswith(("| streamed", "| carried"))]
+    assert len(rows) == 6 and all(line.endswith("| True |") for line in rows), text

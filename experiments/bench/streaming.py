@@ -91,7 +91,8 @@ def setup(args):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--episodes", type=int, default=64)
+    ap.add_argument("--episodes", type=int, default=64, help="per step")
+    ap.add_argument("--steps", type=int, default=3, help="batches per arm")
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--insert", type=int, default=4)
@@ -105,26 +106,51 @@ def main() -> None:
     ap.add_argument("--median", type=float, default=0.2)
     ap.add_argument("--p99", type=float, default=5.0)
     ap.add_argument("--cover", type=float, default=1.0, help="seconds d chunks cover")
+    ap.add_argument("--update-s", type=float, default=0.0,
+                    help="seconds an update takes between steps (the devices busy: sleep)")
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
-    tok, model, params, prompt, pmask, contexts = setup(args)
+    tok, model, params, prompt, pmask, _ = setup(args)
     sampler = make_turn_sampler(model, max_new_tokens=args.new_tokens, observation_tokens=16,
                                 eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
                                 stops=[tok.encode("#", add_special_tokens=False)],
                                 temperature=1.0, group_size=args.group, prompt_len=8)
     glue = episodes.Glue.of(tok, "[", "]")
-    key = jax.random.key(1)
+    n = args.episodes
+    batches = [(prompt, pmask, jax.random.key(1 + j), [{"id": j * n + i} for i in range(n)])
+               for j in range(args.steps)]
 
     def lock(env):
-        return episodes.run(sampler, env, tok, glue, params, prompt, pmask, key,
-                            max_turns=args.max_turns, put=jnp.asarray, contexts=contexts)
+        return [episodes.run(sampler, env, tok, glue, params, p, m, key,
+                             max_turns=args.max_turns, put=jnp.asarray, contexts=ctx)
+                for p, m, key, ctx in batches if _update(args)]
+
+    def schedule(delay, release):
+        return streaming.Schedule(args.rows, args.insert, args.chunk, delay, 8, release)
 
     def stream(delay, release):
-        sch = streaming.Schedule(args.rows, args.insert, args.chunk, delay, 8, release)
-        return lambda env: streaming.run(sampler, env, tok, glue, params, prompt, pmask, key,
-                                         max_turns=args.max_turns, put=jnp.asarray,
-                                         schedule=sch, group_size=args.group,
-                                         contexts=contexts)
+        return lambda env: [streaming.run(sampler, env, tok, glue, params, p, m, key,
+                                          max_turns=args.max_turns, put=jnp.asarray,
+                                          schedule=schedule(delay, release),
+                                          group_size=args.group, contexts=ctx)
+                            for p, m, key, ctx in batches if _update(args)]
+
+    def carried(delay, release):
+        def run(env):  # one stream for every step, the next batch queued (carry_batches=1)
+            s = streaming.Stream(sampler, env, tok, glue, max_turns=args.max_turns,
+                                 put=jnp.asarray, schedule=schedule(delay, release),
+                                 group_size=args.group)
+            try:
+                out = []
+                for j in range(args.steps):
+                    for k in range(len(out) + len(s.batches), min(j + 2, args.steps)):
+                        s.add(k, *batches[k])
+                    _update(args)
+                    out.append(s.run(params, 0, j))
+                return out
+            finally:
+                s.close()
+        return run
 
     def timed(fn, env_of):
         fn(env_of())  # compiles
@@ -133,19 +159,24 @@ def main() -> None:
             t0 = time.perf_counter()
             made = fn(env_of())
             times.append(time.perf_counter() - t0)
-        return statistics.median(times), made
+        return statistics.median(times) / args.steps, made
 
     zero = lambda: Worlds()
     slow = lambda: Delayed(Worlds(), args.median, args.p99, seed=0)
+    saved, args.steps = args.steps, 1
     probe_s, probe = timed(stream(1, True), zero)
+    args.steps = saved
+    probe = probe[0]
     chunk_s = probe_s / max(probe.stats["stream/chunks"], 1)
     d = max(1, math.ceil(args.cover / chunk_s))
     arms = {"lock step": lock, "streamed, rows held": stream(d, False),
-            "streamed, rows released": stream(d, True)}
+            "streamed, rows released": stream(d, True),
+            "carried, rows released": carried(d, True)}
     base_tokens = None
-    print(f"{args.episodes} episodes (groups of {args.group}), {args.rows} streamed rows, "
-          f"chunks of {args.chunk} steps ({chunk_s * 1e3:.0f} ms each), call delay d = {d} "
-          f"chunks; latencies lognormal(median {args.median} s, p99 {args.p99} s)")
+    print(f"{args.steps} steps of {n} episodes (groups of {args.group}), {args.rows} streamed "
+          f"rows, chunks of {args.chunk} steps ({chunk_s * 1e3:.0f} ms each), call delay d = "
+          f"{d} chunks; latencies lognormal(median {args.median} s, p99 {args.p99} s); "
+          f"updates of {args.update_s} s between steps")
     ep = probe.stats
     print(f"episodes: {ep['episode/turns_mean']:.2f} turns, {ep['episode/tool_calls_mean']:.2f} "
           f"calls, response mask {probe.rollout.mask_B_R.sum(1).mean():.0f} tokens mean, "
@@ -159,12 +190,22 @@ def main() -> None:
             s, made = timed(fn, env_of)
             zero_s = zero_s or s
             if base_tokens is None:
-                base_tokens = made.rollout.tokens_B_R
-            same = bool(np.array_equal(made.rollout.tokens_B_R, base_tokens))
-            st = made.stats
+                base_tokens = [m.rollout.tokens_B_R for m in made]
+            same = all(np.array_equal(m.rollout.tokens_B_R, b)
+                       for m, b in zip(made, base_tokens))
+            wall = [m.stats["rollout/device_idle_share"] for m in made]
+            steps = sum(m.stats["rollout/decode_steps"] for m in made)
+            useful = sum(float(m.rollout.loss_mask_B_R.sum()) for m in made)
+            rows = n if fn is lock else args.rows
             print(f"| {name} | {label} | {s:.2f} | {s / zero_s:.2f} | "
-                  f"{st['rollout/device_idle_share']:.1%} | {st['rollout/useful_row_steps']:.2f}"
+                  f"{float(np.mean(wall)):.1%} | {useful / max(steps * rows, 1):.2f}"
                   f" | {same} |", flush=True)
+
+
+def _update(args) -> bool:
+    """The devices busy with an update between two steps (a sleep of --update-s)."""
+    time.sleep(args.update_s)
+    return True
 
 
 if __name__ == "__main__":
