@@ -109,6 +109,8 @@ def main() -> None:
     ap.add_argument("--update-s", type=float, default=0.0,
                     help="seconds an update takes between steps (the devices busy: sleep)")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--no-lock", action="store_true",
+                    help="leave out lock step (the slowest arm; tokens compared with the first)")
     args = ap.parse_args()
     tok, model, params, prompt, pmask, _ = setup(args)
     sampler = make_turn_sampler(model, max_new_tokens=args.new_tokens, observation_tokens=16,
@@ -172,6 +174,8 @@ def main() -> None:
     arms = {"lock step": lock, "streamed, rows held": stream(d, False),
             "streamed, rows released": stream(d, True),
             "carried, rows released": carried(d, True)}
+    if args.no_lock:
+        del arms["lock step"]
     base_tokens = None
     print(f"{args.steps} steps of {n} episodes (groups of {args.group}), {args.rows} streamed "
           f"rows, chunks of {args.chunk} steps ({chunk_s * 1e3:.0f} ms each), call delay d = "
