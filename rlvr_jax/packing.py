@@ -36,6 +36,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from rlvr_jax.losses import chunked_logp_and_entropy
+
 
 class Plan(NamedTuple):
     """Where a minibatch's B rows sit in B packed rows of C slots (flat slot = row x C + col)."""
@@ -163,3 +165,27 @@ def gather(x_K_C: jax.Array, predictor_B_R: jax.Array) -> jax.Array:
     got = flat[jnp.maximum(predictor_B_R, 0)]
     keep = (predictor_B_R >= 0).reshape(*predictor_B_R.shape, *([1] * (got.ndim - 2)))
     return jnp.where(keep, got, jnp.zeros((), got.dtype))
+
+
+def logp(model, params, micro: Micro, temperature: float):
+    """(logp_B_R, entropy_B_R, hidden_K_C_D): `response_logp` over one packed microbatch
+    (rlvr_jax/train_step.py). The head runs on its packed slots, each predicting the next slot's token;
+    log-probs and entropies are gathered back to the minibatch's [B, R] (zeros for the rows
+    of other microbatches), the hidden states stay packed (for a value head: gather them with
+    `gather` after it)."""
+    apply = lambda method, *a: model.apply({"params": params}, *a, method=method)
+    hidden_K_C_D = apply("forward_packed", *micro[:5])
+    next_K_C = jnp.pad(micro.tokens_K_C[:, 1:], ((0, 0), (0, 1)))
+    logp_K_C, entropy_K_C = chunked_logp_and_entropy(
+        hidden_K_C_D, lambda h: apply("head", h), next_K_C, temperature,
+        model.cfg.logits_chunk_tokens)
+    return (gather(logp_K_C, micro.predictor_B_R),
+            gather(entropy_K_C, micro.predictor_B_R), hidden_K_C_D)
+
+
+def positions_per_token(input_mask_B_T, prompt_len: int, group_size: int, positions):
+    """The update's positions over its real tokens (each group's prompt counted once, with the
+    response spans up to their last real slot): 1.0 is no padding."""
+    first_B, n_B = spans(input_mask_B_T, prompt_len)
+    real = jnp.sum((prompt_len - first_B)[::group_size]) + jnp.sum(n_B)
+    return positions / jnp.maximum(real, 1)

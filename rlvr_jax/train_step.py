@@ -96,30 +96,6 @@ def response_logp(model: Decoder, params, tokens_B_T, input_mask_B_T, prompt_len
     return (logp_B_R, entropy_B_R, hidden_B_R_D) if with_hidden else (logp_B_R, entropy_B_R)
 
 
-def packed_logp(model: Decoder, params, micro: packing.Micro, temperature: float):
-    """(logp_B_R, entropy_B_R, hidden_K_C_D): `response_logp` over one packed microbatch
-    (packing.py). The head runs on its packed slots, each predicting the next slot's token;
-    log-probs and entropies are gathered back to the minibatch's [B, R] (zeros for the rows
-    of other microbatches), the hidden states stay packed (for a value head: gather them with
-    packing.gather after it)."""
-    apply = lambda method, *a: model.apply({"params": params}, *a, method=method)
-    hidden_K_C_D = apply("forward_packed", *micro[:5])
-    next_K_C = jnp.pad(micro.tokens_K_C[:, 1:], ((0, 0), (0, 1)))
-    logp_K_C, entropy_K_C = losses.chunked_logp_and_entropy(
-        hidden_K_C_D, lambda h: apply("head", h), next_K_C, temperature,
-        model.cfg.logits_chunk_tokens)
-    return (packing.gather(logp_K_C, micro.predictor_B_R),
-            packing.gather(entropy_K_C, micro.predictor_B_R), hidden_K_C_D)
-
-
-def positions_per_token(input_mask_B_T, prompt_len: int, group_size: int, positions):
-    """The update's positions over its real tokens (each group's prompt counted once, with the
-    response spans up to their last real slot): 1.0 is no padding."""
-    first_B, n_B = packing.spans(input_mask_B_T, prompt_len)
-    real = jnp.sum((prompt_len - first_B)[::group_size]) + jnp.sum(n_B)
-    return positions / jnp.maximum(real, 1)
-
-
 LOSS_KEY_SALT = 0x10557  # folds the step's key into the objective's (apart from the splits')
 FIRST_UPDATE = ("sampler_gap_mean", "sampler_gap_max")  # measured before any update moved
 
@@ -162,7 +138,7 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
                 teacher_params, micro: packing.Micro | None = None):
         def rows_logp(net: Decoder, p):  # (logp_B_R, entropy_B_R, the trunk's hidden states)
             if micro is not None:
-                return packed_logp(net, p, micro, temperature)
+                return packing.logp(net, p, micro, temperature)
             return response_logp(net, p, mb.tokens_B_T, mb.input_mask_B_T, prompt_len,
                                  temperature, with_hidden=True, group_size=g)
 
@@ -259,7 +235,7 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
         # The rows computed: every row of each microbatch that holds any.
         slots = -(-plan.rows_used // pack_rows) * pack_rows * capacity
         return grads, dict(_combine(metrics_U, "sum"), update_positions_per_token=(
-            positions_per_token(mb.input_mask_B_T, prompt_len, prompt_rows, slots)))
+            packing.positions_per_token(mb.input_mask_B_T, prompt_len, prompt_rows, slots)))
 
     def minibatch_update(state: TrainState, ref_params, mb: TrainBatch, actor_on, key,
                          teacher_params):
@@ -293,7 +269,7 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
             b, t = mb.tokens_B_T.shape
             padded = (b // g * (prompt_len - 1) + b * (t - prompt_len + 1) if g > 1
                       else b * t)
-            metrics["update_positions_per_token"] = positions_per_token(
+            metrics["update_positions_per_token"] = packing.positions_per_token(
                 mb.input_mask_B_T, prompt_len, prompt_rows, padded)
         gate = {part: actor_on if part == "policy" else 1.0 for part in state.params}
         state, opt_metrics = optim.apply_grads(state, grads, tx, lr_schedule, gate)
@@ -314,6 +290,8 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
         slices of one microbatch's rows (the update's own activation budget), strided as the
         microbatches are (slice k: rows k, k + n, ...), so each is spread over every device."""
         policy = (lora.merge(ref_params, params["policy"]) if adapters else params["policy"])
+        if pack_rows:  # packed as the update is, its microbatches of packed rows in turn
+            return jax.lax.stop_gradient(packed_proximal(policy, batch))
         n = minibatches * microbatches
         logp_n_b_R = jax.lax.map(lambda tm: response_logp(model, policy, tm[0], tm[1],
                                                           prompt_len, temperature,
@@ -321,6 +299,29 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
                                  (strided(batch.tokens_B_T, n),
                                   strided(batch.input_mask_B_T, n)))
         return jax.lax.stop_gradient(unstrided(logp_n_b_R))
+
+    def packed_proximal(policy, batch: TrainBatch):
+        """`proximal_logp` over the whole batch packed (packing.py): each token's log-prob
+        from the one microbatch that holds it (zeros from the others), the empty skipped."""
+        b = batch.tokens_B_T.shape[0]
+        plan = packing.plan(batch.input_mask_B_T, prompt_len, g, capacity)
+        positions_B_T = positions_from_mask(batch.input_mask_B_T > 0)
+        rows_sh = sharding.batch_sharding(metrics_sharding.mesh)
+
+        def one(j):
+            micro = packing.micro(plan, j, pack_rows, capacity, batch.tokens_B_T,
+                                  batch.input_mask_B_T, positions_B_T)
+            micro = micro._replace(**{f: jax.lax.with_sharding_constraint(
+                getattr(micro, f), rows_sh) for f in micro._fields[:5]})
+            return packing.logp(model, policy, micro, temperature)[0]
+
+        zeros = jnp.zeros(batch.response_mask_B_R.shape, jnp.float32)
+
+        def accumulate(total, j):
+            return total + jax.lax.cond(j * pack_rows < plan.rows_used, one,
+                                        lambda _: zeros, j), None
+
+        return jax.lax.scan(accumulate, zeros, jnp.arange(-(-b // pack_rows)))[0]
 
     def step(state: TrainState, ref_params, batch: TrainBatch, key, actor_on,
              teacher_params=None):

@@ -222,7 +222,7 @@ def packed_flops(case: Case, rows: int, capacity: int) -> float:
     micro = packing.Micro(kc, kc, kc, kc, kc, sds((b, r), jnp.int32))
 
     def grad(params, micro):
-        logp = lambda p: train_step.packed_logp(model, p, micro, 1.0)[0]
+        logp = lambda p: packing.logp(model, p, micro, 1.0)[0]
         return jax.grad(lambda p: jnp.sum(logp(p)))(params)
 
     return perf.traced_flops(jax.jit(grad), params, micro)
