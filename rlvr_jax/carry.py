@@ -32,7 +32,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from rlvr_jax import rollouts
-from rlvr_jax.streaming import Stream, verdict_json, verdict_of
+from rlvr_jax.stream_state import verdict_json, verdict_of
+from rlvr_jax.streaming import Stream
 from rlvr_jax.types import Generated, Rollout
 
 
