@@ -22,8 +22,8 @@ from transformers import PreTrainedTokenizerBase
 
 import jax.numpy as jnp
 
-from rlvr_jax import (carry, distributed, envs, episodes, generate, lora, optim, sharding,
-                      streaming, tasks, train_step)
+from rlvr_jax import (distributed, envs, episodes, generate, lora, optim, sharding, streaming,
+                      tasks, train_step)
 from rlvr_jax.envs import chat
 from rlvr_jax.config import (AlgoConfig, ConfigError, EnvConfig, MeshConfig, ModelConfig,
                              RunConfig, SamplingConfig, StreamConfig, WarmupConfig)
@@ -301,13 +301,9 @@ def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=N
             top_p=top_p, group_size=group_size,
             prompt_len=setup.prompt_len if schedule else 0, mesh=policy.mesh,
             on_trace=lambda piece: traces.update([f"{name}_{piece}"]))
-        if schedule and carry_batches:  # the rows kept across steps (carry.py)
-            return carry.Carried(streaming.Stream(
-                sampler, env, tok, glue, max_turns=env_cfg.max_turns, put=put,
-                schedule=schedule, group_size=group_size), carry_batches)
         if schedule:  # episodes streamed through the rows, calls overlapped (streaming.py)
             return generate.streamed(sampler, env, tok, glue, env_cfg.max_turns, put,
-                                     schedule, group_size)
+                                     schedule, group_size, carry_batches)
         return generate.multi_turn(sampler, env, tok, glue, env_cfg.max_turns, put, every_row)
 
     return Generators(make("sampler", sampling.temperature, sampling.top_k, sampling.top_p,

@@ -12,7 +12,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from rlvr_jax import batching, distributed, episodes, streaming
+from rlvr_jax import batching, carry, distributed, episodes, streaming
 from rlvr_jax.types import Generated, Rollout, Verdict
 
 
@@ -63,9 +63,15 @@ def multi_turn(sampler, env, tokenizer, glue: episodes.Glue, max_turns: int, put
 
 
 def streamed(sampler, env, tokenizer, glue: episodes.Glue, max_turns: int, put: Callable,
-             schedule: streaming.Schedule, group_size: int = 1) -> Callable[..., Generated]:
+             schedule: streaming.Schedule, group_size: int = 1,
+             carry_batches: int = 0) -> Callable[..., Generated]:
     """Episodes streamed through decode rows (streaming.py; one process): the same record as
-    `multi_turn`'s."""
+    `multi_turn`'s. `carry_batches` W > 0: one stream kept across steps (carry.py)."""
+    if carry_batches:
+        return carry.Carried(streaming.Stream(
+            sampler, env, tokenizer, glue, max_turns=max_turns, put=put, schedule=schedule,
+            group_size=group_size), carry_batches)
+
     def generate(params, prompt_B_L, pmask_B_L, key, contexts=None, rows_B=None) -> Generated:
         return streaming.run(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key,
                              max_turns=max_turns, put=put, schedule=schedule,

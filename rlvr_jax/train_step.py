@@ -203,6 +203,14 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
         out, grads = value_and_grad(*args)
         return out, jax.lax.with_sharding_constraint(grads, state_sharding.params)
 
+    def packed_micro(plan: packing.Plan, j, mb: TrainBatch, positions_B_T) -> packing.Micro:
+        """Packed microbatch j of `mb`, its packed rows spread over the data axis."""
+        micro = packing.micro(plan, j, pack_rows, capacity, mb.tokens_B_T, mb.input_mask_B_T,
+                              positions_B_T)
+        rows_sh = sharding.batch_sharding(metrics_sharding.mesh)
+        return micro._replace(**{f: jax.lax.with_sharding_constraint(
+            getattr(micro, f), rows_sh) for f in micro._fields[:5]})
+
     def packed_grads(state: TrainState, ref_params, mb: TrainBatch, total, actor_on, key,
                      teacher_params):
         """(grads, metrics) summed over the packed microbatches that hold rows (packing.py):
@@ -211,13 +219,9 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
         b = mb.tokens_B_T.shape[0]
         plan = packing.plan(mb.input_mask_B_T, prompt_len, g, capacity)
         positions_B_T = positions_from_mask(mb.input_mask_B_T > 0)
-        rows_sh = sharding.batch_sharding(metrics_sharding.mesh)
 
         def one(j):
-            micro = packing.micro(plan, j, pack_rows, capacity, mb.tokens_B_T,
-                                  mb.input_mask_B_T, positions_B_T)
-            micro = micro._replace(**{f: jax.lax.with_sharding_constraint(
-                getattr(micro, f), rows_sh) for f in micro._fields[:5]})
+            micro = packed_micro(plan, j, mb, positions_B_T)
             mb_j = mb._replace(response_mask_B_R=mb.response_mask_B_R
                                * (micro.predictor_B_R >= 0))
             (_, m), grads = grad_fn(state.params, ref_params, mb_j, total, actor_on,
@@ -306,13 +310,9 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
         b = batch.tokens_B_T.shape[0]
         plan = packing.plan(batch.input_mask_B_T, prompt_len, g, capacity)
         positions_B_T = positions_from_mask(batch.input_mask_B_T > 0)
-        rows_sh = sharding.batch_sharding(metrics_sharding.mesh)
 
         def one(j):
-            micro = packing.micro(plan, j, pack_rows, capacity, batch.tokens_B_T,
-                                  batch.input_mask_B_T, positions_B_T)
-            micro = micro._replace(**{f: jax.lax.with_sharding_constraint(
-                getattr(micro, f), rows_sh) for f in micro._fields[:5]})
+            micro = packed_micro(plan, j, batch, positions_B_T)
             return packing.logp(model, policy, micro, temperature)[0]
 
         zeros = jnp.zeros(batch.response_mask_B_R.shape, jnp.float32)
