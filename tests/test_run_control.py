@@ -121,18 +121,16 @@ STATEFUL = ["preset=repl_agent", *ASYNC, "warmup.steps=40", "sampling.max_new_to
 # does not branch on either; test_rollouts.py stops and resumes a plain async run too, and
 # test_stop_after_steps a synchronous one through the entry point; the signal's path is the
 # same in every mode, so the synchronous case was dropped for the suite's time).
-@pytest.mark.parametrize("extra", [STATEFUL], ids=["async_stateful"])
-def test_sigterm_checkpoints_and_the_rerun_matches_an_uninterrupted_run(tmp_path, extra):
+def test_sigterm_checkpoints_and_the_rerun_matches_an_uninterrupted_run(tmp_path):
     """SIGTERM after step 2 of 6: exit 0 with one line, a checkpoint, no orbax temp files;
     the rerun ends bitwise where a run without the signal ends. Asynchronous: the batch in
     flight at the signal is abandoned and sampled again from its checkpointed snapshot."""
-    if extra is STATEFUL:
-        from tests.helpers import UNAVAILABLE
+    from tests.helpers import UNAVAILABLE
 
-        if UNAVAILABLE:
-            pytest.skip(f"no sandbox: {UNAVAILABLE}")
-    preset = "repl_agent" if extra is STATEFUL else "math_grpo"
-    extra = [x for x in extra if not x.startswith("preset=")]
+    if UNAVAILABLE:
+        pytest.skip(f"no sandbox: {UNAVAILABLE}")
+    preset = "repl_agent"
+    extra = [x for x in STATEFUL if not x.startswith("preset=")]
     steps = 6
     whole = tmp_path / "whole"
     assert _train(_cmd(tmp_path, steps, preset) + extra +
@@ -154,18 +152,17 @@ def test_sigterm_checkpoints_and_the_rerun_matches_an_uninterrupted_run(tmp_path
     stopped_at = max(int(d) for d in os.listdir(cut / "checkpoints") if d.isdigit())
     assert 2 <= stopped_at < steps
     assert not list(cut.rglob("*.orbax-checkpoint-tmp*"))
-    if extra:
-        assert (cut / "checkpoints" / str(stopped_at) / "behind").is_dir()
+    assert (cut / "checkpoints" / str(stopped_at) / "behind").is_dir()
     rerun = _train(_cmd(tmp_path, steps, preset) + extra + [f"hydra.run.dir={cut}"])
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
                  _final_params(cut, steps), _final_params(whole, steps))
     assert _steps(cut)[0] == list(range(1, steps + 1))
-    if preset == "repl_agent":  # the sessions were used, and none was left behind
-        rows = [json.loads(line) for line in (cut / "metrics.jsonl").read_text().splitlines()]
-        steps_rows = [r for r in rows if "session/opened" in r]
-        assert any(r["episode/tool_calls_mean"] > 0 for r in steps_rows)
-        assert all(r["session/leaked"] == 0 for r in steps_rows)
+    # The sessions were used, and none was left behind.
+    rows = [json.loads(line) for line in (cut / "metrics.jsonl").read_text().splitlines()]
+    steps_rows = [r for r in rows if "session/opened" in r]
+    assert any(r["episode/tool_calls_mean"] > 0 for r in steps_rows)
+    assert all(r["session/leaked"] == 0 for r in steps_rows)
 
 
 def test_a_second_run_on_a_locked_directory_stops_at_once(tmp_path):
