@@ -285,9 +285,6 @@ def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=N
     glue = episodes.Glue.of(tok, prefix, suffix)
     schedule = None
     if stream is not None and stream.rows:
-        if jax.process_count() > 1:
-            raise ConfigError("config key 'rollout.stream.rows': streamed episodes run in one "
-                              f"process, not yet {jax.process_count()} (set it to 0: lock step)")
         schedule = streaming.Schedule(stream.rows, stream.inserts, stream.chunk_steps,
                                       stream.call_delay_chunks, stream.env_threads,
                                       stream.release_rows, stream.carry_cache == "keep")
@@ -303,7 +300,7 @@ def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=N
             on_trace=lambda piece: traces.update([f"{name}_{piece}"]))
         if schedule:  # episodes streamed through the rows, calls overlapped (streaming.py)
             return generate.streamed(sampler, env, tok, glue, env_cfg.max_turns, put,
-                                     schedule, group_size, carry_batches)
+                                     schedule, group_size, carry_batches, every_row)
         return generate.multi_turn(sampler, env, tok, glue, env_cfg.max_turns, put, every_row)
 
     return Generators(make("sampler", sampling.temperature, sampling.top_k, sampling.top_p,

@@ -31,7 +31,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from rlvr_jax import rollouts
+from rlvr_jax import distributed, episodes, rollouts
 from rlvr_jax.stream_state import verdict_json, verdict_of
 from rlvr_jax.streaming import Stream
 from rlvr_jax.types import Generated, Rollout
@@ -41,8 +41,9 @@ class Carried:
     """The train generator of a carried stream: `begin` says which batch and version the
     next call runs (the stages hand it the batch's prompts, queued already)."""
 
-    def __init__(self, stream: Stream, window: int):
+    def __init__(self, stream: Stream, window: int, own: Callable = lambda made: made):
         self.stream, self.window = stream, window
+        self.own = own  # every row's record -> the texts and verdicts this process verifies
         self.j, self.version = 0, 0
         self.added = 0  # batches queued so far: 0 .. added-1
         self.replay: Optional[Generated] = None  # a restored batch's record, returned as is
@@ -51,8 +52,8 @@ class Carried:
                  rows_B=None) -> Generated:
         if self.replay is not None:
             out, self.replay = self.replay, None
-            return out
-        return self.stream.run(params, self.version, self.j)
+            return self.own(out)
+        return self.own(self.stream.run(params, self.version, self.j))
 
     def close(self) -> None:
         self.stream.close()
@@ -91,8 +92,12 @@ def state(train: Callable, ahead: rollouts.Ahead, next_step: int) -> Optional[di
     for j, future in enumerate(ahead.started, next_step):
         started = future.result()
         g = started.sampling.parts[0]
-        made.append({"j": j, "version": started.version, "texts": g.texts,
-                     "verdicts": [verdict_json(v) for v in g.verdicts],
+        texts, verdicts, n = g.texts, g.verdicts, len(g.rollout.tokens_B_R)
+        if len(texts) < n:  # this process's rows: every row's are kept (one writer)
+            texts = distributed.gather_texts(texts)
+            verdicts = episodes.gather_verdicts(verdicts, distributed.my_rows(n), n)
+        made.append({"j": j, "version": started.version, "texts": texts,
+                     "verdicts": [verdict_json(v) for v in verdicts],
                      "stats": g.stats, "rollout": [x.tolist() for x in g.rollout]})
     return {"made": made, "added": train.added, "stream": train.stream.snapshot()}
 

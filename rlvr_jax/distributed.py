@@ -100,6 +100,44 @@ def my_rows(n: int) -> slice:
     return slice(h * n // count, (h + 1) * n // count)
 
 
+def gather_texts(local: Sequence[str]) -> list[str]:
+    """This process's block of a batch's texts -> every process's blocks, in process order
+    (each process holds as many)."""
+    if jax.process_count() == 1:
+        return list(local)
+    from jax.experimental import multihost_utils
+
+    data = [t.encode() for t in local]
+    len_n = np.array(multihost_utils.process_allgather(
+        np.array([len(d) for d in data], np.int32), tiled=True))
+    buf = np.zeros((len(data), max(int(len_n.max(initial=0)), 1)), np.uint8)
+    for i, d in enumerate(data):
+        buf[i, :len(d)] = np.frombuffer(d, np.uint8)
+    every = np.array(multihost_utils.process_allgather(buf, tiled=True))
+    return [bytes(every[i, :n]).decode() for i, n in enumerate(len_n)]
+
+
+def owners(n: int) -> np.ndarray:
+    """The process that owns each of a batch's `n` rows (my_rows' blocks): it opens, steps,
+    finishes and closes their episodes, whichever decode row they stream through."""
+    count = jax.process_count()
+    my_rows(n)  # the same refusal when they do not split
+    return np.repeat(np.arange(count, dtype=np.int32), n // count)
+
+
+def from_owners(owner_n: np.ndarray, *arrays: np.ndarray) -> tuple:
+    """Each row of `arrays` (leading dim n, the same shapes on every process) as its owner
+    process (`owner_n`) filled it, on every process: what one process learned from the
+    environment about its own episodes, for the decisions every process makes alike."""
+    if jax.process_count() == 1:
+        return arrays
+    from jax.experimental import multihost_utils
+
+    stacked = multihost_utils.process_allgather(arrays, tiled=False)  # each [P, n, ...]
+    rows = np.arange(len(owner_n))
+    return tuple(np.array(x[np.asarray(owner_n), rows]) for x in stacked)
+
+
 def gather_verdicts(local: Sequence[Verdict]) -> tuple[list[Verdict], list[int]]:
     """Every process's verdicts of its rows, in row order, on every process (status and
     fraction: what rewards are computed from; other processes' details are left empty), and

@@ -191,7 +191,7 @@ def _drive(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key, ma
     # The environment's verdicts of its own episodes (their worlds' final states), then the
     # failures: an episode whose sandbox failed is masked whatever its world says.
     mine_verdicts = clock.time(env.finish, opened, final[mine])
-    verdicts = _gather_verdicts(
+    verdicts = gather_verdicts(
         [Verdict(Status.SANDBOX_ERROR, f"the episode's sandbox failed: {e.failed}"[:300])
          if failed_B[r] else v
          for r, e, v in zip(range(mine.start, mine.stop), opened, mine_verdicts)], mine, b)
@@ -220,7 +220,7 @@ def _first_observations(sampler, glue, params, state, opened, mine, b, cut_B, pu
     return sampler.extend(params, state, put(obs_B_O), put(len_B), put(np.zeros(b, bool)))
 
 
-def _gather_verdicts(local: list, mine: slice, b: int) -> list:
+def gather_verdicts(local: list, mine: slice, b: int) -> list:
     """Each process's environment verdicts of its rows (None: the task's verifier judges) ->
     every row's, on every process (another process's rows keep status and fraction)."""
     status_B = np.full(b, -1, np.int32)

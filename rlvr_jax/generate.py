@@ -8,6 +8,7 @@ Each returns one record, `types.Generated`.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -53,29 +54,36 @@ def multi_turn(sampler, env, tokenizer, glue: episodes.Glue, max_turns: int, put
     """Episodes (episodes.py): every row's final texts and environment verdicts on every
     process; the stage verifies this process's rows of them."""
     def generate(params, prompt_B_L, pmask_B_L, key, contexts=None, rows_B=None) -> Generated:
-        e = episodes.run(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key,
-                         max_turns=max_turns, put=put, contexts=contexts, rows_B=rows_B)
-        n = len(e.texts)
-        mine = slice(0, n) if every_row else distributed.my_rows(n)
-        return e._replace(texts=e.texts[mine], verdicts=e.verdicts[mine])
+        return own_rows(episodes.run(sampler, env, tokenizer, glue, params, prompt_B_L,
+                                     pmask_B_L, key, max_turns=max_turns, put=put,
+                                     contexts=contexts, rows_B=rows_B), every_row)
 
     return generate
 
 
+def own_rows(made: Generated, every_row: bool) -> Generated:
+    """An episodes record (every row's texts and environment verdicts) with this process's
+    rows' texts and verdicts (what its stage verifies), or every row's (`every_row`)."""
+    n = len(made.texts)
+    mine = slice(0, n) if every_row else distributed.my_rows(n)
+    return made._replace(texts=made.texts[mine], verdicts=made.verdicts[mine])
+
+
 def streamed(sampler, env, tokenizer, glue: episodes.Glue, max_turns: int, put: Callable,
-             schedule: streaming.Schedule, group_size: int = 1,
-             carry_batches: int = 0) -> Callable[..., Generated]:
-    """Episodes streamed through decode rows (streaming.py; one process): the same record as
+             schedule: streaming.Schedule, group_size: int = 1, carry_batches: int = 0,
+             every_row: bool = False) -> Callable[..., Generated]:
+    """Episodes streamed through decode rows (streaming.py): the same record as
     `multi_turn`'s. `carry_batches` W > 0: one stream kept across steps (carry.py)."""
     if carry_batches:
         return carry.Carried(streaming.Stream(
             sampler, env, tokenizer, glue, max_turns=max_turns, put=put, schedule=schedule,
-            group_size=group_size), carry_batches)
+            group_size=group_size), carry_batches, partial(own_rows, every_row=every_row))
 
     def generate(params, prompt_B_L, pmask_B_L, key, contexts=None, rows_B=None) -> Generated:
-        return streaming.run(sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key,
-                             max_turns=max_turns, put=put, schedule=schedule,
-                             group_size=group_size, contexts=contexts, rows_N=rows_B)
+        return own_rows(streaming.run(
+            sampler, env, tokenizer, glue, params, prompt_B_L, pmask_B_L, key,
+            max_turns=max_turns, put=put, schedule=schedule, group_size=group_size,
+            contexts=contexts, rows_N=rows_B), every_row)
 
     return generate
 

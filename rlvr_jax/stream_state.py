@@ -8,12 +8,13 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
+import jax
 import numpy as np
 
 from rlvr_jax.envs.base import SANDBOX_ERROR
-from rlvr_jax import episodes
+from rlvr_jax import distributed, episodes
 from rlvr_jax.episodes import OUTCOMES, stats
 from rlvr_jax.types import Generated, Rollout, Status, Verdict
 
@@ -37,6 +38,22 @@ class Ep:
     said: list = field(default_factory=list)  # its calls' texts, in order (a resume replays)
     versions: list = field(default_factory=list)  # (first column, params version) segments
 
+    @property
+    def mine(self) -> bool:
+        """This process owns it: it opens, steps, finishes and closes its episode (every
+        process decodes every row; distributed.owners)."""
+        return bool(self.b.mine_N[self.i])
+
+
+class Seen(NamedTuple):
+    """A call's reply as every process applies it (the episode's owner tokenized it)."""
+
+    tool: int  # index in the environment's tools (their count: an unknown tool)
+    outcome: int  # index in episodes.OUTCOMES
+    reward: float
+    ids: list  # the observation's ids (glue included); empty for a sandbox error
+    cut: int  # the reply's text was cut to fit
+
 
 class Batch:
     """A batch's episodes and their records (host arrays [N, R])."""
@@ -48,6 +65,8 @@ class Batch:
         self.prompt_N_L, self.pmask_N_L = np.asarray(prompt_N_L), np.asarray(pmask_N_L)
         self.contexts = contexts if contexts is not None else [{}] * n
         self.seq_N = np.arange(n) if seq_N is None else np.asarray(seq_N)
+        self.owner_N = distributed.owners(n)
+        self.mine_N = self.owner_N == jax.process_index()
         self.eps = [Ep(self, i) for i in range(n)]
         self.res = Rollout(np.full((n, r), pad_id, np.int32), np.zeros((n, r), np.float32),
                            np.zeros((n, r), np.float32), np.zeros((n, r), np.float32),
@@ -107,9 +126,7 @@ def snapshot(stream) -> dict:
            "due": [[t - stream.t, e.b.j, e.i] for t in sorted(stream.due)
                    for e, _ in stream.due[t]]}
     for batch in stream.batches.values():
-        for eps, future in batch.finishing:  # the ended episodes' verdicts
-            for e, v in zip(eps, future.result()):
-                batch.verdicts[e.i] = v
+        verdicts(batch, stream._wait)  # the ended episodes'
         eps = []
         for e in batch.eps:
             if not e.started:
@@ -148,26 +165,43 @@ def restore(stream, st: dict) -> None:
     stream.queue = deque(e for b in order for e in b.eps if not e.started)
     pending = {(j, i) for _, j, i in st["due"]}
     going = [e for b in order for e in b.eps if e.started and not e.ended and not e.failed]
-    if going:
+    own = [e for e in going if e.mine]  # each process reopens its own episodes
+    if own:
         stream.open_jobs.append(stream.jobs.submit(stream.env.open,
-                                               [e.b.contexts[e.i] for e in going]))
+                                               [e.b.contexts[e.i] for e in own]))
         opened = stream._wait(stream.open_jobs[-1])
-        for e, x in zip(going, opened):
+        for e, x in zip(own, opened):
             e.episode, e.failed, e.why = x, bool(x.failed), x.failed
-    answered = {e: e.said[:-1] if (e.b.j, e.i) in pending else e.said for e in going}
+    answered = {e: e.said[:-1] if (e.b.j, e.i) in pending else e.said for e in own}
     for k in range(max((len(a) for a in answered.values()), default=0)):
-        eps = [e for e in going if not e.failed and len(answered[e]) > k]
+        eps = [e for e in own if not e.failed and len(answered[e]) > k]
         replies = stream._wait(stream.jobs.submit(stream.env.step, [e.episode for e in eps],
                                               [answered[e][k] for e in eps]))
         stream.replayed += len(eps)
         for e, reply in zip(eps, replies):
             if reply.outcome == SANDBOX_ERROR:  # its next call, or stop, says so
                 e.failed, e.why = True, e.episode.failed or "a replayed call failed"
+    if going:  # which sessions failed to come back, on every process
+        failed, = distributed.from_owners(np.array([e.b.owner_N[e.i] for e in going]),
+                                          np.array([e.failed for e in going], np.int32))
+        for e, f in zip(going, failed):
+            e.failed = bool(f)
     for offset in sorted({o for o, _, _ in st["due"]}):
         stream._call([stream.batches[j].eps[i] for o, j, i in st["due"] if o == offset],
                    stream.t + offset)
     stream.resumes = [stream.batches[j].eps[i] for j, i in st["resumes"]]
 
+
+
+def verdicts(batch: Batch, wait: Callable) -> None:
+    """Its ended episodes' environment verdicts: each process's own waited for, then every
+    process gets all (status and fraction; another process's details are left empty)."""
+    for eps, future in batch.finishing:
+        for e, v in zip(eps, wait(future)):
+            batch.verdicts[e.i] = v
+    batch.finishing = []
+    block = distributed.my_rows(batch.n)
+    batch.verdicts = episodes.gather_verdicts(batch.verdicts[block], block, batch.n)
 
 
 def verdict_json(v) -> Optional[list]:

@@ -30,8 +30,14 @@ with its cache kept (`rollout/useful_row_steps` counts the loss); released
 (`Schedule.release`), the row takes another episode and the caller resumes in a free row
 once its observation is appended, its history prefilled again (`turn_sampler.resume`: the
 recompute, counted in `stream/recomputed_tokens_per_episode`). Either way the tokens are
-the lock-step driver's (tested; a resumed row's log-probs to float rounding). One process
-only (several would have to agree on every boundary's refills: not built; refused).
+the lock-step driver's (tested; a resumed row's log-probs to float rounding).
+
+Several processes: every process runs this driver over every row (the same SPMD pieces),
+and each opens, steps, finishes and closes the episodes of its own block of each batch
+(distributed.owners), whichever row they decode in. What a process learns from its
+environment (a session that failed to open, a reply's ids, outcome and reward, a final
+verdict) is shared at the boundary it is due (`distributed.from_owners`, one all-gather),
+so every process makes the same refills and the run equals one process's (tested).
 
 A `Stream` keeps its rows and queue from one batch to the next: episodes of later batches
 started in rows a batch's last episodes freed go on in the next `run`, under its params
@@ -53,7 +59,7 @@ import numpy as np
 from rlvr_jax import distributed, stream_state
 from rlvr_jax.envs.base import SANDBOX_ERROR, Environment
 from rlvr_jax.episodes import OUTCOMES, REASONS, Glue, _text, turn_text
-from rlvr_jax.stream_state import Batch, Ep, Timed, item
+from rlvr_jax.stream_state import Batch, Ep, Seen, Timed, item
 from rlvr_jax.turn_sampler import STOP_BUDGET, STOP_CALL, STOP_EOS, TurnSampler
 from rlvr_jax.types import Generated
 
@@ -139,7 +145,7 @@ class Stream:
         b, m = e.b, self.sch.insert_rows
         first = e.i - e.i % m
         if first not in b.opens:
-            eps = [x for x in b.eps[first:first + m] if not x.started]
+            eps = [x for x in b.eps[first:first + m] if not x.started and x.mine]
             b.opens[first] = (eps, self.jobs.submit(self.env.open,
                                                     [b.contexts[x.i] for x in eps]))
             self.open_jobs.append(b.opens[first][1])
@@ -182,8 +188,8 @@ class Stream:
             obs_B_O = np.full((b, o), self.tok.pad_token_id, np.int32)
             len_B = np.zeros(b, np.int32)
             # 1. Observations due now (the only wait on the environment's calls).
-            for e, future in self.due.pop(self.t, []):
-                self._observe(e, self._wait(future), obs_B_O, len_B)
+            for e, reply in self._replies(self.due.pop(self.t, [])):
+                self._observe(e, reply, obs_B_O, len_B)
             # 2. Finished episodes leave their rows (their records copied out).
             if self.ended:
                 self._leave(self.ended)
@@ -206,13 +212,7 @@ class Stream:
                     self._open(e)  # these, and the next M (their sessions start meanwhile)
                 dest, free = free[:len(take)], free[len(take):]
                 self._insert(take, dest)
-                for e, row in zip(take, dest):
-                    x = self._opened(e)
-                    if x.observation and not e.failed:  # what the environment showed at reset
-                        room = min(o, self.r - 1)  # a slot is left for the first turn
-                        ids, cut = self.glue.ids(x.observation, room)
-                        e.b.cut_N[e.i] += cut
-                        obs_B_O[row, :len(ids)], len_B[row] = ids, len(ids)
+                self._shown(take, dest, obs_B_O, len_B)
             if len_B.any():
                 self.state = self.s.extend(self.params, self.state, self.put(obs_B_O),
                                            self.put(len_B), self.put(np.zeros(b, bool)))
@@ -235,9 +235,7 @@ class Stream:
                 self._stopped(stopped, host)
         steps = int(distributed.to_host(self.state.steps)) - steps_before
         wall = time.perf_counter() - t0
-        for eps, future in batch.finishing:
-            for e, v in zip(eps, self._wait(future)):
-                e.b.verdicts[e.i] = v
+        stream_state.verdicts(batch, self._wait)
         del self.batches[j]
         record = stream_state.record(self, batch, steps, chunks, live_sum, wall,
                                      self.jobs.call_s[calls_before:])
@@ -255,18 +253,63 @@ class Stream:
             take.append(e)
         return take
 
-    def _observe(self, e: Ep, reply, obs_B_O, len_B) -> None:
+    def _replies(self, due: list) -> list:
+        """The replies due now as (episode, `Seen`): each process waits for its own
+        episodes' calls and tokenizes their replies; every process gets them all."""
+        if not due:
+            return []
+        n, o = len(due), self.s.observation_tokens
+        tool_n, outcome_n, len_n, cut_n = (np.zeros(n, np.int32) for _ in range(4))
+        reward_n, ids_n_O = np.zeros(n, np.float32), np.zeros((n, o), np.int32)
+        for k, (e, future) in enumerate(due):
+            if future is None:  # another process's episode
+                continue
+            reply = self._wait(future)
+            tool_n[k] = self.tools.index(reply.tool) if reply.tool in self.tools else len(
+                self.tools)
+            outcome_n[k], reward_n[k] = OUTCOMES.index(reply.outcome), reply.reward
+            if reply.outcome != SANDBOX_ERROR:
+                ids, cut_n[k] = self.glue.ids(reply.text, o)
+                ids_n_O[k, :len(ids)], len_n[k] = ids, len(ids)
+        shared = distributed.from_owners(np.array([e.b.owner_N[e.i] for e, _ in due]), tool_n,
+                                         outcome_n, reward_n, ids_n_O, len_n, cut_n)
+        return [(e, Seen(int(t), int(out), float(rw), ids[:int(ln)].tolist(), int(c)))
+                for (e, _), t, out, rw, ids, ln, c in zip(due, *shared)]
+
+    def _shown(self, take: list, dest: list, obs_B_O, len_B) -> None:
+        """What the environment showed at reset (`Episode.observation`, e.g. a workspace's
+        listing) of episodes `take`, now in rows `dest`, into their observations; whether
+        their sessions opened. Each process's own episodes', shared."""
+        m, o = len(take), self.s.observation_tokens
+        room = min(o, self.r - 1)  # a slot is left for the first turn
+        failed_M, len_M, cut_M = (np.zeros(m, np.int32) for _ in range(3))
+        ids_M_O = np.zeros((m, o), np.int32)
+        for k, e in enumerate(take):
+            if not e.mine:
+                continue
+            x = self._opened(e)
+            failed_M[k] = e.failed
+            if x.observation and not e.failed:
+                ids, cut_M[k] = self.glue.ids(x.observation, room)
+                ids_M_O[k, :len(ids)], len_M[k] = ids, len(ids)
+        failed_M, ids_M_O, len_M, cut_M = distributed.from_owners(
+            np.array([e.b.owner_N[e.i] for e in take]), failed_M, ids_M_O, len_M, cut_M)
+        for e, row, failed, ids, n, cut in zip(take, dest, failed_M, ids_M_O, len_M, cut_M):
+            e.failed |= bool(failed)
+            e.b.cut_N[e.i] += cut
+            if n:
+                obs_B_O[row, :n], len_B[row] = ids[:n], n
+
+    def _observe(self, e: Ep, seen: Seen, obs_B_O, len_B) -> None:
         """A call's reply: into e's row's observation, or its record when e is out of rows."""
-        o, col = self.s.observation_tokens, e.col
-        tool = self.tools.index(reply.tool) if reply.tool in self.tools else len(self.tools)
-        e.b.calls_N_T_O[e.i, tool, OUTCOMES.index(reply.outcome)] += 1
-        e.b.res.turn_rewards_B_R[e.i, col - 1] += reply.reward  # the call's last token
-        if reply.outcome == SANDBOX_ERROR:
+        col, ids = e.col, seen.ids
+        e.b.calls_N_T_O[e.i, seen.tool, seen.outcome] += 1
+        e.b.res.turn_rewards_B_R[e.i, col - 1] += seen.reward  # the call's last token
+        if OUTCOMES[seen.outcome] == SANDBOX_ERROR:
             return self._end(e, "sandbox_error", failed=True)
-        ids, cut = self.glue.ids(reply.text, o)
         if col + len(ids) >= self.r:  # no slot left to answer in
             return self._end(e, "no_room")
-        e.b.cut_N[e.i] += cut
+        e.b.cut_N[e.i] += seen.cut
         if e.row < 0:  # appended to its record: it resumes in a free row
             for x, v in zip(e.b.res[:4], (ids, 0.0, 1.0, 0.0)):
                 x[e.i, col:col + len(ids)] = v
@@ -356,16 +399,17 @@ class Stream:
 
     def _call(self, calls: list, due: int) -> None:
         """Each episode's last call handed to the environment, its reply due at `due`."""
-        if not calls:
-            return
-        if self.jobs.threads == 1:  # one thread: one batch (sessions in parallel)
-            f = self.jobs.submit(self.env.step, [e.episode for e in calls],
-                                 [e.said[-1] for e in calls], calls=len(calls))
-            futures = [item(f, j) for j in range(len(calls))]
-        else:  # each call on its own: a slow one holds up no other
-            futures = [item(self.jobs.submit(self.env.step, [e.episode], [e.said[-1]],
-                                              calls=1), 0) for e in calls]
-        self.due.setdefault(due, []).extend(zip(calls, futures))
+        own = [e for e in calls if e.mine]  # another process steps the others
+        futures: dict = {}
+        if own and self.jobs.threads == 1:  # one thread: one batch (sessions in parallel)
+            f = self.jobs.submit(self.env.step, [e.episode for e in own],
+                                 [e.said[-1] for e in own], calls=len(own))
+            futures = {e: item(f, j) for j, e in enumerate(own)}
+        elif own:  # each call on its own: a slow one holds up no other
+            futures = {e: item(self.jobs.submit(self.env.step, [e.episode], [e.said[-1]],
+                                                calls=1), 0) for e in own}
+        if calls:
+            self.due.setdefault(due, []).extend((e, futures.get(e)) for e in calls)
 
     def _copy_out(self, eps: list) -> None:
         """These episodes' rows into their records (host), with where each is."""
@@ -392,8 +436,8 @@ class Stream:
             e.b.finals[e.i] = _text(self.tok, e.b.res.tokens_B_R[e.i, e.start:e.col],
                                     self.tok.eos_token_id)
             e.b.left -= 1
-        for batch in dict.fromkeys(e.b for e in ended):
-            mine = [e for e in ended if e.b is batch]
+        for batch in dict.fromkeys(e.b for e in ended if e.mine):
+            mine = [e for e in ended if e.b is batch and e.mine]
             episodes = [e.episode for e in mine]
 
             def finish_and_close(episodes=episodes, texts=[batch.finals[e.i] for e in mine]):

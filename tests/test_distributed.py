@@ -97,9 +97,11 @@ def test_two_processes_equal_one_and_resume(tmp_path):
     """One 2-process run covering what several did (each 2-process run costs minutes on a
     2-core machine): PPO (the update with the most cross-device pieces: critic, GAE, KL) on
     multi-turn episodes in a stateful environment (python_repl: a sandbox session per
-    episode; each process opens, steps, finishes and closes its own rows' episodes, the
-    observations gathered), asynchronous rollouts (one step off-policy, the producer's
-    snapshots checkpointed and restored by both processes), the update that computes each
+    episode) streamed through decode rows and carried across updates (each process opens,
+    steps, finishes and closes its own block's episodes, whichever row they decode in, what
+    they learn shared at each boundary; the carried stream checkpointed and restored by both
+    processes; the lock-step driver's 2 == 1 is tests/test_streaming.py's), asynchronous
+    rollouts (one step off-policy, the producer's snapshots checkpointed and restored), the update that computes each
     group's prompt once, and on-policy distillation (a teacher of another size read by both
     processes, its reverse KL a dense reward): 2 processes x 2 devices, stopped after 2
     steps and rerun, == 1 process x 4 devices uninterrupted (rollouts, episodes and rewards
@@ -116,7 +118,9 @@ def test_two_processes_equal_one_and_resume(tmp_path):
             "sampling.max_new_tokens=80", "warmup.steps=40", "env.session.spares=8",
             f"warmup.shared_dir={tmp_path / 'warm'}", "rollout.off_policy_steps=1",
             "algo.loss.correction=token", f"distill.teacher={teacher}", "distill.coef=0.1",
-            "algo.share_prompts=true"]  # one warm start for both; each prompt once
+            "algo.share_prompts=true",  # one warm start for both; each prompt once
+            "rollout.stream.rows=8", "rollout.stream.carry_batches=1",
+            "rollout.stream.release_rows=true"]  # streamed, episodes carried across updates
     _finish(_start(one, args, 1))
     outs = _finish(_start(two, args + ["stop_after_steps=2"], 2))
     assert "processes 2" in outs[0] and "stopped after step 2" in outs[0]
@@ -130,7 +134,9 @@ def test_two_processes_equal_one_and_resume(tmp_path):
     for key in ("episode/turns_mean", "episode/tool_calls_mean", "episode/observation_share"):
         assert [r[key] for r in b] == [r[key] for r in a], key
     assert any(r["episode/tool_calls_mean"] > 0 for r in a), "no tool was called"
-    assert all(r["session/leaked"] == 0 for r in a + b)
+    assert all(r["session/leaked"] == 0 and r["session/failure_rate"] == 0 for r in a + b)
+    assert max(r["rollout/version_lag_max"] for r in b) == 2
+    assert [r["stream/carried_episodes"] for r in b] == [r["stream/carried_episodes"] for r in a]
 
 
 def test_a_resume_with_another_process_count_is_refused(tmp_path):

@@ -5,6 +5,7 @@ end, special-token strings in tool output staying text. The environment here is 
 
 import dataclasses
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +23,9 @@ from tests.helpers import scale_weights
 
 
 @functools.lru_cache(maxsize=None)
-def _setup(tmp="/tmp/rlvr_test_episodes_tok"):
+def _setup(tmp=None):
+    # A directory per process: two test workers writing one were seen to read it half-written.
+    tmp = tmp or f"/tmp/rlvr_test_episodes_tok_{os.getpid()}"
     save_char_tokenizer(tmp)
     tok = load_tokenizer(tmp)
     cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2,

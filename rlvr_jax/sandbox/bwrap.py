@@ -66,6 +66,7 @@ import shutil
 import signal
 import struct
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Sequence
 
 from rlvr_jax.sandbox.cgroup import Cgroup
@@ -305,12 +306,29 @@ def spawn(once: bool, cgroup: Optional[Cgroup] = None, tmp_mb: int = 64,
                                     binds=_binds(python), session_fd=sfd, tmpfs=tmpfs),
                          python, cgroup)
     try:
-        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, bufsize=0, pass_fds=fds,
-                                start_new_session=True, **drop)
+        return _spawner().submit(
+            subprocess.Popen, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, bufsize=0, pass_fds=fds, start_new_session=True,
+            **drop).result()
     finally:
         for f in fds:
             os.close(f)  # bwrap holds its own copies until it has read them
+
+
+_SPAWNER: tuple = (None, None)  # (pid, the thread every sandbox of that process starts from)
+
+
+def _spawner() -> ThreadPoolExecutor:
+    """The one thread, alive as long as the process, that starts every sandbox. bwrap's
+    `--die-with-parent` is the kernel's parent-death signal, which follows the *thread* that
+    forked it: a sandbox started from a worker thread died when that thread ended (a stream's
+    environment threads end with each batch: 25-44% of its sessions failed to open or died,
+    measured). Started from here, a sandbox dies with the trainer and with nothing else."""
+    global _SPAWNER
+    pid, pool = _SPAWNER
+    if pid != os.getpid():  # first use, or a forked child (the parent's thread is not here)
+        _SPAWNER = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="sandbox-spawn"))
+    return _SPAWNER[1]
 
 
 def signal_group(proc: subprocess.Popen) -> None:

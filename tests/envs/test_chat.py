@@ -3,6 +3,7 @@ apply_chat_template on the same conversation (the sampled ids kept verbatim, onl
 environment's text tokenized), and tool output that spells the template's special tokens."""
 
 import functools
+import os
 
 import pytest
 
@@ -12,9 +13,11 @@ from rlvr_jax.episodes import Glue, turn_text
 
 
 @functools.lru_cache(maxsize=None)
-def _tokenizer(tmp="/tmp/rlvr_test_chat_tok"):
+def _tokenizer(tmp=None):
     from rlvr_jax.tokenizer import load_pretrained_tokenizer
     from rlvr_jax.tools.tiny_hf import make_tokenizer
+
+    tmp = tmp or f"/tmp/rlvr_test_chat_tok_{os.getpid()}"  # per process: never half-written
 
     make_tokenizer(tmp)
     return load_pretrained_tokenizer(tmp)

@@ -148,3 +148,26 @@ def test_a_broken_module_setup_or_sandbox_is_clear(pool, monkeypatch):
         pool.close([gone])
     finally:
         pool._spares = spares
+
+
+def test_sessions_opened_from_a_thread_outlive_it(pool):
+    """bwrap's --die-with-parent follows the thread that started a sandbox: sessions (and
+    the spares refilled meanwhile) opened from a worker thread that has ended since (a
+    stream's environment threads end with each batch) still answer."""
+    import threading
+
+    box = {}
+    t = threading.Thread(target=lambda: box.update(s=_open(pool, 3)))
+    t.start()
+    t.join()
+    time.sleep(0.3)  # the parent-death signal is sent when the thread exits
+    try:
+        got = _run(pool, box["s"], "result = 1", "result = 2", "result = 3")
+        assert [g["value"] for g in got] == [1, 2, 3], got
+        more = _open(pool, 2)  # spares started from that thread too
+        try:
+            assert [g["value"] for g in _run(pool, more, "result = 4", "result = 5")] == [4, 5]
+        finally:
+            pool.close(more)
+    finally:
+        pool.close(box["s"])

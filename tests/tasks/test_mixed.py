@@ -4,6 +4,7 @@ a file:line error at load; code rows in the field's test shapes against hand-che
 (correct, wrong, crashing, timing-out programs) through the routed verifier."""
 
 import json
+import os
 
 import pytest
 
@@ -27,8 +28,9 @@ def _task(tmp_path, rows, **kw):
 def _tokenizer():
     from rlvr_jax.tokenizer import load_tokenizer, save_char_tokenizer
 
-    save_char_tokenizer("/tmp/rlvr_test_mixed_tok")
-    return load_tokenizer("/tmp/rlvr_test_mixed_tok")
+    tmp = f"/tmp/rlvr_test_mixed_tok_{os.getpid()}"  # per process: never read half-written
+    save_char_tokenizer(tmp)
+    return load_tokenizer(tmp)
 
 
 def _user(text):
