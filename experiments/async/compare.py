@@ -21,7 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ARMS = ("sync", "async_token", "async_dualclip", "async_token_lr")
+ARMS = ("sync", "async_token", "async_dualclip", "async_token_lr", "streamed", "carried")
 
 
 def load(runs_dir: str) -> dict:
@@ -75,7 +75,8 @@ def table(runs: dict) -> str:
 
 def plot(runs: dict, out: str, title: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    for arm, color in zip(ARMS, ("tab:blue", "tab:orange", "tab:green", "tab:red")):
+    for arm, color in zip(ARMS, ("tab:blue", "tab:orange", "tab:green", "tab:red",
+                                 "tab:purple", "tab:brown")):
         for i, r in enumerate(runs.get(arm, [])):
             steps, clock, acc = zip(*r["evals"])
             label = arm if i == 0 else None
@@ -87,7 +88,7 @@ def plot(runs: dict, out: str, title: str) -> None:
         ax.set_ylabel("held-out sampled pass rate")
         ax.grid(alpha=0.3)
     axes[0].legend()
-    fig.suptitle(f"{title}: synchronous vs one step off-policy, 3 seeds")
+    fig.suptitle(f"{title}: {', '.join(a for a in ARMS if a in runs)}; 3 seeds")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
 
