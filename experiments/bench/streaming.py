@@ -69,6 +69,57 @@ class Worlds:
         return {}
 
 
+class ReplCalls:
+    """The python_repl environment with real sandboxed sessions (bubblewrap, a session per
+    episode, opened, called, closed). The random model's turn text is not Python, so each
+    call runs a program chosen by (episode, call): it reads and extends the session's state
+    (`x`), then waits a lognormal time inside the sandbox (`time.sleep`: a test run or a
+    service call, not CPU the decoding needs), drawn from the episode and call alone (the
+    same draw in every arm)."""
+
+    stop_texts, tools = ("#",), ("calculator",)
+    observation_prefix, observation_suffix = "[", "]"
+    concurrent_episodes = True  # as the environment's own (its session pool is thread-safe)
+
+    def __init__(self, median_s: float, p99_s: float, seed: int = 0):
+        from rlvr_jax.envs import registry
+        from rlvr_jax.envs.calls import CALL_FORMATS
+        from rlvr_jax.envs.session_env import SessionEnvironment
+        from rlvr_jax.sandbox.session import SessionLimits
+
+        self.env = SessionEnvironment(registry.world("python_repl"), CALL_FORMATS["tag"],
+                                      limits=SessionLimits(call_s=60.0, episode_s=600.0),
+                                      max_live=256, spares=8)
+        self.median_s, self.p99_s, self.seed = median_s, p99_s, seed
+
+    def open(self, contexts):
+        return self.env.open(contexts)
+
+    def step(self, eps, turns):
+        codes = []
+        for e in eps:
+            rng = np.random.default_rng([self.seed, e.context["id"], e.calls])
+            wait = 0.0
+            if self.median_s > 0:
+                sigma = math.log(self.p99_s / self.median_s) / 2.3263
+                wait = float(np.exp(math.log(self.median_s) + sigma * rng.standard_normal()))
+            codes.append(f"import time\nx = globals().get('x', 0) * 7 + {e.calls + 1}\n"
+                         f"time.sleep({wait:.4f})\nx % 1000")
+        return self.env.step(eps, [self.env.render_call("python", {"code": c}) for c in codes])
+
+    def finish(self, eps, texts):
+        return [None] * len(eps)
+
+    def close_episodes(self, eps):
+        self.env.close_episodes(eps)
+
+    def stats(self):
+        return self.env.stats()
+
+    def close(self):
+        self.env.close()
+
+
 def setup(args):
     tmp = tempfile.mkdtemp()
     save_char_tokenizer(tmp)
@@ -109,6 +160,8 @@ def main() -> None:
     ap.add_argument("--update-s", type=float, default=0.0,
                     help="seconds an update takes between steps (the devices busy: sleep)")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--env", choices=("worlds", "repl"), default="worlds",
+                    help="repl: real sandboxed python_repl sessions (bubblewrap)")
     ap.add_argument("--no-lock", action="store_true",
                     help="leave out lock step (the slowest arm; tokens compared with the first)")
     args = ap.parse_args()
@@ -155,16 +208,23 @@ def main() -> None:
         return run
 
     def timed(fn, env_of):
-        fn(env_of())  # compiles
         times, made = [], None
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            made = fn(env_of())
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times) / args.steps, made
+        for r in range(args.repeats + 1):  # the first compiles
+            env = env_of()
+            try:
+                t0 = time.perf_counter()
+                made = fn(env)
+                times.append(time.perf_counter() - t0)
+            finally:
+                getattr(env, "close", lambda: None)()
+        return statistics.median(times[1:]) / args.steps, made
 
-    zero = lambda: Worlds()
-    slow = lambda: Delayed(Worlds(), args.median, args.p99, seed=0)
+    if args.env == "repl":  # real sessions; zero: no wait inside them
+        zero = lambda: ReplCalls(0.0, 0.0)
+        slow = lambda: ReplCalls(args.median, args.p99)
+    else:
+        zero = lambda: Worlds()
+        slow = lambda: Delayed(Worlds(), args.median, args.p99, seed=0)
     saved, args.steps = args.steps, 1
     probe_s, probe = timed(stream(1, True), zero)
     args.steps = saved
@@ -179,7 +239,8 @@ def main() -> None:
     base_tokens = None
     print(f"{args.steps} steps of {n} episodes (groups of {args.group}), {args.rows} streamed "
           f"rows, chunks of {args.chunk} steps ({chunk_s * 1e3:.0f} ms each), call delay d = "
-          f"{d} chunks; latencies lognormal(median {args.median} s, p99 {args.p99} s); "
+          f"{d} chunks; latencies lognormal(median {args.median} s, p99 {args.p99} s)"
+          f"{' inside real python_repl sessions' if args.env == 'repl' else ''}; "
           f"updates of {args.update_s} s between steps")
     ep = probe.stats
     print(f"episodes: {ep['episode/turns_mean']:.2f} turns, {ep['episode/tool_calls_mean']:.2f} "

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 from typing import Optional, Sequence
 
 from rlvr_jax.envs import turns as turn_reading
@@ -39,6 +40,11 @@ MAX_VALUE_CHARS = 20_000  # of a returned value's text (the driver cuts it to to
 
 
 class SessionEnvironment:
+    # Disjoint episodes may be stepped from several threads at once (a stream's environment
+    # threads: a slow call holds up no other): the session pool is thread-safe, the final
+    # checks' pool is used by one thread at a time.
+    concurrent_episodes = True
+
     def __init__(self, world: World, call_format: CallFormat, *, limits: SessionLimits,
                  max_live: int = 64, spares: int = 2, turn_rewards: Optional[dict] = None,
                  check_workers: int = 2, check_timeout_s: float = 30.0, mode: str = "forkserver",
@@ -54,7 +60,7 @@ class SessionEnvironment:
         self._sessions = SessionPool(Spec(world.session_source, self.tools, world.workspace),
                                      limits,
                                      max_live=max_live, spares=spares)
-        self._check = None
+        self._check, self._check_lock = None, threading.Lock()
         if world.check_source is not None:
             from rlvr_jax.envs import world_check  # registers the kind
             from rlvr_jax.sandbox.pool import VerifierPool
@@ -132,7 +138,9 @@ class SessionEnvironment:
                          "files": {p: base64.b64encode(b).decode() for p, b in f.items()},
                          "goal": episodes[i].context.get("goal")})
             where.append(i)
-        for i, v in zip(where, self._check.verify(jobs)):
+        with self._check_lock:
+            verdicts = self._check.verify(jobs)
+        for i, v in zip(where, verdicts):
             out[i] = v
         return out
 

@@ -129,8 +129,10 @@ class Session:
 
 
 class SessionPool:
-    """Sessions of this process. Thread-safe for open/call/collect/close from one driver
-    thread at a time (the episode driver); the live count is per process."""
+    """Sessions of this process; the live count is per process. Thread-safe: several threads
+    may open, call, collect and close at once, each on sessions of its own (a stream's
+    environment threads, streaming.py); the pool's books (spares, sessions made, counts)
+    are kept under a lock, a session's pipes are read only by the thread using it."""
 
     _live = 0  # sessions of this process not yet closed, every pool's
     _lock = threading.Lock()
@@ -140,6 +142,7 @@ class SessionPool:
         bwrap.check_available()
         Cgroup.remove_stale()
         self.spec, self.limits, self.max_live, self.spares = spec, limits, max_live, spares
+        self._books = threading.RLock()  # _spares, _all, _made, _want, counts, samples
         self._spares: list[Session] = []
         self._all: list[Session] = []  # every session made and not yet reaped
         self._made = 0
@@ -164,10 +167,11 @@ class SessionPool:
         t0 = time.monotonic()
         # Spares grow to the largest batch opened: the next batch of that size opens from
         # ready sandboxes (each spare costs its memory while it waits: bench/sessions.py).
-        self._want = max(self._want, len(contexts))
-        take = min(len(contexts), len(self._spares))
-        sessions = self._spares[:take] + [self._spawn() for _ in range(len(contexts) - take)]
-        self._spares = self._spares[take:]
+        with self._books:
+            self._want = max(self._want, len(contexts))
+            take = min(len(contexts), len(self._spares))
+            sessions, self._spares = self._spares[:take], self._spares[take:]
+        sessions += [self._spawn() for _ in range(len(contexts) - take)]
         for s in sessions:
             s.counted = True
         self._await_ready(sessions, t0 + START_TIMEOUT_S)
@@ -182,10 +186,11 @@ class SessionPool:
                 continue
             s.state, s.deadline = "open", now + self.limits.episode_s
             s.observation = r.get("observation")
-            self.samples["start_s"].append(now - t0)
-        self.counts["opened"] += len(sessions)
-        self.counts["peak"] = max(self.counts["peak"], self.live)
-        self.counts["failed"] += sum(s.state == "failed" for s in sessions)
+        with self._books:
+            self.samples["start_s"] += [now - t0] * sum(s.state == "open" for s in sessions)
+            self.counts["opened"] += len(sessions)
+            self.counts["peak"] = max(self.counts["peak"], self.live)
+            self.counts["failed"] += sum(s.state == "failed" for s in sessions)
         return sessions
 
     def call(self, sessions: Sequence[Session], calls: Sequence[tuple[str, dict]]) -> list[dict]:
@@ -207,8 +212,9 @@ class SessionPool:
         wait = self.limits.call_s + self.limits.start_s + REPLY_MARGIN_S  # a restart included
         for i, r in zip(live, self._exchange([sessions[i] for i in live], msgs, wait)):
             out[i] = r
-        self.counts["calls"] += len(live)
-        self.samples["call_s"].append(time.monotonic() - t0)
+        with self._books:
+            self.counts["calls"] += len(live)
+            self.samples["call_s"].append(time.monotonic() - t0)
         return out  # type: ignore[return-value]
 
     def collect(self, sessions: Sequence[Session], paths: Sequence[Sequence[str]]
@@ -245,16 +251,22 @@ class SessionPool:
 
     def shutdown(self) -> None:
         """Close every session of this pool, spares included."""
-        self.close(list(self._all))
-        self._spares = []
+        with self._books:
+            every = list(self._all)
+        self.close(every)
+        with self._books:
+            self._spares = []
 
     def leaked(self) -> int:
         """Sessions this pool closed whose sandbox process is still alive (must be 0)."""
-        return sum(s.state == "closed" and s.proc.poll() is None for s in self._all)
+        with self._books:
+            every = list(self._all)
+        return sum(s.state == "closed" and s.proc.poll() is None for s in every)
 
     @property
     def live(self) -> int:
-        return sum(s.state == "open" for s in self._all)
+        with self._books:
+            return sum(s.state == "open" for s in self._all)
 
     def stats(self) -> dict:
         """Since the last call: the most sessions live at once, sessions opened, the share
@@ -262,23 +274,27 @@ class SessionPool:
         and call round-trip latency (p50 / p99 seconds)."""
         import numpy as np
 
-        row = {"session/live_peak": float(self.counts["peak"]),
-               "session/opened": float(self.counts["opened"]),
-               "session/failure_rate": self.counts["failed"] / max(self.counts["opened"], 1),
+        with self._books:
+            counts, samples = self.counts, self.samples
+            self.samples = {k: [] for k in self.samples}
+            self.counts = {k: 0 for k in self.counts}
+        row = {"session/live_peak": float(counts["peak"]),
+               "session/opened": float(counts["opened"]),
+               "session/failure_rate": counts["failed"] / max(counts["opened"], 1),
                "session/leaked": float(self.leaked())}
-        for k, xs in self.samples.items():
+        for k, xs in samples.items():
             if xs:
                 row[f"session/{k[:-2]}_p50_s"] = float(np.percentile(xs, 50))
                 row[f"session/{k[:-2]}_p99_s"] = float(np.percentile(xs, 99))
-        self.samples = {k: [] for k in self.samples}
-        self.counts = {k: 0 for k in self.counts}
         return row
 
     # ------------------------------------------------------------------ internals
     def _spawn(self) -> Session:
-        self._made += 1
+        with self._books:
+            self._made += 1
+            made = self._made
         lim = self.limits
-        cgroup = Cgroup(f"{os.getpid()}_{id(self)}_s{self._made}",
+        cgroup = Cgroup(f"{os.getpid()}_{id(self)}_s{made}",
                               lim.session_memory_mb << 20, lim.session_pids)
         try:
             extra = () if self.spec.workspace == "/tmp" else (self.spec.workspace,)
@@ -288,7 +304,8 @@ class SessionPool:
             cgroup.remove(timeout_s=0.5)
             return Session(None, None, f"could not start: {e}")
         s = Session(proc, cgroup)
-        self._all.append(s)
+        with self._books:
+            self._all.append(s)
         try:  # the module to load: read by the server as soon as it starts
             s.proc.stdin.write((json.dumps({"tools": self.spec.tools,
                                             "names": list(self.spec.names),
@@ -311,10 +328,11 @@ class SessionPool:
             raise ValueError(first.error)
 
     def _refill(self) -> None:
-        self._all = [s for s in self._all if s.state != "closed"]
-        want = min(max(self.spares, self._want), max(self.max_live - SessionPool._live, 0))
-        while len(self._spares) < want:
-            self._spares.append(self._spawn())
+        with self._books:
+            self._all = [s for s in self._all if s.state != "closed"]
+            want = min(max(self.spares, self._want), max(self.max_live - SessionPool._live, 0))
+            while len(self._spares) < want:
+                self._spares.append(self._spawn())
 
     def _await_ready(self, sessions: Sequence[Session], deadline: float) -> None:
         waiting = {s.fd: s for s in sessions if s.state == "starting"}

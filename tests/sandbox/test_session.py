@@ -171,3 +171,28 @@ def test_sessions_opened_from_a_thread_outlive_it(pool):
             pool.close(more)
     finally:
         pool.close(box["s"])
+
+
+def test_threads_open_call_and_close_their_own_sessions_at_once(pool):
+    """A stream's environment threads use one pool at once, each on its own sessions: every
+    thread's state stays its own, the counts add up, nothing is left live or alive."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def episode(k):
+        s = _open(pool, 2)
+        try:
+            _run(pool, s, f"x = {k}", f"x = {-k}")
+            for _ in range(3):
+                got = _run(pool, s, "x = x + 1; result = x", "x = x - 1; result = x")
+            return [g["value"] for g in got]
+        finally:
+            pool.close(s)
+
+    pool.stats()
+    live = session_lib.SessionPool._live
+    with ThreadPoolExecutor(8) as threads:
+        got = list(threads.map(episode, range(16)))
+    assert got == [[k + 3, -k - 3] for k in range(16)]
+    row = pool.stats()
+    assert row["session/opened"] == 32 and row["session/failure_rate"] == 0, row
+    assert row["session/leaked"] == 0 and session_lib.SessionPool._live == live
