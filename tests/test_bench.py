@@ -1,7 +1,7 @@
 """The benchmark scripts run (experiments/bench/): gpu.py at toy sizes on CPU writes its JSON
 with every field a GPU session reads; efficiency.py prints its tables; update.py and
-decode_phases.py run at toy sizes. Numbers are not
-asserted: they are measurements, not tests."""
+decode_phases.py and streaming.py (its repl arm: real sessions) run at toy sizes. Numbers are
+not asserted: they are measurements, not tests."""
 
 import json
 import os
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT, xla_env
+from tests.helpers import ROOT, UNAVAILABLE, xla_env
 
 pytestmark = pytest.mark.slow
 
@@ -60,10 +60,14 @@ def test_decode_phases_bench_at_toy_sizes():
     assert "| 4 |" in text and text.count("True") == 2
 
 
-def test_streaming_bench_at_toy_sizes():
+@pytest.mark.parametrize("env", ["worlds", "repl"])
+def test_streaming_bench_at_toy_sizes(env):
+    """Both environments of the bench; repl: real sandboxed sessions (bubblewrap)."""
+    if env == "repl" and UNAVAILABLE:
+        pytest.skip(f"no sandbox: {UNAVAILABLE}")
     text = _run("experiments/bench/streaming.py", "--episodes", "8", "--steps", "2",
                 "--rows", "4", "--insert", "2", "--new-tokens", "24", "--hidden", "32",
-                "--layers", "1",
+                "--layers", "1", "--env", env,
                 "--median", "0.002", "--p99", "0.02", "--repeats", "1", "--cover", "0.01")
     rows = [line for line in text.splitlines() if line.startswith(("| streamed", "| carried"))]
     assert len(rows) == 6 and all(line.endswith("| True |") for line in rows), text

@@ -89,7 +89,7 @@ class ReplCalls:
 
         self.env = SessionEnvironment(registry.world("python_repl"), CALL_FORMATS["tag"],
                                       limits=SessionLimits(call_s=60.0, episode_s=600.0),
-                                      max_live=256, spares=8)
+                                      max_live=256, spares=2)
         self.median_s, self.p99_s, self.seed = median_s, p99_s, seed
 
     def open(self, contexts):
