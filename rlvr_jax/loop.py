@@ -26,7 +26,7 @@ from rlvr_jax import (build, carry, distill, learned_reward, perf, rewards, roll
                       stages, warmstart)
 from rlvr_jax.config import ConfigError, RunConfig, reward_components
 from rlvr_jax.types import LoopState, StepTimes
-from rlvr_jax.verify.verifiers import make_verifier
+from rlvr_jax.verify.verifiers import fleet_for, make_verifier
 
 SUMMARY_KEYS = ("eval/sampled_accuracy_start", "eval/sampled_accuracy_end",
                 "eval/greedy_accuracy_start", "eval/greedy_accuracy_end", "train/wall_seconds")
@@ -72,7 +72,8 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
     v = cfg.verifier
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
                              batch_timeout_s=v.batch_timeout_s, mode=v.mode,
-                             kinds=getattr(setup.task, "verifier_kinds", ()))
+                             kinds=getattr(setup.task, "verifier_kinds", ()),
+                             fleet=fleet_for(v.backend, cfg.fleet, cfg.run_dir))
     env = build.environment(cfg.env)  # None: one turn
     generators = partial(build.generators, sampler, sampling=cfg.sampling, env=env,
                          env_cfg=cfg.env, traces=traces, stream=cfg.rollout.stream,

@@ -35,7 +35,7 @@ from rlvr_jax.tasks.dataset import make_render
 from rlvr_jax.tasks.preference_pairs import (LabelledPair, PairSource, file_pairs, file_source,
                                              procedural_source)
 from rlvr_jax.types import LoopState, PairBatch
-from rlvr_jax.verify.verifiers import make_verifier
+from rlvr_jax.verify.verifiers import fleet_for, make_verifier
 
 
 class PairJob(NamedTuple):
@@ -78,7 +78,8 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
                       _reward_model_job(cfg, policy, warm, traces))
     v = cfg.verifier
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
-                             batch_timeout_s=v.batch_timeout_s, mode=v.mode)
+                             batch_timeout_s=v.batch_timeout_s, mode=v.mode,
+                             fleet=fleet_for(v.backend, cfg.fleet, cfg.run_dir))
     extra = build.extra_sets(setup, v, lambda own, name: build.generators(
         policy, own, cfg.sampling, name=name))  # eval.extra_sets: own prompt slots, samplers
     try:

@@ -295,3 +295,20 @@ def test_compose_from_python_equals_the_command_line(tmp_path):
 ])
 def test_the_kl_to_the_reference_is_on_by_default_for_a_learned_reward(overrides, kl):
     assert run_config(overrides).algo.loss.kl_coef == kl
+
+
+def test_backend_ray_without_the_extra_is_one_line(monkeypatch):
+    """verifier.backend=ray where Ray is not installed names the extra (issue 41)."""
+    import importlib.util
+
+    import rlvr_jax
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "ray" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"'verifier.backend'.*pip install -e '\.\[ray\]'"):
+        rlvr_jax.compose(["+experiment=code_grpo", "verifier.backend=ray"])
+    with pytest.raises(ConfigError, match=r"'verifier.backend'.*inprocess"):
+        monkeypatch.setattr(importlib.util, "find_spec", real)
+        rlvr_jax.compose(["+experiment=math_grpo", "verifier.kind=inprocess",
+                          "verifier.backend=ray"])

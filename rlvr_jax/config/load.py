@@ -100,6 +100,14 @@ def validate(cfg: RunConfig) -> RunConfig:
     w.check()
     v.check()
     cfg.env.check()
+    cfg.fleet.check()
+    if v.backend == "ray":
+        import importlib.util
+
+        _check(importlib.util.find_spec("ray") is not None, "verifier.backend",
+               "ray needs the Ray extra: pip install -e '.[ray]' (or verifier.backend=local)")
+        _check(v.kind != "inprocess", "verifier.backend", "verifier.kind=inprocess checks in "
+               "the trainer process: a Ray fleet runs pool kinds (math, code, ...)")
     if cfg.env.kind != "none":
         _check(cfg.job == "rl", "env.kind", f"job={cfg.job} has no episodes: set env.kind=none")
     _check(a.gigpo.weight == 0 or cfg.env.kind != "none", "algo.gigpo.weight",

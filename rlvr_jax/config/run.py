@@ -12,6 +12,7 @@ from omegaconf import MISSING
 from rlvr_jax.config.choices import (CallFormat, DistillMode, Job, LoggerMode, OnBadRow,
                                      PairFormat, RewardScheme, RewardSource, SandboxMode,
                                      VerifierKind, _check)
+from rlvr_jax.config.fleet import Backend, FleetConfig
 from rlvr_jax.config.rollout import RolloutConfig
 from rlvr_jax.config.schemas import AlgoConfig, ModelConfig, SamplingConfig
 
@@ -162,7 +163,9 @@ class VerifierConfig:
     # > 1: sample the batch in this many chunks and verify chunk k (worker processes) while
     # chunk k+1 is sampled; all chunks use the same params, so it stays on-policy.
     overlap_chunks: int = 1
-    workers: int = 2
+    workers: int = 2  # per pool: this process's, or each Ray actor's (backend: ray)
+    # local: pools on this trainer host; ray: pools as actors on a Ray cluster (`fleet`)
+    backend: Backend = Backend["local"]
     timeout_s: float = 10.0  # per job; the worker is killed and replaced past it
     batch_timeout_s: float = 300.0  # per call; each job's share of it bounds its time too
 
@@ -393,6 +396,7 @@ class RunConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)  # verifier.backend: ray
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     mesh: MeshConfig = field(default_factory=MeshConfig)

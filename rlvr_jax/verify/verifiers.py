@@ -26,12 +26,28 @@ class Verifier(Protocol):
 TRUSTED_KINDS = {"inprocess": "integer", "exact": "exact"}
 
 
+def fleet_for(backend: str, fleet, run_dir: str):
+    """The Ray fleet verification runs on (`fleet` with its namespace: the configured one, or
+    one named after the run's directory, so a run's actors are its own), or None: local."""
+    if str(backend) != "ray":
+        return None
+    import dataclasses
+    import hashlib
+    import os
+
+    name = fleet.namespace or "rlvr-" + hashlib.sha1(
+        os.path.abspath(run_dir).encode()).hexdigest()[:12]
+    return dataclasses.replace(fleet, namespace=name)
+
+
 def make_verifier(kind: str, *, workers: int, timeout_s: float,
                   batch_timeout_s: Optional[float], mode: Optional[str],
-                  kinds: Sequence[str] = ()) -> Verifier:
+                  kinds: Sequence[str] = (), fleet=None) -> Verifier:
     """A trusted in-process checker for the trusted kinds; `routed`: each job's own kind (made
     on first use, or now for `kinds`); else the worker pool (`mode`: the
-    sandboxed kinds' forkserver or fresh, ignored for trusted graders such as math)."""
+    sandboxed kinds' forkserver or fresh, ignored for trusted graders such as math), on this
+    host, or with `fleet` (config.FleetConfig, its namespace set) as actors on a Ray cluster
+    (sandbox/fleet.py)."""
     if kind in TRUSTED_KINDS:
         return TrustedVerifier(CHECKS[TRUSTED_KINDS[kind]])
     if kind == "routed":  # each job names its kind (verify/routed.py)
@@ -39,8 +55,16 @@ def make_verifier(kind: str, *, workers: int, timeout_s: float,
 
         routed = RoutedVerifier(lambda k: make_verifier(k, workers=workers, timeout_s=timeout_s,
                                                         batch_timeout_s=batch_timeout_s,
-                                                        mode=mode))
+                                                        mode=mode, fleet=fleet))
         routed.prepare(kinds)  # the task's kinds now: a missing sandbox fails before any work
         return routed
+    mode = mode if codecs.codec(kind) is not None else None
+    if fleet is not None:
+        from rlvr_jax.sandbox.fleet import RayVerifier
+
+        return RayVerifier(kind, workers=workers, timeout_s=timeout_s,
+                           batch_timeout_s=batch_timeout_s, mode=mode, address=fleet.address,
+                           namespace=fleet.namespace, actors=fleet.actors,
+                           resource=fleet.resource, call_timeout_s=fleet.call_timeout_s)
     return VerifierPool(kind, workers=workers, timeout_s=timeout_s,
-                        batch_timeout_s=batch_timeout_s, mode=mode if codecs.codec(kind) is not None else None)
+                        batch_timeout_s=batch_timeout_s, mode=mode)

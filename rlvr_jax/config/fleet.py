@@ -1,0 +1,30 @@
+"""Where verification runs (issue 41): the trainer's own hosts (`local`, the default) or a
+Ray cluster of CPU machines (`ray`, the `.[ray]` extra: rlvr_jax/sandbox/fleet.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlvr_jax.config.choices import _check, choice
+
+Backend = choice("Backend", "local", "ray")
+
+
+@dataclass
+class FleetConfig:
+    """The Ray cluster that runs sandbox pools as actors, each a bubblewrap pool as a local
+    one (the same containment, verdicts and firewall), placed on machines that declare
+    `resource` (e.g. `ray start --resources='{"sandbox": 4}'`)."""
+
+    address: str = "auto"  # ray.init's: "auto" (RAY_ADDRESS or a local cluster) or host:port
+    # The run's actors live in this namespace (empty: one made from the run's directory), so
+    # a run finds and removes its own and no other run's.
+    namespace: str = ""
+    actors: int = 2  # sandbox pool actors (each with verifier.workers workers)
+    resource: str = "sandbox"  # the custom resource an actor needs one unit of
+    call_timeout_s: float = 600.0  # an actor's reply to one batch; past it: sandbox_error
+
+    def check(self, key: str = "fleet") -> None:
+        _check(self.actors >= 1, f"{key}.actors", "must be >= 1")
+        _check(self.call_timeout_s > 0, f"{key}.call_timeout_s", "must be > 0")
+        _check(bool(self.resource), f"{key}.resource", "must name a Ray resource")
