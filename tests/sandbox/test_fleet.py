@@ -110,8 +110,12 @@ def test_verdicts_equal_the_local_pool_and_a_lost_machine_masks_its_slice(cluste
         future = fleet.submit(slow)  # each actor: two jobs of 1.5 s, one after the other
         time.sleep(1.0)
         raylet = [n for n in ray.nodes() if n["NodeID"] == nodes[1]][0]
-        for pid in _node_pids(raylet["RayletSocketName"]):
-            os.kill(pid, signal.SIGKILL)
+        machine = set(_node_pids(raylet["RayletSocketName"]))  # its raylet and agents
+        for pid in machine | set().union(*(_children(p) for p in machine)):  # and workers
+            try:
+                os.kill(pid, signal.SIGKILL)  # the whole machine at once
+            except ProcessLookupError:
+                pass
         got = future.result(timeout=120)
         assert [v.status for v in got] == [Status.PASS] * 2 + [Status.SANDBOX_ERROR] * 2, got
         assert "Ray actor was lost" in got[2].detail and fleet.lost == 1
@@ -120,4 +124,70 @@ def test_verdicts_equal_the_local_pool_and_a_lost_machine_masks_its_slice(cluste
         assert set(ray.get([a.node.remote() for a in fleet.actors])) == {nodes[0]}
     finally:
         fleet.close()
+    deadline = time.time() + 60  # the cluster marks the machine dead (then nothing is placed
+    while time.time() < deadline and any(n["Alive"] for n in ray.nodes()  # there again)
+                                         if n["NodeID"] == nodes[1]):
+        time.sleep(0.5)
 
+
+
+def _children(pid: int) -> set[int]:
+    """`pid`'s descendants (from /proc)."""
+    parent = {}
+    for p in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                parent[int(p)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+    out, todo = set(), [pid]
+    while todo:
+        cur = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == cur]
+        out.update(kids)
+        todo += kids
+    return out
+
+
+def _actor_pids() -> set[int]:
+    out = set()
+    for p in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                if f.read().startswith(b"ray::PoolActor"):
+                    out.add(int(p))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def test_a_killed_trainer_leaves_no_actor_or_sandbox(cluster):
+    """SIGKILL of the trainer (no cleanup of its own runs): the cluster ends its actors (they
+    are owned by the trainer's job, never detached) and their sandboxes die with them."""
+    from tests.helpers import ROOT
+
+    before = _actor_pids()
+    code = ("import time\nfrom rlvr_jax.config.fleet import FleetConfig\n"
+            "from rlvr_jax.verify.verifiers import make_verifier\n"
+            "v = make_verifier('code', workers=2, timeout_s=2.0, batch_timeout_s=None, "
+            f"mode='forkserver', fleet=FleetConfig(address='{cluster}', namespace='rlvr-kill'))\n"
+            f"print([x.status.name for x in v.verify({BATCH[:2]!r})], flush=True)\n"
+            "print('READY', flush=True)\ntime.sleep(600)\n")
+    trainer = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines = []  # Ray may print its own lines (the machine lost above) among ours
+        while "READY" not in lines and len(lines) < 100:
+            lines.append(trainer.stdout.readline().strip())
+        assert "READY" in lines and "['PASS', 'WRONG']" in lines, lines
+        actors = _actor_pids() - before
+        boxes = set().union(*(_children(a) for a in actors))
+        assert len(actors) == 2 and boxes  # the pools' sandboxes are up
+    finally:
+        trainer.kill()
+        trainer.wait()
+    deadline = time.time() + 60
+    while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in actors | boxes):
+        time.sleep(0.5)
+    left = [p for p in actors | boxes if os.path.exists(f"/proc/{p}")]
+    assert not left, f"left after the trainer's SIGKILL: {left}"
