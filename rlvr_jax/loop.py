@@ -203,6 +203,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
         t0 = time.perf_counter()
         ahead, made = take(ahead, step, state.params)  # sample | verify | score (async: ahead)
         t2 = time.perf_counter()
+        rewards.breaker(made.sampled.verdicts, cfg.verifier.max_infra_share, step)     # breaker
         kept = select(loop.carry, made.groups)                                         # DAPO
         batch, adv_row = with_advantages(kept.groups, kept.n_real, state.params, ref_params,
                                          loop.kl_coef)                                 # host | jit

@@ -102,6 +102,25 @@ def loss_weights(verdicts: Sequence[Verdict]) -> np.ndarray:
     return np.array([v.status != Status.SANDBOX_ERROR for v in verdicts], dtype=np.float32)
 
 
+class InfrastructureFailing(RuntimeError):
+    """Too many of a step's samples failed for infrastructure reasons to train on it."""
+
+
+def breaker(verdicts: Sequence[Verdict], max_share: float, step: int) -> None:
+    """The circuit breaker (`verifier.max_infra_share`): more than `max_share` of the step's
+    samples masked as sandbox errors (a lost machine, a broken sandbox) stops the run with
+    one line, before the update trains on what is left; the last checkpoint resumes it."""
+    failed = [v for v in verdicts if v.status == Status.SANDBOX_ERROR]
+    share = len(failed) / max(len(verdicts), 1)
+    if share > max_share:
+        raise InfrastructureFailing(
+            f"step {step + 1}: {len(failed)} of {len(verdicts)} samples were sandbox errors "
+            f"({share:.0%} > verifier.max_infra_share={max_share:g}), e.g. "
+            f"{failed[0].detail[:160]!r}: the infrastructure is failing, so the run stopped "
+            "before training on this batch; fix it and rerun the command to resume from the "
+            "last checkpoint")
+
+
 def status_counts(verdicts: Sequence[Verdict]) -> dict[str, int]:
     """Count of every status (zeros included, so logged series never have gaps)."""
     counts = Counter(v.status for v in verdicts)

@@ -33,11 +33,12 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from rlvr_jax.checkpoint import CheckpointError
     from rlvr_jax.data.loaders import DatasetError
     from rlvr_jax.models.hf import HFImportError
+    from rlvr_jax.rewards import InfrastructureFailing
     from rlvr_jax.run_control import RunLocked
     from rlvr_jax.sandbox.bwrap import SandboxUnavailable
 
     return (config_lib.ConfigError, DatasetError, HFImportError, CheckpointError, RunLocked,
-            SandboxUnavailable, FileNotFoundError)
+            SandboxUnavailable, FileNotFoundError, InfrastructureFailing)
 
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")

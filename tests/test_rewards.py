@@ -1,6 +1,7 @@
 """Reward tables per scheme; sandbox errors are masked out of the loss, never scored."""
 
 import numpy as np
+import pytest
 
 from rlvr_jax import rewards
 from rlvr_jax.types import Status, Verdict
@@ -46,3 +47,17 @@ def test_reward_tables_and_counts():
     assert counts == {f"status/{s.name.lower()}": int(s == Status.PASS) for s in Status}
     for table in rewards.REWARD_TABLES.values():  # a sandbox error is masked, never scored
         assert set(table) == set(Status) - {Status.SANDBOX_ERROR}
+
+
+def test_the_breaker_stops_past_the_share_of_sandbox_errors():
+    """verifier.max_infra_share: more than that share of a step's samples masked as sandbox
+    errors stops the run (one line: the step, the count, an example); at or under it, not."""
+    from rlvr_jax.rewards import InfrastructureFailing, breaker
+
+    ok, lost = Verdict(Status.PASS, ""), Verdict(Status.SANDBOX_ERROR, "the machine was lost")
+    breaker([lost, lost, ok, ok], 0.5, 3)  # 50%: trained on (masked)
+    breaker([ok, Verdict(Status.WRONG, "")], 0.0, 3)
+    with pytest.raises(InfrastructureFailing, match=r"step 4: 3 of 4 samples were sandbox "
+                       r"errors \(75% > verifier.max_infra_share=0.5\).*machine was lost"):
+        breaker([lost, lost, lost, ok], 0.5, 3)
+    breaker([lost] * 4, 1.0, 0)  # 1: off

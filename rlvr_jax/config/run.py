@@ -167,6 +167,9 @@ class VerifierConfig:
     # local: pools on this trainer host; ray: pools as actors on a Ray cluster (`fleet`)
     backend: Backend = Backend["local"]
     timeout_s: float = 10.0  # per job; the worker is killed and replaced past it
+    # The circuit breaker: a step whose samples are sandbox errors (infrastructure, masked)
+    # beyond this share stops the run with one line instead of training on the rest; 1: off.
+    max_infra_share: float = 0.5
     batch_timeout_s: float = 300.0  # per call; each job's share of it bounds its time too
 
     def check(self, key: str = "verifier") -> None:
@@ -174,6 +177,8 @@ class VerifierConfig:
         _check(self.timeout_s > 0, f"{key}.timeout_s", "must be > 0")
         _check(self.batch_timeout_s > 0, f"{key}.batch_timeout_s", "must be > 0")
         _check(self.overlap_chunks >= 1, f"{key}.overlap_chunks", "must be >= 1")
+        _check(0 <= self.max_infra_share <= 1, f"{key}.max_infra_share",
+               "must be in [0, 1] (1: never stop)")
 
 
 @dataclass
