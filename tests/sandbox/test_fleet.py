@@ -6,15 +6,14 @@ on the live machine and the next batch is verified whole. Needs bubblewrap and t
 (both installed in CI; tests/test_config.py: backend=ray without the extra)."""
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
+from experiments.bench.fleet import node_pids, start_cluster, stop_cluster
 from rlvr_jax.types import Status
 from tests.helpers import UNAVAILABLE
 
@@ -23,9 +22,6 @@ ray = pytest.importorskip("ray") if not os.environ.get("RLVR_REQUIRE_SANDBOX") e
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sandbox"),
               pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")]
-
-RAY = os.path.join(os.path.dirname(sys.executable), "ray")
-
 
 def _job(program, expected=(1,)):
     return {"completion": program, "entry_point": "f", "inputs": [[0]],
@@ -38,43 +34,15 @@ BATCH = [_job("def f(x):\n    return x + 1"), _job("def f(x):\n    return x"),
          _job("def f(x):\n    return x + 1  # another")]
 
 
-def _node_pids(tmp: str) -> list[int]:
-    """Processes of the test's cluster (their command lines name its directory)."""
-    out = []
-    for pid in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if tmp.encode() in f.read():
-                    out.append(int(pid))
-        except (OSError, ValueError):
-            pass
-    return out
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    tmp = f"/tmp/rlvr_ray_{os.getpid()}"  # short: Ray's socket paths must fit 107 bytes
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats", "--num-cpus=1"]
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
-    subprocess.run([RAY, "start", "--head", f"--port={port}", "--include-dashboard=false",
-                    f"--temp-dir={tmp}", *common], check=True, env=env, capture_output=True,
-                   timeout=120)
-    address = f"127.0.0.1:{port}"
-    for _ in range(2):  # the fleet's machines
-        subprocess.run([RAY, "start", f"--address={address}", '--resources={"sandbox": 2}',
-                        *common], check=True, env=env, capture_output=True, timeout=120)
-    yield address
-    if ray.is_initialized():
-        ray.shutdown()
-    for pid in _node_pids(tmp):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = f"/tmp/rlvr_ray_{os.getpid()}"
+    try:
+        yield start_cluster(2, 2, tmp)  # two fleet machines, 2 pools each
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        stop_cluster(tmp)
 
 
 def _same(got, want):
@@ -110,7 +78,7 @@ def test_verdicts_equal_the_local_pool_and_a_lost_machine_masks_its_slice(cluste
         future = fleet.submit(slow)  # each actor: two jobs of 1.5 s, one after the other
         time.sleep(1.0)
         raylet = [n for n in ray.nodes() if n["NodeID"] == nodes[1]][0]
-        machine = set(_node_pids(raylet["RayletSocketName"]))  # its raylet and agents
+        machine = set(node_pids(raylet["RayletSocketName"]))  # its raylet and agents
         for pid in machine | set().union(*(_children(p) for p in machine)):  # and workers
             try:
                 os.kill(pid, signal.SIGKILL)  # the whole machine at once
