@@ -1,8 +1,7 @@
 """The benchmark scripts run (experiments/bench/): gpu.py at toy sizes on CPU writes its JSON
-with every field a GPU session reads; efficiency.py prints its tables; update.py and
-decode_phases.py, streaming.py (its repl arm: real sessions) and fleet.py (a local Ray cluster)
-run at toy sizes. Numbers are
-not asserted: they are measurements, not tests."""
+with every field a GPU session reads; efficiency.py prints its tables; update.py,
+decode_phases.py, streaming.py (its repl arm: real sessions) and fleet.py (a local Ray
+cluster) run at toy sizes. Numbers are not asserted: they are measurements, not tests."""
 
 import json
 import os
