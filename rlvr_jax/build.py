@@ -202,9 +202,10 @@ def extra_sets(setup: TaskSetup, v, generators_for: Callable[["TaskSetup", str],
 
 
 # ------------------------------------------------------------------ environment + generators
-def environment(e: EnvConfig):
+def environment(e: EnvConfig, fleet=None):
     """The multi-turn environment of `env` (tools in the sandbox, their own worker pool), or
-    None for one turn. The caller closes it."""
+    None for one turn; `fleet`: stateful kinds' sessions on a Ray cluster (env.backend=ray).
+    The caller closes it."""
     from rlvr_jax.envs import registry
 
     if e.kind == "none":
@@ -215,7 +216,8 @@ def environment(e: EnvConfig):
         built = {}
         try:
             for name in e.routes:
-                built[name] = environment(dataclasses.replace(e, kind=name, routes=[], wrap=""))
+                built[name] = environment(dataclasses.replace(e, kind=name, routes=[], wrap=""),
+                                          fleet)
         except BaseException:
             for env in built.values():
                 env.close()
@@ -232,7 +234,7 @@ def environment(e: EnvConfig):
         env = envs.make_session_environment(
             e.kind, e.call_format, limits=s.limits(), max_live=s.max_live, spares=s.spares,
             turn_rewards=dict(e.turn_rewards), check_workers=e.workers,
-            check_timeout_s=s.check_timeout_s, mode=e.mode, max_calls=s.max_calls)
+            check_timeout_s=s.check_timeout_s, mode=e.mode, max_calls=s.max_calls, fleet=fleet)
     return registry.factory(e.wrap, "env.wrap")(env, e) if e.wrap else env
 
 

@@ -74,7 +74,7 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
                              batch_timeout_s=v.batch_timeout_s, mode=v.mode,
                              kinds=getattr(setup.task, "verifier_kinds", ()),
                              fleet=fleet_for(v.backend, cfg.fleet, cfg.run_dir))
-    env = build.environment(cfg.env)  # None: one turn
+    env = build.environment(cfg.env, fleet_for(cfg.env.backend, cfg.fleet, cfg.run_dir))
     generators = partial(build.generators, sampler, sampling=cfg.sampling, env=env,
                          env_cfg=cfg.env, traces=traces, stream=cfg.rollout.stream,
                          eval_rows=(cfg.eval.decode_rows, cfg.eval.insert_rows))

@@ -101,13 +101,17 @@ def validate(cfg: RunConfig) -> RunConfig:
     v.check()
     cfg.env.check()
     cfg.fleet.check()
-    if v.backend == "ray":
-        import importlib.util
+    for key, backend in (("verifier.backend", v.backend), ("env.backend", cfg.env.backend)):
+        if backend == "ray":
+            import importlib.util
 
-        _check(importlib.util.find_spec("ray") is not None, "verifier.backend",
-               "ray needs the Ray extra: pip install -e '.[ray]' (or verifier.backend=local)")
-        _check(v.kind != "inprocess", "verifier.backend", "verifier.kind=inprocess checks in "
-               "the trainer process: a Ray fleet runs pool kinds (math, code, ...)")
+            _check(importlib.util.find_spec("ray") is not None, key,
+                   f"ray needs the Ray extra: pip install -e '.[ray]' (or {key}=local)")
+    _check(v.backend != "ray" or v.kind != "inprocess", "verifier.backend", "verifier.kind="
+           "inprocess checks in the trainer process: a Ray fleet runs pool kinds (math, code)")
+    _check(cfg.env.backend != "ray" or (cfg.env.kind not in ("none", "tools", "routed")
+                                        and ":" not in cfg.env.kind), "env.backend",
+           "a Ray fleet holds a stateful kind's sessions (python_repl, workspace, api, ...)")
     if cfg.env.kind != "none":
         _check(cfg.job == "rl", "env.kind", f"job={cfg.job} has no episodes: set env.kind=none")
     _check(a.gigpo.weight == 0 or cfg.env.kind != "none", "algo.gigpo.weight",

@@ -253,6 +253,9 @@ class EnvConfig:
     batch_timeout_s: float = 120.0  # per turn's batch of calls (shared fairly, pool.share)
     mode: SandboxMode = SandboxMode["forkserver"]
     session: SessionConfig = field(default_factory=SessionConfig)  # stateful kinds
+    # local: a stateful kind's sessions on this trainer host; ray: on a Ray cluster's
+    # session actors (`fleet`), all calls of an episode on the actor holding its session
+    backend: Backend = Backend["local"]
 
     def check(self, key: str = "env") -> None:
         from rlvr_jax.envs import registry

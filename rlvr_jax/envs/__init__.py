@@ -29,12 +29,14 @@ def make_environment(tools, call_format: str, *, workers: int, timeout_s: float,
 def make_session_environment(name: str, call_format: str, *, limits, max_live: int = 256,
                              spares: int = 2, turn_rewards: dict | None = None,
                              check_workers: int = 2, check_timeout_s: float = 30.0,
-                             mode: str = "forkserver", max_calls: int = 0) -> Environment:
-    """The stateful environment `name` (envs/registry.py), a sandbox session per episode."""
+                             mode: str = "forkserver", max_calls: int = 0,
+                             fleet=None) -> Environment:
+    """The stateful environment `name` (envs/registry.py), a sandbox session per episode (on
+    this host, or with `fleet` on a Ray cluster's actors: sandbox/fleet.py)."""
     from rlvr_jax.envs import registry
     from rlvr_jax.envs.session_env import SessionEnvironment
 
     return SessionEnvironment(registry.world(name), CALL_FORMATS[call_format], limits=limits,
                               max_live=max_live, spares=spares, turn_rewards=turn_rewards,
                               check_workers=check_workers, check_timeout_s=check_timeout_s,
-                              mode=mode, max_calls=max_calls)
+                              mode=mode, max_calls=max_calls, fleet=fleet)

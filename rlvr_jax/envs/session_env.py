@@ -48,7 +48,7 @@ class SessionEnvironment:
     def __init__(self, world: World, call_format: CallFormat, *, limits: SessionLimits,
                  max_live: int = 64, spares: int = 2, turn_rewards: Optional[dict] = None,
                  check_workers: int = 2, check_timeout_s: float = 30.0, mode: str = "forkserver",
-                 max_calls: int = 0):
+                 max_calls: int = 0, fleet=None):
         self.world, self.format = world, call_format
         self.tools = world.tools
         self.turn_rewards = dict(turn_rewards or {})
@@ -57,9 +57,16 @@ class SessionEnvironment:
         self.observation_suffix = call_format.observation_suffix
         self.limits = limits
         self.max_calls = max_calls  # per episode; 0: only env.max_turns bounds them
-        self._sessions = SessionPool(Spec(world.session_source, self.tools, world.workspace),
-                                     limits,
-                                     max_live=max_live, spares=spares)
+        spec = Spec(world.session_source, self.tools, world.workspace)
+        if fleet is not None:  # env.backend=ray: the sessions on fleet actors
+            from rlvr_jax.sandbox.fleet import RaySessionPool
+
+            self._sessions = RaySessionPool(
+                spec, limits, max_live=max_live, spares=spares, address=fleet.address,
+                namespace=fleet.namespace, actors=fleet.actors, resource=fleet.resource,
+                call_timeout_s=fleet.call_timeout_s)
+        else:
+            self._sessions = SessionPool(spec, limits, max_live=max_live, spares=spares)
         self._check, self._check_lock = None, threading.Lock()
         if world.check_source is not None:
             from rlvr_jax.envs import world_check  # registers the kind

@@ -119,3 +119,184 @@ class RayVerifier:
             except Exception:  # noqa: BLE001
                 pass
         self.actors = []
+
+
+# ---------------------------------------------------------------------- episode sessions
+class SessionActor:
+    """A session pool on a fleet machine (a threaded Ray actor: its pool is thread-safe, so
+    a slow call holds up no other); sessions are named by ids it hands out."""
+
+    def __init__(self, spec, limits, max_live: int, spares: int):
+        from rlvr_jax.sandbox.session import SessionPool
+
+        self.pool = SessionPool(spec, limits, max_live=max_live, spares=spares)
+        self.sessions: dict = {}
+        self.made = 0
+
+    def open(self, contexts: list) -> list:
+        out = []
+        for s in self.pool.open(contexts):
+            self.made += 1
+            self.sessions[self.made] = s
+            out.append((self.made, s.state, s.error, s.observation))
+        return out
+
+    def call(self, ids: list, calls: list) -> list:
+        return self.pool.call([self.sessions[i] for i in ids], calls)
+
+    def collect(self, ids: list, paths: list) -> list:
+        return self.pool.collect([self.sessions[i] for i in ids], paths)
+
+    def close(self, ids: list) -> None:
+        self.pool.close([self.sessions.pop(i) for i in ids if i in self.sessions])
+
+    def stats(self) -> dict:
+        return self.pool.stats()
+
+    def shutdown(self) -> None:
+        self.pool.shutdown()
+
+
+class RemoteSession:
+    """A session held by a fleet actor: what the environment reads of a local `Session`."""
+
+    def __init__(self, actor: int, handle, sid: int, state: str, error: str, observation):
+        self.actor, self.handle, self.sid = actor, handle, sid  # handle: the actor it is on
+        self.state, self.error, self.observation = state, error, observation
+
+
+class RaySessionPool:
+    """`SessionPool`'s interface (open / call / collect / close / stats / shutdown) over
+    session actors on a Ray cluster: each episode's session lives on one actor and all its
+    calls go there. An actor lost (its machine gone) fails its sessions: their calls answer
+    sandbox_error (the episode masked, never scored) and the actor is replaced."""
+
+    def __init__(self, spec, limits, *, max_live: int, spares: int, address: str,
+                 namespace: str, actors: int, resource: str, call_timeout_s: float):
+        ray = _ray()
+        if not ray.is_initialized():
+            ray.init(address=address, namespace=namespace or None, log_to_driver=False,
+                     configure_logging=False)
+        self._args = (spec, limits, max_live, spares)
+        self._remote = ray.remote(num_cpus=0, resources={resource: 1}, max_restarts=0,
+                                  max_concurrency=32, scheduling_strategy="SPREAD")(
+            SessionActor)
+        self.call_timeout_s = call_timeout_s
+        self.actors = [self._remote.remote(*self._args) for _ in range(actors)]
+        self.lost = 0
+        self._turn = 0  # the next actor to open on (round robin)
+
+    def _get(self, ref, default, index: int):
+        """An actor's reply, or `default` when the actor is lost (then replaced)."""
+        ray = _ray()
+        try:
+            return ray.get(ref, timeout=self.call_timeout_s)
+        except Exception:  # noqa: BLE001 (a lost or silent actor: infrastructure)
+            self._replace(index)
+            return default
+
+    def _replace(self, i: int) -> None:
+        ray = _ray()
+        try:
+            ray.kill(self.actors[i], no_restart=True)
+        except Exception:  # noqa: BLE001 (already gone)
+            pass
+        self.actors[i] = self._remote.remote(*self._args)
+        self.lost += 1
+
+    def _by_actor(self, sessions) -> dict:
+        groups: dict = {}
+        for j, s in enumerate(sessions):
+            groups.setdefault(s.actor, []).append(j)
+        return groups
+
+    def open(self, contexts) -> list:
+        k = len(self.actors)
+        where = [(self._turn + j) % k for j in range(len(contexts))]
+        self._turn = (self._turn + len(contexts)) % k
+        refs = {a: self.actors[a].open.remote([c for c, w in zip(contexts, where) if w == a])
+                for a in sorted(set(where))}
+        handles = {a: self.actors[a] for a in refs}
+        out: list = [None] * len(contexts)
+        for a, ref in refs.items():
+            mine = [j for j, w in enumerate(where) if w == a]
+            lost = [(0, "failed", "the session's Ray actor was lost", None)] * len(mine)
+            for j, (sid, state, error, observation) in zip(mine, self._get(ref, lost, a)):
+                out[j] = RemoteSession(a, handles[a], sid, state, error, observation)
+        return out
+
+    def _gone(self, s: RemoteSession) -> bool:
+        """Its actor was replaced (lost with its sessions): the session is failed."""
+        if s.handle is not self.actors[s.actor] and s.state != "failed":
+            s.state, s.error = "failed", "the session's Ray actor was lost"
+        return s.handle is not self.actors[s.actor]
+
+    def call(self, sessions, calls) -> list:
+        out: list = [None] * len(sessions)
+        refs = {}
+        for a, idx in self._by_actor(sessions).items():
+            live = [j for j in idx if not self._gone(sessions[j]) and sessions[j].state == "open"]
+            for j in set(idx) - set(live):
+                out[j] = {"status": "sandbox_error", "detail": sessions[j].error or "not open"}
+            if live:
+                refs[a] = (live, self.actors[a].call.remote([sessions[j].sid for j in live],
+                                                            [calls[j] for j in live]))
+        for a, (live, ref) in refs.items():
+            lost = [{"status": "sandbox_error", "detail": "the session's Ray actor was lost"}
+                    ] * len(live)
+            replies = self._get(ref, lost, a)
+            for j, r in zip(live, replies):
+                out[j] = r
+                if r is lost[0]:
+                    sessions[j].state, sessions[j].error = "failed", r["detail"]
+        return out
+
+    def collect(self, sessions, paths) -> list:
+        out: list = [None] * len(sessions)
+        for a, idx in self._by_actor(sessions).items():
+            idx = [j for j in idx if not self._gone(sessions[j])]
+            if not idx:
+                continue
+            got = self._get(self.actors[a].collect.remote(
+                [sessions[j].sid for j in idx], [paths[j] for j in idx]), [None] * len(idx), a)
+            for j, files in zip(idx, got):
+                out[j] = files
+        return out
+
+    def close(self, sessions) -> None:
+        for a, idx in self._by_actor(sessions).items():
+            idx = [j for j in idx if not self._gone(sessions[j])]
+            if idx:
+                self._get(self.actors[a].close.remote([sessions[j].sid for j in idx]), None, a)
+        for s in sessions:
+            s.state = "closed"
+
+    def stats(self) -> dict:
+        """The actors' session metrics (the most live and the shares: over actors) and the
+        actors lost since the last call."""
+        rows = [r for r in (self._get(a.stats.remote(), None, i)
+                            for i, a in enumerate(list(self.actors))) if r]
+        out = {"session/actors_lost": float(self.lost)}
+        self.lost = 0
+        for key in ("session/live_peak", "session/opened", "session/leaked"):
+            out[key] = float(sum(r.get(key, 0.0) for r in rows))
+        opened = max(out["session/opened"], 1.0)
+        out["session/failure_rate"] = sum(r.get("session/failure_rate", 0.0) *
+                                          r.get("session/opened", 0.0) for r in rows) / opened
+        return out
+
+    def shutdown(self) -> None:
+        ray = _ray()
+        for a in self.actors:
+            try:
+                ray.get(a.shutdown.remote(), timeout=30)
+            except Exception:  # noqa: BLE001 (a lost actor has nothing to close)
+                pass
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception:  # noqa: BLE001
+                pass
+        self.actors = []
+
+    def leaked(self) -> int:
+        return 0  # each actor's pool counts its own (stats: session/leaked)

@@ -99,6 +99,58 @@ def test_verdicts_equal_the_local_pool_and_a_lost_machine_masks_its_slice(cluste
 
 
 
+def _repl(fleet=None):
+    from rlvr_jax import envs
+    from rlvr_jax.sandbox.session import SessionLimits
+
+    return envs.make_session_environment("python_repl", "tag", limits=SessionLimits(call_s=5.0),
+                                         max_live=32, spares=2, fleet=fleet)
+
+
+def _calls(env, eps, codes):
+    return env.step(eps, [env.render_call("python", {"code": c}) for c in codes])
+
+
+def test_episode_sessions_on_the_fleet_equal_local_and_a_lost_machine_fails_its_own(cluster):
+    """env.backend=ray: each episode's session lives on one actor and keeps its state across
+    calls; the replies equal the local backend's. A machine lost between two calls fails the
+    sessions it held (sandbox_error: the episodes masked) and no other; new episodes open on
+    the replacement actor."""
+    from rlvr_jax.config.fleet import FleetConfig
+
+    codes = [[f"x = {k}" for k in range(6)], [f"x * 10 + {k}" for k in range(6)]]
+    local = _repl()
+    try:
+        eps = local.open([{} for _ in range(6)])
+        want = [[(r.text, r.outcome) for r in _calls(local, eps, c)] for c in codes]
+        local.close_episodes(eps)
+    finally:
+        local.close()
+    assert want[1][3] == ("33", "ok"), want  # each session kept its own x
+    env = _repl(FleetConfig(address=cluster, namespace="rlvr-test", actors=2))
+    pool = env._sessions
+    try:
+        eps = env.open([{} for _ in range(6)])
+        assert [e.failed for e in eps] == [""] * 6
+        got = [[(r.text, r.outcome) for r in _calls(env, eps, c)] for c in codes]
+        assert got == want
+        on = [e.handle.actor for e in eps]  # round robin: 0, 1, 0, 1, ...
+        victim = pool.actors[1]
+        ray.kill(victim, no_restart=True)  # the actor's process gone with its sessions
+        replies = _calls(env, eps, ["x"] * 6)
+        lost = [r.outcome == "sandbox_error" for r in replies]
+        assert lost == [a == 1 for a in on], (lost, on)
+        assert [r.text for r, gone in zip(replies, lost) if not gone] == ["0", "2", "4"]  # kept
+        assert all(e.failed for e, gone in zip(eps, lost) if gone)
+        env.close_episodes(eps)
+        assert env.stats()["session/actors_lost"] == 1
+        fresh = env.open([{} for _ in range(2)])
+        assert [r.outcome for r in _calls(env, fresh, ["1 + 1", "2 + 2"])] == ["ok", "ok"]
+        env.close_episodes(fresh)
+    finally:
+        env.close()
+
+
 def _children(pid: int) -> set[int]:
     """`pid`'s descendants (from /proc)."""
     parent = {}
