@@ -13,6 +13,8 @@ driver, when the trainer's Ray connection ends: they are not detached).
 
 from __future__ import annotations
 
+import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Optional, Sequence
 
@@ -172,7 +174,8 @@ class RaySessionPool:
     sandbox_error (the episode masked, never scored) and the actor is replaced."""
 
     def __init__(self, spec, limits, *, max_live: int, spares: int, address: str,
-                 namespace: str, actors: int, resource: str, call_timeout_s: float):
+                 namespace: str, actors: int, resource: str, call_timeout_s: float,
+                 max_sessions: int = 0, opens_per_s: float = 0.0):
         ray = _ray()
         if not ray.is_initialized():
             ray.init(address=address, namespace=namespace or None, log_to_driver=False,
@@ -185,6 +188,16 @@ class RaySessionPool:
         self.actors = [self._remote.remote(*self._args) for _ in range(actors)]
         self.lost = 0
         self._turn = 0  # the next actor to open on (round robin)
+        # Admission: at most `cap` sessions of this trainer process live on the fleet (an
+        # open waits for room: back-pressure, its rows wait instead of failing), opened at
+        # most `opens_per_s` a second (0: no limit).
+        self.cap = max_sessions or actors * max_live
+        self.opens_per_s = opens_per_s
+        self._room = threading.Condition()
+        self._live = 0
+        self._waiting = 0  # opens waiting for room now
+        self._next_open = 0.0  # the rate limit's clock (time.monotonic)
+        self.waits = {"wait_s": 0.0, "waited": 0, "waiting_peak": 0}
 
     def _get(self, ref, default, index: int):
         """An actor's reply, or `default` when the actor is lost (then replaced)."""
@@ -210,7 +223,36 @@ class RaySessionPool:
             groups.setdefault(s.actor, []).append(j)
         return groups
 
+    def _admit(self, n: int) -> None:
+        """Wait until `n` more sessions fit under the cap, then for the rate limit."""
+        if n > self.cap:
+            raise ValueError(f"{n} sessions opened at once pass the fleet's cap ({self.cap}, "
+                             "fleet.max_sessions): raise it or lower the rows per process")
+        t0 = time.monotonic()
+        with self._room:
+            self._waiting += 1
+            self.waits["waiting_peak"] = max(self.waits["waiting_peak"], self._waiting)
+            while self._live + n > self.cap:
+                self._room.wait()
+            self._waiting -= 1
+            self._live += n
+            start = max(self._next_open, time.monotonic())
+            if self.opens_per_s:
+                self._next_open = start + n / self.opens_per_s
+        if self.opens_per_s and start > time.monotonic():
+            time.sleep(start - time.monotonic())
+        waited = time.monotonic() - t0
+        with self._room:
+            self.waits["wait_s"] += waited
+            self.waits["waited"] += waited > 1e-3
+
+    def _release(self, n: int) -> None:
+        with self._room:
+            self._live -= n
+            self._room.notify_all()
+
     def open(self, contexts) -> list:
+        self._admit(len(contexts))
         k = len(self.actors)
         where = [(self._turn + j) % k for j in range(len(contexts))]
         self._turn = (self._turn + len(contexts)) % k
@@ -264,6 +306,7 @@ class RaySessionPool:
         return out
 
     def close(self, sessions) -> None:
+        self._release(sum(s.state != "closed" for s in sessions))
         for a, idx in self._by_actor(sessions).items():
             idx = [j for j in idx if not self._gone(sessions[j])]
             if idx:
@@ -276,7 +319,12 @@ class RaySessionPool:
         actors lost since the last call."""
         rows = [r for r in (self._get(a.stats.remote(), None, i)
                             for i, a in enumerate(list(self.actors))) if r]
-        out = {"session/actors_lost": float(self.lost)}
+        with self._room:
+            out = {"session/actors_lost": float(self.lost), "session/fleet_in_use":
+                   self._live / self.cap, "session/admission_wait_s": self.waits["wait_s"],
+                   "session/admission_waited": float(self.waits["waited"]),
+                   "session/admission_queue_peak": float(self.waits["waiting_peak"])}
+            self.waits = {"wait_s": 0.0, "waited": 0, "waiting_peak": self._waiting}
         self.lost = 0
         for key in ("session/live_peak", "session/opened", "session/leaked"):
             out[key] = float(sum(r.get(key, 0.0) for r in rows))

@@ -211,3 +211,37 @@ def test_a_killed_trainer_leaves_no_actor_or_sandbox(cluster):
         time.sleep(0.5)
     left = [p for p in actors | boxes if os.path.exists(f"/proc/{p}")]
     assert not left, f"left after the trainer's SIGKILL: {left}"
+
+
+def test_the_fleet_cap_holds_under_a_burst_and_opens_wait_for_room(cluster):
+    """fleet.max_sessions: a burst of opens from 6 threads (2 sessions each) against a cap of
+    4 never has more than 4 live; each open waits for room (back-pressure) instead of
+    failing, every episode runs, and the waits are counted."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlvr_jax.config.fleet import FleetConfig
+
+    env = _repl(FleetConfig(address=cluster, namespace="rlvr-test", actors=2, max_sessions=4))
+    pool, peak = env._sessions, []
+
+    def episode(k):
+        eps = env.open([{}, {}])
+        try:
+            peak.append(pool._live)
+            time.sleep(0.3)
+            return [r.text for r in _calls(env, eps, [f"{k}", f"{k} + 1"])]
+        finally:
+            env.close_episodes(eps)
+
+    try:
+        with ThreadPoolExecutor(6) as threads:
+            got = list(threads.map(episode, range(6)))
+        assert got == [[str(k), str(k + 1)] for k in range(6)]
+        assert max(peak) <= 4 and pool._live == 0
+        row = env.stats()
+        assert row["session/admission_waited"] >= 1 and row["session/admission_wait_s"] > 0
+        assert row["session/admission_queue_peak"] >= 2, row
+        with pytest.raises(ValueError, match="fleet.max_sessions"):
+            env.open([{}] * 5)  # more than the cap at once: a configuration error
+    finally:
+        env.close()
