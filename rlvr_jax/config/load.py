@@ -109,6 +109,18 @@ def validate(cfg: RunConfig) -> RunConfig:
                    f"ray needs the Ray extra: pip install -e '.[ray]' (or {key}=local)")
     _check(v.backend != "ray" or v.kind != "inprocess", "verifier.backend", "verifier.kind="
            "inprocess checks in the trainer process: a Ray fleet runs pool kinds (math, code)")
+    if cfg.env.backend == "ray" and cfg.fleet.max_sessions:
+        # A stream waits for an episode's session when it inserts it (never on a timer: runs
+        # repeat), holding the sessions of every episode started and not ended: a cap under
+        # that would wait forever. Lock step opens a process's whole batch at once.
+        st, procs = cfg.rollout.stream, max(cfg.distributed.num_processes, 1)
+        batch = a.prompts_per_step * a.samples_per_prompt // procs
+        held_out = cfg.eval.sequences_per_batch // procs  # an evaluation's batch
+        need = max(batch * (1 + st.carry_batches), held_out) + (2 * st.inserts if st.rows else 0)
+        _check(cfg.fleet.max_sessions >= need, "fleet.max_sessions",
+               f"must be 0 or >= {need} (a process's episodes that can be open at once: its "
+               "training or evaluation batch, with a stream also the batches carried and the "
+               "inserts opened ahead)")
     _check(cfg.env.backend != "ray" or (cfg.env.kind not in ("none", "tools", "routed")
                                         and ":" not in cfg.env.kind), "env.backend",
            "a Ray fleet holds a stateful kind's sessions (python_repl, workspace, api, ...)")
