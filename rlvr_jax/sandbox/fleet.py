@@ -35,8 +35,7 @@ class PoolActor:
 
     def __init__(self, kind: str, workers: int, timeout_s: float,
                  batch_timeout_s: Optional[float], mode: Optional[str]):
-        from rlvr_jax.sandbox.pool import VerifierPool
-        from rlvr_jax.verify import verifiers  # noqa: F401 (registers the graders' kinds)
+        from rlvr_jax.sandbox.pool import VerifierPool  # (kinds: codecs' entry points)
 
         self.pool = VerifierPool(kind, workers=workers, timeout_s=timeout_s,
                                  batch_timeout_s=batch_timeout_s, mode=mode)
