@@ -11,5 +11,6 @@ the environments (rlvr_jax/envs/), importing neither.
   firewall.py    the boundary between candidate-controlled data and the host
   session.py     long-lived sandboxes, one per episode: `SessionPool`
   session_server.py  the in-sandbox side of a session
+  fleet.py       pools and sessions as Ray actors on a cluster of CPU machines (`.[ray]`)
 
 No JAX import anywhere here."""
