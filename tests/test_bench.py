@@ -1,10 +1,10 @@
 """The benchmark scripts run (experiments/bench/): gpu.py at toy sizes on CPU writes its JSON
 with every field a GPU session reads; efficiency.py prints its tables; update.py,
-decode_phases.py, streaming.py (its repl arm: real sessions) and fleet.py (a local Ray
-cluster) run at toy sizes. Numbers are not asserted: they are measurements, not tests."""
+decode_phases.py and streaming.py (its repl arm: real sessions) run at toy sizes; fleet.py
+runs in tests/sandbox/test_fleet.py, on its cluster. Numbers are not asserted: they are
+measurements, not tests."""
 
 import json
-import os
 import subprocess
 import sys
 
@@ -73,11 +73,3 @@ def test_streaming_bench_at_toy_sizes(env):
     rows = [line for line in text.splitlines() if line.startswith(("| streamed", "| carried"))]
     assert len(rows) == 6 and all(line.endswith("| True |") for line in rows), text
 
-
-def test_fleet_bench_at_toy_sizes():
-    """Verification through a local Ray cluster against the local pool (needs the extra)."""
-    if UNAVAILABLE:
-        pytest.skip(f"no sandbox: {UNAVAILABLE}")
-    text = _run("experiments/bench/fleet.py", "--jobs", "4", "--repeats", "1", "--nodes", "1",
-                "--workers", "1")
-    assert "| local pool | 1 |" in text and "| Ray, 1 machine | 1 |" in text, text

@@ -1,7 +1,7 @@
 """Verification through a Ray fleet (verifier.backend=ray, rlvr_jax/sandbox/fleet.py) against
 the local pool, on this machine, in one run:
 
-    python experiments/bench/fleet.py [--jobs 64 --nodes 1,2 --workers 2]
+    python experiments/bench/fleet.py [--jobs 64 --nodes 1,2 --workers 2] [--address HOST:PORT]
 
 A local Ray cluster (a head, and `nodes` fleet machines started as processes on 127.0.0.1,
 each with the `sandbox` resource) verifies batches of distinct code jobs (each a correct
@@ -9,7 +9,8 @@ program; the cache never answers). Reports jobs/s for the local pool (`--workers
 and for the fleet with one actor per simulated machine (`--workers` workers each), and the
 round trip of a one-job batch (the overhead per call). The simulated machines share this
 machine's cores: growth with nodes here shows the fleet's overhead, not a real fleet's
-capacity.
+capacity. `--address`: a running cluster instead (one arm, an actor per machine that
+declares the `sandbox` resource): a real fleet's numbers.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--nodes", default="1,2", help="simulated fleet machines per arm")
     ap.add_argument("--workers", type=int, default=2, help="per pool")
+    ap.add_argument("--address", default="", help="a running cluster (no local one started)")
     args = ap.parse_args()
     import ray
 
@@ -114,10 +116,13 @@ def main() -> None:
         rows.append(("local pool", args.workers, *_rate(local, args.jobs, args.repeats, "l")))
     finally:
         local.close()
-    for n in [int(x) for x in args.nodes.split(",")]:
+    for n in [int(x) for x in args.nodes.split(",")] if not args.address else [0]:
         tmp = f"/tmp/rlvr_ray_bench_{os.getpid()}"
         try:
-            address = start_cluster(n, 1, tmp)
+            address = args.address or start_cluster(n, 1, tmp)
+            if args.address:  # an actor per machine with the resource
+                ray.init(address=address, log_to_driver=False, configure_logging=False)
+                n = sum(1 for x in ray.nodes() if x["Alive"] and x["Resources"].get("sandbox"))
             fleet = verifier(FleetConfig(address=address, namespace="bench", actors=n))
             try:
                 rows.append((f"Ray, {n} machine{'s' * (n > 1)}", n * args.workers,

@@ -30,6 +30,27 @@ def _ray():
     return ray
 
 
+def connect(address: str, namespace: str, resource: str):
+    """This process joined to the cluster (once), which must have a machine declaring
+    `resource`: else one clear error now, not actors waiting forever for a place."""
+    from rlvr_jax.sandbox.privilege import SandboxUnavailable
+
+    ray = _ray()
+    if not ray.is_initialized():
+        try:
+            ray.init(address=address, namespace=namespace or None, log_to_driver=False,
+                     configure_logging=False)
+        except (ConnectionError, RuntimeError) as e:
+            raise SandboxUnavailable(f"no Ray cluster at fleet.address={address!r} ("
+                                     f"{str(e).splitlines()[0][:200]}): start one (launch/"
+                                     "README.md) or set verifier/env.backend=local") from e
+    if ray.cluster_resources().get(resource, 0) < 1:
+        raise SandboxUnavailable(f"no machine of the Ray cluster at {address!r} declares the "
+                                 f"resource {resource!r} (fleet.resource): start its fleet "
+                                 f"nodes with --resources='{{\"{resource}\": N}}'")
+    return ray
+
+
 class PoolActor:
     """One sandbox pool on a fleet machine (a Ray actor: `ray.remote(PoolActor)`)."""
 
@@ -59,10 +80,7 @@ class RayVerifier:
     def __init__(self, kind: str, *, workers: int, timeout_s: float,
                  batch_timeout_s: Optional[float], mode: Optional[str], address: str,
                  namespace: str, actors: int, resource: str, call_timeout_s: float):
-        ray = _ray()
-        if not ray.is_initialized():
-            ray.init(address=address, namespace=namespace or None, log_to_driver=False,
-                     configure_logging=False)
+        ray = connect(address, namespace, resource)
         self._args = (kind, workers, timeout_s, batch_timeout_s, mode)
         # Spread over the machines: a lost machine takes as few slices as it can.
         self._remote = ray.remote(num_cpus=0, resources={resource: 1}, max_restarts=0,
@@ -175,10 +193,7 @@ class RaySessionPool:
     def __init__(self, spec, limits, *, max_live: int, spares: int, address: str,
                  namespace: str, actors: int, resource: str, call_timeout_s: float,
                  max_sessions: int = 0, opens_per_s: float = 0.0):
-        ray = _ray()
-        if not ray.is_initialized():
-            ray.init(address=address, namespace=namespace or None, log_to_driver=False,
-                     configure_logging=False)
+        ray = connect(address, namespace, resource)
         self._args = (spec, limits, max_live, spares)
         self._remote = ray.remote(num_cpus=0, resources={resource: 1}, max_restarts=0,
                                   max_concurrency=32, scheduling_strategy="SPREAD")(

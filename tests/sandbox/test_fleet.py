@@ -6,6 +6,7 @@ on the live machine and the next batch is verified whole. Needs bubblewrap and t
 (both installed in CI; tests/test_config.py: backend=ray without the extra)."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -58,45 +59,6 @@ def _fleet(address, actors=2):
                          mode="forkserver", fleet=FleetConfig(
                              address=address, namespace="rlvr-test", actors=actors,
                              call_timeout_s=60.0))
-
-
-def test_verdicts_equal_the_local_pool_and_a_lost_machine_masks_its_slice(cluster):
-    from rlvr_jax.sandbox.pool import VerifierPool
-
-    with VerifierPool("code", workers=1, timeout_s=2.0, mode="forkserver") as local:
-        want = local.verify(BATCH)
-    assert [v.status for v in want][:4] == [Status.PASS, Status.WRONG, Status.WRONG,
-                                            Status.TIMEOUT]
-    fleet = _fleet(cluster)
-    try:
-        _same(fleet.verify(BATCH), want)
-        nodes = ray.get([a.node.remote() for a in fleet.actors])
-        assert len(set(nodes)) == 2  # spread over the machines
-        # Machine 1 (actor 1's, the batch's second half) is lost while its jobs run.
-        slow = [_job(f"import time\ndef f(x):\n    time.sleep(1.5)\n    return x + 1 # {i}")
-                for i in range(4)]
-        future = fleet.submit(slow)  # each actor: two jobs of 1.5 s, one after the other
-        time.sleep(1.0)
-        raylet = [n for n in ray.nodes() if n["NodeID"] == nodes[1]][0]
-        machine = set(node_pids(raylet["RayletSocketName"]))  # its raylet and agents
-        for pid in machine | set().union(*(_children(p) for p in machine)):  # and workers
-            try:
-                os.kill(pid, signal.SIGKILL)  # the whole machine at once
-            except ProcessLookupError:
-                pass
-        got = future.result(timeout=120)
-        assert [v.status for v in got] == [Status.PASS] * 2 + [Status.SANDBOX_ERROR] * 2, got
-        assert "Ray actor was lost" in got[2].detail and fleet.lost == 1
-        # The next batch runs whole: the actor replaced on the live machine.
-        _same(fleet.verify(BATCH), want)
-        assert set(ray.get([a.node.remote() for a in fleet.actors])) == {nodes[0]}
-    finally:
-        fleet.close()
-    deadline = time.time() + 60  # the cluster marks the machine dead (then nothing is placed
-    while time.time() < deadline and any(n["Alive"] for n in ray.nodes()  # there again)
-                                         if n["NodeID"] == nodes[1]):
-        time.sleep(0.5)
-
 
 
 def _repl(fleet=None):
@@ -245,3 +207,63 @@ def test_the_fleet_cap_holds_under_a_burst_and_opens_wait_for_room(cluster):
             env.open([{}] * 5)  # more than the cap at once: a configuration error
     finally:
         env.close()
+
+
+def test_a_cluster_without_the_resource_is_one_clear_error(cluster):
+    """No machine declares fleet.resource: one error naming it now, not actors waiting for a
+    place for ever."""
+    from rlvr_jax.config.fleet import FleetConfig
+    from rlvr_jax.sandbox.privilege import SandboxUnavailable
+    from rlvr_jax.verify.verifiers import make_verifier
+
+    with pytest.raises(SandboxUnavailable, match="declares the resource 'sandbox_gpu'"):
+        make_verifier("code", workers=1, timeout_s=2.0, batch_timeout_s=None,
+                      mode="forkserver", fleet=FleetConfig(address=cluster,
+                                                           resource="sandbox_gpu"))
+
+
+def test_the_fleet_bench_runs_on_a_running_cluster(cluster):
+    """experiments/bench/fleet.py at toy size, pointed at this cluster (`--address`)."""
+    from tests.helpers import ROOT
+
+    out = subprocess.run([sys.executable, "experiments/bench/fleet.py", "--jobs", "4",
+                          "--repeats", "1", "--workers", "1", "--address", cluster], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "| local pool | 1 |" in out.stdout, out.stdout
+    assert re.search(r"\| Ray, \d machines? \| \d \| [0-9.]+ \|", out.stdout), out.stdout
+
+
+# Last: it takes a machine of the module's cluster away.
+def test_verdicts_equal_the_local_pool_and_a_lost_machine_masks_its_slice(cluster):
+    from rlvr_jax.sandbox.pool import VerifierPool
+
+    with VerifierPool("code", workers=1, timeout_s=2.0, mode="forkserver") as local:
+        want = local.verify(BATCH)
+    assert [v.status for v in want][:4] == [Status.PASS, Status.WRONG, Status.WRONG,
+                                            Status.TIMEOUT]
+    fleet = _fleet(cluster)
+    try:
+        _same(fleet.verify(BATCH), want)
+        nodes = ray.get([a.node.remote() for a in fleet.actors])
+        assert len(set(nodes)) == 2  # spread over the machines
+        # Machine 1 (actor 1's, the batch's second half) is lost while its jobs run.
+        slow = [_job(f"import time\ndef f(x):\n    time.sleep(1.5)\n    return x + 1 # {i}")
+                for i in range(4)]
+        future = fleet.submit(slow)  # each actor: two jobs of 1.5 s, one after the other
+        time.sleep(1.0)
+        raylet = [n for n in ray.nodes() if n["NodeID"] == nodes[1]][0]
+        machine = set(node_pids(raylet["RayletSocketName"]))  # its raylet and agents
+        for pid in machine | set().union(*(_children(p) for p in machine)):  # and workers
+            try:
+                os.kill(pid, signal.SIGKILL)  # the whole machine at once
+            except ProcessLookupError:
+                pass
+        got = future.result(timeout=120)
+        assert [v.status for v in got] == [Status.PASS] * 2 + [Status.SANDBOX_ERROR] * 2, got
+        assert "Ray actor was lost" in got[2].detail and fleet.lost == 1
+        # The next batch runs whole: the actor replaced on the live machine.
+        _same(fleet.verify(BATCH), want)
+        assert set(ray.get([a.node.remote() for a in fleet.actors])) == {nodes[0]}
+    finally:
+        fleet.close()
