@@ -73,64 +73,42 @@ class PoolActor:
         self.pool.close()
 
 
-class RayVerifier:
-    """`submit` / `verify` / `close` (verify/verifiers.py's interface) over `actors` pool
-    actors on a Ray cluster."""
+class _Actors:
+    """`count` actors of one class on the machines with `resource`, spread over them (a lost
+    machine takes as few as it can), each made from `args`; a lost one is replaced."""
 
-    def __init__(self, kind: str, *, workers: int, timeout_s: float,
-                 batch_timeout_s: Optional[float], mode: Optional[str], address: str,
-                 namespace: str, actors: int, resource: str, call_timeout_s: float):
+    def __init__(self, cls, args: tuple, *, count: int, address: str, namespace: str,
+                 resource: str, call_timeout_s: float, **options):
         ray = connect(address, namespace, resource)
-        self._args = (kind, workers, timeout_s, batch_timeout_s, mode)
-        # Spread over the machines: a lost machine takes as few slices as it can.
         self._remote = ray.remote(num_cpus=0, resources={resource: 1}, max_restarts=0,
-                                  scheduling_strategy="SPREAD")(PoolActor)
-        self.call_timeout_s = call_timeout_s
-        self.actors = [self._new() for _ in range(actors)]
+                                  scheduling_strategy="SPREAD", **options)(cls)
+        self._args, self.call_timeout_s = args, call_timeout_s
+        self.actors = [self._remote.remote(*args) for _ in range(count)]
         self.lost = 0  # actors replaced so far
-        self._executor = ThreadPoolExecutor(1)
 
-    def _new(self):
-        return self._remote.remote(*self._args)
-
-    def verify(self, jobs: Sequence[dict]) -> list[Verdict]:
-        """One verdict per job, in order: actor k verifies the k-th contiguous slice."""
-        ray = _ray()
-        jobs = list(jobs)
-        n, k = len(jobs), len(self.actors)
-        bounds = [(i * n // k, (i + 1) * n // k) for i in range(k)]
-        refs = [a.verify.remote(jobs[lo:hi]) if hi > lo else None
-                for a, (lo, hi) in zip(self.actors, bounds)]
-        out: list[Verdict] = []
-        for i, (ref, (lo, hi)) in enumerate(zip(refs, bounds)):
-            if ref is None:
-                continue
-            try:
-                out += ray.get(ref, timeout=self.call_timeout_s)
-            except Exception as e:  # noqa: BLE001 (an actor lost or late: infrastructure)
-                why = f"the verifier's Ray actor was lost: {type(e).__name__}"
-                out += [Verdict(Status.SANDBOX_ERROR, why)] * (hi - lo)
-                self._replace(i)
-        return out
+    def _get(self, ref, default, index: int):
+        """An actor's reply, or `default` when the actor is lost or silent past the call
+        timeout (infrastructure): then it is replaced."""
+        try:
+            return _ray().get(ref, timeout=self.call_timeout_s)
+        except Exception:  # noqa: BLE001 (lost or late: whatever Ray raised)
+            self._replace(index)
+            return default
 
     def _replace(self, i: int) -> None:
-        ray = _ray()
         try:
-            ray.kill(self.actors[i], no_restart=True)
+            _ray().kill(self.actors[i], no_restart=True)
         except Exception:  # noqa: BLE001 (already gone)
             pass
-        self.actors[i] = self._new()
+        self.actors[i] = self._remote.remote(*self._args)
         self.lost += 1
 
-    def submit(self, jobs: Sequence[dict]) -> Future:
-        return self._executor.submit(self.verify, list(jobs))
-
-    def close(self) -> None:
+    def _end(self, method: str) -> None:
+        """Each actor's `method` (its pool closed), then the actor killed."""
         ray = _ray()
-        self._executor.shutdown(wait=True)
         for a in self.actors:
             try:
-                ray.get(a.close.remote(), timeout=30)
+                ray.get(getattr(a, method).remote(), timeout=30)
             except Exception:  # noqa: BLE001 (a lost actor has nothing to close)
                 pass
             try:
@@ -138,6 +116,40 @@ class RayVerifier:
             except Exception:  # noqa: BLE001
                 pass
         self.actors = []
+
+
+class RayVerifier(_Actors):
+    """`submit` / `verify` / `close` (verify/verifiers.py's interface) over `actors` pool
+    actors on a Ray cluster."""
+
+    def __init__(self, kind: str, *, workers: int, timeout_s: float,
+                 batch_timeout_s: Optional[float], mode: Optional[str], address: str,
+                 namespace: str, actors: int, resource: str, call_timeout_s: float):
+        super().__init__(PoolActor, (kind, workers, timeout_s, batch_timeout_s, mode),
+                         count=actors, address=address, namespace=namespace,
+                         resource=resource, call_timeout_s=call_timeout_s)
+        self._executor = ThreadPoolExecutor(1)
+
+    def verify(self, jobs: Sequence[dict]) -> list[Verdict]:
+        """One verdict per job, in order: actor k verifies the k-th contiguous slice."""
+        jobs = list(jobs)
+        n, k = len(jobs), len(self.actors)
+        bounds = [(i * n // k, (i + 1) * n // k) for i in range(k)]
+        refs = [a.verify.remote(jobs[lo:hi]) if hi > lo else None
+                for a, (lo, hi) in zip(self.actors, bounds)]
+        out: list[Verdict] = []
+        for i, (ref, (lo, hi)) in enumerate(zip(refs, bounds)):
+            if ref is not None:
+                lost = [Verdict(Status.SANDBOX_ERROR, "the verifier's Ray actor was lost")]
+                out += self._get(ref, lost * (hi - lo), i)
+        return out
+
+    def submit(self, jobs: Sequence[dict]) -> Future:
+        return self._executor.submit(self.verify, list(jobs))
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        self._end("close")
 
 
 # ---------------------------------------------------------------------- episode sessions
@@ -184,7 +196,7 @@ class RemoteSession:
         self.state, self.error, self.observation = state, error, observation
 
 
-class RaySessionPool:
+class RaySessionPool(_Actors):
     """`SessionPool`'s interface (open / call / collect / close / stats / shutdown) over
     session actors on a Ray cluster: each episode's session lives on one actor and all its
     calls go there. An actor lost (its machine gone) fails its sessions: their calls answer
@@ -193,14 +205,9 @@ class RaySessionPool:
     def __init__(self, spec, limits, *, max_live: int, spares: int, address: str,
                  namespace: str, actors: int, resource: str, call_timeout_s: float,
                  max_sessions: int = 0, opens_per_s: float = 0.0):
-        ray = connect(address, namespace, resource)
-        self._args = (spec, limits, max_live, spares)
-        self._remote = ray.remote(num_cpus=0, resources={resource: 1}, max_restarts=0,
-                                  max_concurrency=32, scheduling_strategy="SPREAD")(
-            SessionActor)
-        self.call_timeout_s = call_timeout_s
-        self.actors = [self._remote.remote(*self._args) for _ in range(actors)]
-        self.lost = 0
+        super().__init__(SessionActor, (spec, limits, max_live, spares), count=actors,
+                         address=address, namespace=namespace, resource=resource,
+                         call_timeout_s=call_timeout_s, max_concurrency=32)  # threaded
         self._turn = 0  # the next actor to open on (round robin)
         # Admission: at most `cap` sessions of this trainer process live on the fleet (an
         # open waits for room: back-pressure, its rows wait instead of failing), opened at
@@ -212,24 +219,6 @@ class RaySessionPool:
         self._waiting = 0  # opens waiting for room now
         self._next_open = 0.0  # the rate limit's clock (time.monotonic)
         self.waits = {"wait_s": 0.0, "waited": 0, "waiting_peak": 0}
-
-    def _get(self, ref, default, index: int):
-        """An actor's reply, or `default` when the actor is lost (then replaced)."""
-        ray = _ray()
-        try:
-            return ray.get(ref, timeout=self.call_timeout_s)
-        except Exception:  # noqa: BLE001 (a lost or silent actor: infrastructure)
-            self._replace(index)
-            return default
-
-    def _replace(self, i: int) -> None:
-        ray = _ray()
-        try:
-            ray.kill(self.actors[i], no_restart=True)
-        except Exception:  # noqa: BLE001 (already gone)
-            pass
-        self.actors[i] = self._remote.remote(*self._args)
-        self.lost += 1
 
     def _by_actor(self, sessions) -> dict:
         groups: dict = {}
@@ -348,17 +337,7 @@ class RaySessionPool:
         return out
 
     def shutdown(self) -> None:
-        ray = _ray()
-        for a in self.actors:
-            try:
-                ray.get(a.shutdown.remote(), timeout=30)
-            except Exception:  # noqa: BLE001 (a lost actor has nothing to close)
-                pass
-            try:
-                ray.kill(a, no_restart=True)
-            except Exception:  # noqa: BLE001
-                pass
-        self.actors = []
+        self._end("shutdown")
 
     def leaked(self) -> int:
         return 0  # each actor's pool counts its own (stats: session/leaked)
