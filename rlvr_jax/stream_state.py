@@ -1,6 +1,7 @@
 """A stream's episodes on the host (streaming.py): each episode's state (`Ep`) and its
 batch's records (`Batch`), and what a checkpoint keeps of them between two of the stream's
-runs (`snapshot`, `restore`: episodes carried across updates, carry.py)."""
+runs (`snapshot`, `restore`: episodes carried across updates, carry.py), and what several
+processes share of their own episodes at a boundary (`replies_due`, `shown_at_reset`)."""
 
 from __future__ import annotations
 
@@ -191,6 +192,55 @@ def restore(stream, st: dict) -> None:
                    stream.t + offset)
     stream.resumes = [stream.batches[j].eps[i] for j, i in st["resumes"]]
 
+
+
+# ---------------------------------------------------------------------- what processes share
+def replies_due(stream, due: list) -> list:
+    """The replies due now as (episode, `Seen`): each process waits for its own
+    episodes' calls and tokenizes their replies; every process gets them all."""
+    if not due:
+        return []
+    n, o = len(due), stream.s.observation_tokens
+    tool_n, outcome_n, len_n, cut_n = (np.zeros(n, np.int32) for _ in range(4))
+    reward_n, ids_n_O = np.zeros(n, np.float32), np.zeros((n, o), np.int32)
+    for k, (e, future) in enumerate(due):
+        if future is None:  # another process's episode
+            continue
+        reply = stream._wait(future)
+        tool_n[k] = stream.tools.index(reply.tool) if reply.tool in stream.tools else len(
+            stream.tools)
+        outcome_n[k], reward_n[k] = OUTCOMES.index(reply.outcome), reply.reward
+        if reply.outcome != SANDBOX_ERROR:
+            ids, cut_n[k] = stream.glue.ids(reply.text, o)
+            ids_n_O[k, :len(ids)], len_n[k] = ids, len(ids)
+    shared = distributed.from_owners(np.array([e.b.owner_N[e.i] for e, _ in due]), tool_n,
+                                     outcome_n, reward_n, ids_n_O, len_n, cut_n)
+    return [(e, Seen(int(t), int(out), float(rw), ids[:int(ln)].tolist(), int(c)))
+            for (e, _), t, out, rw, ids, ln, c in zip(due, *shared)]
+
+def shown_at_reset(stream, take: list, dest: list, obs_B_O, len_B) -> None:
+    """What the environment showed at reset (`Episode.observation`, e.g. a workspace's
+    listing) of episodes `take`, now in rows `dest`, into their observations; whether
+    their sessions opened. Each process's own episodes', shared."""
+    m, o = len(take), stream.s.observation_tokens
+    room = min(o, stream.r - 1)  # a slot is left for the first turn
+    failed_M, len_M, cut_M = (np.zeros(m, np.int32) for _ in range(3))
+    ids_M_O = np.zeros((m, o), np.int32)
+    for k, e in enumerate(take):
+        if not e.mine:
+            continue
+        x = stream._opened(e)
+        failed_M[k] = e.failed
+        if x.observation and not e.failed:
+            ids, cut_M[k] = stream.glue.ids(x.observation, room)
+            ids_M_O[k, :len(ids)], len_M[k] = ids, len(ids)
+    failed_M, ids_M_O, len_M, cut_M = distributed.from_owners(
+        np.array([e.b.owner_N[e.i] for e in take]), failed_M, ids_M_O, len_M, cut_M)
+    for e, row, failed, ids, n, cut in zip(take, dest, failed_M, ids_M_O, len_M, cut_M):
+        e.failed |= bool(failed)
+        e.b.cut_N[e.i] += cut
+        if n:
+            obs_B_O[row, :n], len_B[row] = ids[:n], n
 
 
 def verdicts(batch: Batch, wait: Callable) -> None:

@@ -188,7 +188,7 @@ class Stream:
             obs_B_O = np.full((b, o), self.tok.pad_token_id, np.int32)
             len_B = np.zeros(b, np.int32)
             # 1. Observations due now (the only wait on the environment's calls).
-            for e, reply in self._replies(self.due.pop(self.t, [])):
+            for e, reply in stream_state.replies_due(self, self.due.pop(self.t, [])):
                 self._observe(e, reply, obs_B_O, len_B)
             # 2. Finished episodes leave their rows (their records copied out).
             if self.ended:
@@ -212,7 +212,7 @@ class Stream:
                     self._open(e)  # these, and the next M (their sessions start meanwhile)
                 dest, free = free[:len(take)], free[len(take):]
                 self._insert(take, dest)
-                self._shown(take, dest, obs_B_O, len_B)
+                stream_state.shown_at_reset(self, take, dest, obs_B_O, len_B)
             if len_B.any():
                 self.state = self.s.extend(self.params, self.state, self.put(obs_B_O),
                                            self.put(len_B), self.put(np.zeros(b, bool)))
@@ -252,53 +252,6 @@ class Stream:
                 break
             take.append(e)
         return take
-
-    def _replies(self, due: list) -> list:
-        """The replies due now as (episode, `Seen`): each process waits for its own
-        episodes' calls and tokenizes their replies; every process gets them all."""
-        if not due:
-            return []
-        n, o = len(due), self.s.observation_tokens
-        tool_n, outcome_n, len_n, cut_n = (np.zeros(n, np.int32) for _ in range(4))
-        reward_n, ids_n_O = np.zeros(n, np.float32), np.zeros((n, o), np.int32)
-        for k, (e, future) in enumerate(due):
-            if future is None:  # another process's episode
-                continue
-            reply = self._wait(future)
-            tool_n[k] = self.tools.index(reply.tool) if reply.tool in self.tools else len(
-                self.tools)
-            outcome_n[k], reward_n[k] = OUTCOMES.index(reply.outcome), reply.reward
-            if reply.outcome != SANDBOX_ERROR:
-                ids, cut_n[k] = self.glue.ids(reply.text, o)
-                ids_n_O[k, :len(ids)], len_n[k] = ids, len(ids)
-        shared = distributed.from_owners(np.array([e.b.owner_N[e.i] for e, _ in due]), tool_n,
-                                         outcome_n, reward_n, ids_n_O, len_n, cut_n)
-        return [(e, Seen(int(t), int(out), float(rw), ids[:int(ln)].tolist(), int(c)))
-                for (e, _), t, out, rw, ids, ln, c in zip(due, *shared)]
-
-    def _shown(self, take: list, dest: list, obs_B_O, len_B) -> None:
-        """What the environment showed at reset (`Episode.observation`, e.g. a workspace's
-        listing) of episodes `take`, now in rows `dest`, into their observations; whether
-        their sessions opened. Each process's own episodes', shared."""
-        m, o = len(take), self.s.observation_tokens
-        room = min(o, self.r - 1)  # a slot is left for the first turn
-        failed_M, len_M, cut_M = (np.zeros(m, np.int32) for _ in range(3))
-        ids_M_O = np.zeros((m, o), np.int32)
-        for k, e in enumerate(take):
-            if not e.mine:
-                continue
-            x = self._opened(e)
-            failed_M[k] = e.failed
-            if x.observation and not e.failed:
-                ids, cut_M[k] = self.glue.ids(x.observation, room)
-                ids_M_O[k, :len(ids)], len_M[k] = ids, len(ids)
-        failed_M, ids_M_O, len_M, cut_M = distributed.from_owners(
-            np.array([e.b.owner_N[e.i] for e in take]), failed_M, ids_M_O, len_M, cut_M)
-        for e, row, failed, ids, n, cut in zip(take, dest, failed_M, ids_M_O, len_M, cut_M):
-            e.failed |= bool(failed)
-            e.b.cut_N[e.i] += cut
-            if n:
-                obs_B_O[row, :n], len_B[row] = ids[:n], n
 
     def _observe(self, e: Ep, seen: Seen, obs_B_O, len_B) -> None:
         """A call's reply: into e's row's observation, or its record when e is out of rows."""
