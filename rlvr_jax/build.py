@@ -185,11 +185,11 @@ class ExtraSet(NamedTuple):
     generators: "Generators"  # evaluation-only samplers of those shapes (compiled on use)
 
 
-def extra_sets(setup: TaskSetup, v, generators_for: Callable[["TaskSetup", str], "Generators"]
-               ) -> list[ExtraSet]:
+def extra_sets(setup: TaskSetup, v, generators_for: Callable[["TaskSetup", str], "Generators"],
+               fleet=None) -> list[ExtraSet]:
     """Each extra held-out set with its verifier (made with the run's verifier settings
-    `v`) and its own samplers, `generators_for(setup with the set's prompt slots, name)`.
-    The caller closes the verifiers."""
+    `v`, on the run's Ray `fleet` if it has one) and its own samplers, `generators_for(setup
+    with the set's prompt slots, name)`. The caller closes the verifiers."""
     from rlvr_jax.verify.verifiers import make_verifier
 
     out = []
@@ -197,7 +197,7 @@ def extra_sets(setup: TaskSetup, v, generators_for: Callable[["TaskSetup", str],
         own = dataclasses.replace(setup, prompt_len=prompt_len)
         out.append(ExtraSet(name, task, make_verifier(
             kind, workers=v.workers, timeout_s=v.timeout_s, batch_timeout_s=v.batch_timeout_s,
-            mode=v.mode), own, generators_for(own, name)))
+            mode=v.mode, fleet=fleet), own, generators_for(own, name)))
     return out
 
 

@@ -70,16 +70,17 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
                                                         cfg.distill.coef))
     learned = learned_reward.maybe_load(cfg.reward.reward_model_dir, setup, policy, traces)
     v = cfg.verifier
+    fleet = fleet_for(v.backend, cfg.fleet, cfg.run_dir)  # None: pools on this host
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
                              batch_timeout_s=v.batch_timeout_s, mode=v.mode,
-                             kinds=getattr(setup.task, "verifier_kinds", ()),
-                             fleet=fleet_for(v.backend, cfg.fleet, cfg.run_dir))
+                             kinds=getattr(setup.task, "verifier_kinds", ()), fleet=fleet)
     env = build.environment(cfg.env, fleet_for(cfg.env.backend, cfg.fleet, cfg.run_dir))
     generators = partial(build.generators, sampler, sampling=cfg.sampling, env=env,
                          env_cfg=cfg.env, traces=traces, stream=cfg.rollout.stream,
                          eval_rows=(cfg.eval.decode_rows, cfg.eval.insert_rows))
     # eval.extra_sets: their verifiers, prompt slots and evaluation samplers
-    extra = build.extra_sets(setup, v, lambda own, name: generators(setup=own, name=name))
+    extra = build.extra_sets(setup, v, lambda own, name: generators(setup=own, name=name),
+                             fleet)
     gens = None
     try:
         gens = generators(setup=setup)

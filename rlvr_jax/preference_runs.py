@@ -77,11 +77,11 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
         return _train(cfg, setup, policy, ckpt, tracker, session, traces, source,
                       _reward_model_job(cfg, policy, warm, traces))
     v = cfg.verifier
+    fleet = fleet_for(v.backend, cfg.fleet, cfg.run_dir)  # None: pools on this host
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
-                             batch_timeout_s=v.batch_timeout_s, mode=v.mode,
-                             fleet=fleet_for(v.backend, cfg.fleet, cfg.run_dir))
+                             batch_timeout_s=v.batch_timeout_s, mode=v.mode, fleet=fleet)
     extra = build.extra_sets(setup, v, lambda own, name: build.generators(
-        policy, own, cfg.sampling, name=name))  # eval.extra_sets: own prompt slots, samplers
+        policy, own, cfg.sampling, name=name), fleet)  # eval.extra_sets: own slots, samplers
     try:
         evaluate = partial(warmstart.held_out_accuracy,
                            build.generators(policy, setup, cfg.sampling), setup, verifier,
