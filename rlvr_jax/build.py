@@ -94,7 +94,8 @@ def run_task_setup(cfg: RunConfig) -> TaskSetup:
     """`task_setup` for a run: the writer process saves the tokenizer in the run directory,
     the others read it back after a barrier."""
     setup = partial(task_setup, cfg.task, cfg.model, cfg.sampling.max_new_tokens,
-                    os.path.join(cfg.run_dir, "tokenizer"), cfg.eval.extra_sets,
+                    os.path.join(cfg.run_dir, "tokenizer"),
+                    cfg.eval.extra_sets if cfg.eval.num_problems else (),  # 0: no evaluation
                     cfg.eval.extra_problems or 10**9)
     mine = setup() if distributed.is_writer() else None
     distributed.barrier("task_setup")  # the writer has saved the tokenizer the others read

@@ -251,7 +251,8 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
         if stopping:
             last = step + 1
             break
-        if (cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0
+        if (cfg.eval.num_problems and cfg.eval.every_steps
+                and (step + 1) % cfg.eval.every_steps == 0
                 and step + 1 < cfg.num_steps):  # the last step gets the final evaluation
             rollouts.settle(ahead)  # a producer thread's sampling first
             result = held_out(sampler_params(state.params), eval_key, label=f" at step {step + 1}")
@@ -271,11 +272,9 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
     ckpt.close()
     wall = wall_before + time.perf_counter() - t_start
     write_wall(wall)
-    summary = {
-        "eval/sampled_accuracy_start": eval_start["sampled_accuracy"],
-        "eval/sampled_accuracy_end": eval_end["sampled_accuracy"],
-        "eval/greedy_accuracy_start": eval_start["greedy_accuracy"],
-        "eval/greedy_accuracy_end": eval_end["greedy_accuracy"],
+    summary = {  # without a held-out evaluation (eval.num_problems=0), no eval/ keys
+        f"eval/{k}_{when}": e[k] for k in ("sampled_accuracy", "greedy_accuracy")
+        for when, e in (("start", eval_start), ("end", eval_end)) if k in e} | {
         "train/wall_seconds": wall,
         "train/steps": cfg.num_steps,
         "compiles": dict(traces),
@@ -283,7 +282,7 @@ def _run(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy,
          for when, e in (("start", eval_start), ("end", eval_end))
          if "sampled_learned_reward" in e}
     run_scaffold.write_summary(cfg.run_dir, summary)
-    tracker.summary({k: summary[k] for k in SUMMARY_KEYS})
+    tracker.summary({k: summary[k] for k in SUMMARY_KEYS if k in summary})
     tracker.write(run_scaffold.format_table(summary, cfg.eval.num_problems,
                                             cfg.eval.sampled_per_problem, cfg.num_steps))
     tracker.close()

@@ -145,7 +145,8 @@ def _dpo_job(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, warm,
         return (lc - b.ref_logp_chosen_B) - (lr_ - b.ref_logp_rejected_B)
 
     return PairJob("dpo", d.steps, state, step, partial(with_ref, ref), margins,
-                   lambda params: evaluate(params["policy"]))
+                   (lambda params: evaluate(params["policy"])) if cfg.eval.num_problems
+                   else None)  # eval.num_problems=0: no held-out task evaluation
 
 
 def _train(cfg: RunConfig, setup: build.TaskSetup, policy: build.Policy, ckpt: Checkpointer,

@@ -106,7 +106,8 @@ def finished_message(cfg: RunConfig, done: dict, diff: list = ()) -> str:
     differ = (f"\nnote: this command differs from the finished run in "
               f"{changes.describe(diff)} (allow_config_changes=true); it trained with the "
               "recorded values (a new run directory runs the new ones)") if diff else ""
-    if "eval/greedy_accuracy_end" not in done:  # a reward model: no task accuracy
+    if "eval/greedy_accuracy_end" not in done and (str(cfg.job) != "rl"
+                                                    or "compiles" not in done):
         return f"run {where} is complete: {json.dumps(done)}{differ}"
     table = format_table(done, cfg.eval.num_problems, cfg.eval.sampled_per_problem,
                          cfg.total_steps)
@@ -118,6 +119,10 @@ def format_table(summary: dict, num_problems: int, sampled_per_problem: int,
                  num_steps: int) -> str:
     """The held-out accuracy table a run prints at its end (and a rerun of a finished one)."""
     s = summary
+    wall = (f"wall time {s['train/wall_seconds']:.0f}s (warm start, evaluations and {num_steps} "
+            f"RL steps, every invocation); compiles {s['compiles']}")
+    if "eval/greedy_accuracy_end" not in s:
+        return f"no held-out evaluation (eval.num_problems=0)\n{wall}"
     learned = ([f"{'  reward model score (sampled)':<40}"
                 f"{s['eval/sampled_learned_reward_start']:10.3f} "
                 f"{s['eval/sampled_learned_reward_end']:6.3f}"]
@@ -129,8 +134,7 @@ def format_table(summary: dict, num_problems: int, sampled_per_problem: int,
         f"  sampled (T=1, {sampled_per_problem}/problem)               "
         f"{s['eval/sampled_accuracy_start']:10.3f} {s['eval/sampled_accuracy_end']:6.3f}",
         *learned,
-        f"wall time {s['train/wall_seconds']:.0f}s (warm start, evaluations and {num_steps} "
-        f"RL steps, every invocation); compiles {s['compiles']}",
+        wall,
     ])
 
 

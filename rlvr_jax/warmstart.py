@@ -137,7 +137,10 @@ def held_out_accuracy(generators: Generators, setup: TaskSetup, verifier: Verifi
     as the generators are; with a reward model's `score` (learned_reward.eval_scorer), also
     its score of the responses. `extra`: each extra held-out set (build.ExtraSet: its own
     prompt slots and samplers), reported under `<name>/...` (eval.extra_problems of each, 0:
-    all). `say` gets its progress lines (`label`: which evaluation, e.g. " before RL")."""
+    all). `say` gets its progress lines (`label`: which evaluation, e.g. " before RL").
+    eval.num_problems=0: no evaluation ({}; its samplers never compile)."""
+    if not e.num_problems:
+        return {}
     common = dict(sampled_per_problem=e.sampled_per_problem,
                   sequences_per_batch=e.sequences_per_batch, put=put, key=key, say=say)
     out = evaluation.held_out(generators.greedy, generators.sampled, params, setup.task,

@@ -104,6 +104,8 @@ def test_wrong_type_is_rejected_with_its_name():
     ("algo.minibatches_per_epoch=3", "algo.minibatches_per_epoch"),  # 512 rows into 3
     ("algo.dapo.overlong_buffer_tokens=5", "algo.dapo.overlong_buffer_tokens"),  # >= budget
     ("algo.epochs_per_rollout=0", "algo.epochs_per_rollout"),
+    ("eval.num_problems=-1", "eval.num_problems"),  # 0: no held-out evaluation
+    ("eval.sampled_per_problem=0", "eval.sampled_per_problem"),
     ("verifier.kind=code", "verifier.kind"),  # arithmetic is checked in process
     ("+env.turn_rewards.sandbox_error=-1", "env.turn_rewards"),  # masked, never rewarded
 ])

@@ -120,14 +120,15 @@ def test_two_processes_equal_one_and_resume(tmp_path):
             "algo.loss.correction=token", f"distill.teacher={teacher}", "distill.coef=0.1",
             "algo.share_prompts=true",  # one warm start for both; each prompt once
             "rollout.stream.rows=8", "rollout.stream.carry_batches=1",
-            "rollout.stream.release_rows=true"]  # streamed, episodes carried across updates
+            "rollout.stream.release_rows=true",  # streamed, episodes carried across updates
+            "eval.num_problems=0"]  # no held-out evaluation: the params are compared
     _finish(_start(one, args, 1))
     outs = _finish(_start(two, args + ["stop_after_steps=2"], 2))
     assert "processes 2" in outs[0] and "stopped after step 2" in outs[0]
     assert "stopped after step 2" not in outs[1]  # one writer: process 0
     outs = _finish(_start(two, args, 2))
-    assert "RESUMING from checkpoint step 2" in outs[0] and "held-out accuracy" in outs[0]
-    assert "held-out accuracy" not in outs[1]
+    assert "RESUMING from checkpoint step 2" in outs[0]
+    assert "no held-out evaluation" in outs[0] and "no held-out evaluation" not in outs[1]
     _assert_same_run(one, two)
     assert open(two / "processes.txt").read().strip() == "2"
     a, b = _steps(one), _steps(two)
@@ -157,7 +158,8 @@ def test_a_killed_process_ends_the_other_within_the_heartbeat_bound(tmp_path):
     collective; the checkpoint the kill left is whole (a rerun resumes from it as from any:
     the resume itself is test_two_processes_equal_one_and_resume's)."""
     run_dir = tmp_path / "run"
-    args = COMMON + ["num_steps=40", "checkpoint.every_steps=1", "warmup.steps=0"]
+    args = COMMON + ["num_steps=40", "checkpoint.every_steps=1", "warmup.steps=0",
+                     "eval.num_problems=0"]
     procs = _start(run_dir, args, 2, heartbeat_s=15)
     deadline = time.monotonic() + 300
     while not (run_dir / "checkpoints" / "1").is_dir():  # orbax renames it when complete
@@ -190,7 +192,8 @@ def test_a_sweep_through_the_submitit_launcher_writes_both_runs(tmp_path):
     env = xla_env(2, HF_HUB_OFFLINE="1")
     proc = subprocess.run(
         [sys.executable, "-m", "rlvr_jax.train", "-m", "hydra/launcher=local", *COMMON,
-         "num_steps=1", "warmup.steps=0", "seed=0,1"], cwd=tmp_path, env=env,
+         "num_steps=1", "warmup.steps=0", "eval.num_problems=0", "seed=0,1"], cwd=tmp_path,
+        env=env,
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     summaries = sorted((tmp_path / "multirun").rglob("summary.json"))

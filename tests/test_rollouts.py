@@ -119,7 +119,7 @@ def test_the_producers_snapshot_survives_the_updates_donation():
 
 # ------------------------------------------------------------------ end to end (slow)
 ASYNC = ["+experiment=math_grpo", "num_steps=4", *TINY, "rollout.off_policy_steps=1",
-         "algo.loss.correction=token"]
+         "algo.loss.correction=token", "eval.num_problems=0"]  # no evaluation: params compared
 
 
 def _steps(run_dir):
@@ -142,7 +142,7 @@ def test_an_async_run_is_bitwise_repeatable_across_a_stop_and_resume(tmp_path):
     assert first == {"stopped_at_step": 2, "reason": "stop_after_steps"}
     assert (tmp_path / "twice" / "checkpoints" / "2" / "behind").is_dir()
     second = jobs.run(run_config(overrides, tmp_path / "twice"))
-    assert once["eval/sampled_accuracy_end"] == second["eval/sampled_accuracy_end"]
+    assert "eval/sampled_accuracy_end" not in once | second  # eval.num_problems=0
     jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)),
                  _state(tmp_path / "once"), _state(tmp_path / "twice"))
     a, b = _steps(tmp_path / "once"), _steps(tmp_path / "twice")

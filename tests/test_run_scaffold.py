@@ -89,6 +89,9 @@ def test_a_finished_run_is_recognised_by_its_step_count(tmp_path):
     assert "     0.500  0.750" in message  # the greedy row: before RL, end
     # Issue 26: the wall time covers the warm start and evaluations too, and says so.
     assert "wall time 9s (warm start, evaluations and 3 RL steps, every invocation)" in message
+    blind = {k: v for k, v in summary.items() if not k.startswith("eval/")}
+    message = run_scaffold.finished_message(cfg, blind)  # eval.num_problems=0: none ran
+    assert "is complete (3 steps)" in message and "no held-out evaluation" in message
     rm = {"train/steps": 5, "rm/heldout_label_accuracy": 0.9}
     assert "is complete: " in run_scaffold.finished_message(cfg, rm)
 

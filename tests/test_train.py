@@ -16,7 +16,8 @@ def test_multirun_sweeps_the_learning_rate(tmp_path):
     env = xla_env(8)
     proc = subprocess.run(
         [sys.executable, "-m", "rlvr_jax.train", "-m", "+experiment=math_grpo", "num_steps=1",
-         "algo.optim.learning_rate=1e-4,3e-4", *TINY, "warmup.steps=2", f"hydra.sweep.dir={tmp_path}"],
+         "algo.optim.learning_rate=1e-4,3e-4", *TINY, "warmup.steps=2", "eval.num_problems=0",
+         f"hydra.sweep.dir={tmp_path}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summaries = sorted(tmp_path.glob("*/summary.json"))

@@ -353,7 +353,8 @@ class CheckpointConfig:
 
 @dataclass
 class EvalConfig:
-    num_problems: int = 500  # held-out problems
+    # Held-out problems; 0: no held-out evaluation at all (every_steps and extra_sets too).
+    num_problems: int = 500
     sampled_per_problem: int = 2  # temperature-1 samples per problem for sampled accuracy
     sequences_per_batch: int = 512  # fixed eval batch shape (last batch padded)
     every_steps: int = 0  # 0: only after the warm start and at the end
@@ -375,8 +376,9 @@ class EvalConfig:
         unknown = [s for s in self.extra_sets if s not in known]
         _check(not unknown, f"{key}.extra_sets",
                f"unknown evaluation sets {unknown} (known: {', '.join(sorted(known))})")
-        _check(self.num_problems >= 1 and self.sampled_per_problem >= 1, f"{key}.num_problems",
-               "eval.num_problems and eval.sampled_per_problem must be >= 1")
+        _check(self.num_problems >= 0, f"{key}.num_problems",
+               "must be >= 0 (0: no held-out evaluation)")
+        _check(self.sampled_per_problem >= 1, f"{key}.sampled_per_problem", "must be >= 1")
         _check(self.sequences_per_batch >= 1, f"{key}.sequences_per_batch", "must be >= 1")
         _check(self.extra_problems >= 0, f"{key}.extra_problems", "must be >= 0 (0: all)")
         _check(self.every_steps >= 0, f"{key}.every_steps", "must be >= 0")
