@@ -74,7 +74,8 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
     verifier = make_verifier(v.kind, workers=v.workers, timeout_s=v.timeout_s,
                              batch_timeout_s=v.batch_timeout_s, mode=v.mode,
                              kinds=getattr(setup.task, "verifier_kinds", ()), fleet=fleet)
-    env = build.environment(cfg.env, fleet_for(cfg.env.backend, cfg.fleet, cfg.run_dir))
+    env = build.environment(cfg.env, fleet_for(cfg.env.backend, cfg.fleet, cfg.run_dir,
+                                               jax.process_count()))
     generators = partial(build.generators, sampler, sampling=cfg.sampling, env=env,
                          env_cfg=cfg.env, traces=traces, stream=cfg.rollout.stream,
                          eval_rows=(cfg.eval.decode_rows, cfg.eval.insert_rows))

@@ -314,3 +314,21 @@ def test_backend_ray_without_the_extra_is_one_line(monkeypatch):
         monkeypatch.setattr(importlib.util, "find_spec", real)
         rlvr_jax.compose(["+experiment=math_grpo", "verifier.kind=inprocess",
                           "verifier.backend=ray"])
+
+
+def test_the_fleet_session_cap_is_the_runs_and_covers_every_process():
+    """fleet.max_sessions caps the run's live sessions, each of its processes admitting its
+    share: a cap under what the processes hold open at once is refused by name."""
+    import rlvr_jax
+    from rlvr_jax.verify.verifiers import fleet_for
+
+    ray_repl = ["+experiment=repl_agent", "env.backend=ray", "algo.prompts_per_step=4",
+                "algo.samples_per_prompt=4", "eval.sequences_per_batch=16"]
+    one = rlvr_jax.compose(ray_repl + ["fleet.max_sessions=16"])  # one batch of 16
+    assert fleet_for(one.env.backend, one.fleet, "/r", processes=1).max_sessions == 16
+    assert fleet_for(one.env.backend, one.fleet, "/r", processes=2).max_sessions == 8
+    two = ["distributed.num_processes=2", "distributed.process_id=0",
+           "distributed.coordinator_address=127.0.0.1:1"]
+    with pytest.raises(ConfigError, match=r"'fleet.max_sessions': must be 0 or >= 16 \(2 "):
+        rlvr_jax.compose(ray_repl + two + ["fleet.max_sessions=15"])
+    rlvr_jax.compose(ray_repl + two + ["fleet.max_sessions=16"])

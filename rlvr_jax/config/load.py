@@ -117,10 +117,10 @@ def validate(cfg: RunConfig) -> RunConfig:
         batch = a.prompts_per_step * a.samples_per_prompt // procs
         held_out = cfg.eval.sequences_per_batch // procs  # an evaluation's batch
         need = max(batch * (1 + st.carry_batches), held_out) + (2 * st.inserts if st.rows else 0)
-        _check(cfg.fleet.max_sessions >= need, "fleet.max_sessions",
-               f"must be 0 or >= {need} (a process's episodes that can be open at once: its "
-               "training or evaluation batch, with a stream also the batches carried and the "
-               "inserts opened ahead)")
+        _check(cfg.fleet.max_sessions // procs >= need, "fleet.max_sessions",
+               f"must be 0 or >= {need * procs} ({procs} process(es) x {need}: a process's "
+               "episodes that can be open at once, its training or evaluation batch, with a "
+               "stream also the batches carried and the inserts opened ahead)")
     _check(cfg.env.backend != "ray" or (cfg.env.kind not in ("none", "tools", "routed")
                                         and ":" not in cfg.env.kind), "env.backend",
            "a Ray fleet holds a stateful kind's sessions (python_repl, workspace, api, ...)")

@@ -64,7 +64,8 @@ class SessionEnvironment:
             self._sessions = RaySessionPool(
                 spec, limits, max_live=max_live, spares=spares, address=fleet.address,
                 namespace=fleet.namespace, actors=fleet.actors, resource=fleet.resource,
-                call_timeout_s=fleet.call_timeout_s, max_sessions=fleet.max_sessions,
+                call_timeout_s=fleet.call_timeout_s, start_timeout_s=fleet.start_timeout_s,
+                max_sessions=fleet.max_sessions,
                 opens_per_s=fleet.opens_per_s)
         else:
             self._sessions = SessionPool(spec, limits, max_live=max_live, spares=spares)

@@ -18,6 +18,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Optional, Sequence
 
+from rlvr_jax.sandbox.privilege import SandboxUnavailable
 from rlvr_jax.types import Status, Verdict
 
 
@@ -33,8 +34,6 @@ def _ray():
 def connect(address: str, namespace: str, resource: str):
     """This process joined to the cluster (once), which must have a machine declaring
     `resource`: else one clear error now, not actors waiting forever for a place."""
-    from rlvr_jax.sandbox.privilege import SandboxUnavailable
-
     ray = _ray()
     if not ray.is_initialized():
         try:
@@ -78,13 +77,40 @@ class _Actors:
     machine takes as few as it can), each made from `args`; a lost one is replaced."""
 
     def __init__(self, cls, args: tuple, *, count: int, address: str, namespace: str,
-                 resource: str, call_timeout_s: float, **options):
+                 resource: str, call_timeout_s: float, start_timeout_s: float = 300.0,
+                 **options):
         ray = connect(address, namespace, resource)
         self._remote = ray.remote(num_cpus=0, resources={resource: 1}, max_restarts=0,
                                   scheduling_strategy="SPREAD", **options)(cls)
         self._args, self.call_timeout_s = args, call_timeout_s
         self.actors = [self._remote.remote(*args) for _ in range(count)]
         self.lost = 0  # actors replaced so far
+        self._started(ray, cls.__name__, resource, address, start_timeout_s)
+
+    def _started(self, ray, name: str, resource: str, address: str, timeout_s: float) -> None:
+        """Every actor placed and constructed, or one clear error (not calls that wait for a
+        place and then mask every episode): a cluster whose `resource` other processes of
+        the run, or other runs, already hold."""
+        ready, _ = ray.wait([a.__ray_ready__.remote() for a in self.actors],
+                            num_returns=len(self.actors), timeout=timeout_s)
+        if len(ready) == len(self.actors):
+            try:
+                ray.get(ready)
+                return
+            except Exception as e:  # noqa: BLE001 (a constructor that failed on its machine)
+                self._end(None)
+                raise SandboxUnavailable(f"a {name} failed to start on the Ray cluster at "
+                                         f"{address!r}: {str(e).splitlines()[-1][:300]}"
+                                         ) from e
+        total = ray.cluster_resources().get(resource, 0)
+        free, count = ray.available_resources().get(resource, 0), len(self.actors)
+        self._end(None)
+        raise SandboxUnavailable(
+            f"{len(ready)} of this process's {count} {name}s were placed within "
+            f"fleet.start_timeout_s={timeout_s:g} s: each needs 1 unit of {resource!r}, and "
+            f"the cluster at {address!r} has {total:g} in all, {free:g} free (each process "
+            "of a run makes its own fleet.actors, for verification and for sessions): lower "
+            "fleet.actors, add fleet machines, or raise fleet.start_timeout_s")
 
     def _get(self, ref, default, index: int):
         """An actor's reply, or `default` when the actor is lost or silent past the call
@@ -103,12 +129,14 @@ class _Actors:
         self.actors[i] = self._remote.remote(*self._args)
         self.lost += 1
 
-    def _end(self, method: str) -> None:
-        """Each actor's `method` (its pool closed), then the actor killed."""
+    def _end(self, method: Optional[str]) -> None:
+        """Each actor's `method` (its pool closed; None: not called), then the actor
+        killed."""
         ray = _ray()
         for a in self.actors:
             try:
-                ray.get(getattr(a, method).remote(), timeout=30)
+                if method is not None:
+                    ray.get(getattr(a, method).remote(), timeout=30)
             except Exception:  # noqa: BLE001 (a lost actor has nothing to close)
                 pass
             try:
@@ -124,10 +152,12 @@ class RayVerifier(_Actors):
 
     def __init__(self, kind: str, *, workers: int, timeout_s: float,
                  batch_timeout_s: Optional[float], mode: Optional[str], address: str,
-                 namespace: str, actors: int, resource: str, call_timeout_s: float):
+                 namespace: str, actors: int, resource: str, call_timeout_s: float,
+                 start_timeout_s: float = 300.0):
         super().__init__(PoolActor, (kind, workers, timeout_s, batch_timeout_s, mode),
                          count=actors, address=address, namespace=namespace,
-                         resource=resource, call_timeout_s=call_timeout_s)
+                         resource=resource, call_timeout_s=call_timeout_s,
+                         start_timeout_s=start_timeout_s)
         self._executor = ThreadPoolExecutor(1)
 
     def verify(self, jobs: Sequence[dict]) -> list[Verdict]:
@@ -204,10 +234,12 @@ class RaySessionPool(_Actors):
 
     def __init__(self, spec, limits, *, max_live: int, spares: int, address: str,
                  namespace: str, actors: int, resource: str, call_timeout_s: float,
-                 max_sessions: int = 0, opens_per_s: float = 0.0):
+                 start_timeout_s: float = 300.0, max_sessions: int = 0,
+                 opens_per_s: float = 0.0):
         super().__init__(SessionActor, (spec, limits, max_live, spares), count=actors,
                          address=address, namespace=namespace, resource=resource,
-                         call_timeout_s=call_timeout_s, max_concurrency=32)  # threaded
+                         call_timeout_s=call_timeout_s, start_timeout_s=start_timeout_s,
+                         max_concurrency=32)  # threaded
         self._turn = 0  # the next actor to open on (round robin)
         # Admission: at most `cap` sessions of this trainer process live on the fleet (an
         # open waits for room: back-pressure, its rows wait instead of failing), opened at

@@ -44,10 +44,12 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import math
 import os
 import select
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Optional, Sequence
@@ -175,13 +177,21 @@ class VerifierPool:
         self._cache: collections.OrderedDict = collections.OrderedDict()
         self._cache_size = cache_size
         self._executor = ThreadPoolExecutor(1)
+        # One batch at a time on the workers: a stream's environment threads may verify at
+        # once (two batches interleaved on one worker set mixed their lines and clocks).
+        self._batch = threading.Lock()
         self._next_id = 0
         self.restarts = 0
 
     # ------------------------------------------------------------------ public
     def verify(self, jobs: Sequence[dict]) -> list[Verdict]:
         """One verdict per job, in order; returns within the batch deadline. Never raises
-        because of what a candidate wrote (firewall.py)."""
+        because of what a candidate wrote (firewall.py). Thread-safe: concurrent calls run
+        one after another."""
+        with self._batch:
+            return self._verify(jobs)
+
+    def _verify(self, jobs: Sequence[dict]) -> list[Verdict]:
         results: list[Optional[Verdict]] = [None] * len(jobs)
         keys = [_cache_key(j) for j in jobs]
         pending = collections.deque()
@@ -399,7 +409,10 @@ class VerifierPool:
                                 + [w.since + self._wait_limit(w) for w in waiting]
                                 + [batch_deadline])
             by_fd = {w.fd: w for w in [*busy, *waiting]}
-            ready, _, _ = select.select(list(by_fd), [], [], max(0.0, next_deadline - now))
+            # No clock running (every busy worker still cleaning, no batch timeout): wait
+            # for a line; select refuses an infinite timeout.
+            ready, _, _ = select.select(list(by_fd), [], [], None if next_deadline == math.inf
+                                        else max(0.0, next_deadline - now))
             for fd in ready:
                 w = by_fd[fd]
                 lines, closed = w.read_lines()

@@ -26,9 +26,10 @@ class Verifier(Protocol):
 TRUSTED_KINDS = {"inprocess": "integer", "exact": "exact"}
 
 
-def fleet_for(backend: str, fleet, run_dir: str):
+def fleet_for(backend: str, fleet, run_dir: str, processes: int = 1):
     """The Ray fleet verification runs on (`fleet` with its namespace: the configured one, or
-    one named after the run's directory, so a run's actors are its own), or None: local."""
+    one named after the run's directory, so a run's actors are its own), or None: local.
+    Each of the run's `processes` admits its share of fleet.max_sessions."""
     if str(backend) != "ray":
         return None
     import dataclasses
@@ -37,7 +38,8 @@ def fleet_for(backend: str, fleet, run_dir: str):
 
     name = fleet.namespace or "rlvr-" + hashlib.sha1(
         os.path.abspath(run_dir).encode()).hexdigest()[:12]
-    return dataclasses.replace(fleet, namespace=name)
+    return dataclasses.replace(fleet, namespace=name,
+                               max_sessions=fleet.max_sessions // max(processes, 1))
 
 
 def make_verifier(kind: str, *, workers: int, timeout_s: float,
@@ -65,6 +67,7 @@ def make_verifier(kind: str, *, workers: int, timeout_s: float,
         return RayVerifier(kind, workers=workers, timeout_s=timeout_s,
                            batch_timeout_s=batch_timeout_s, mode=mode, address=fleet.address,
                            namespace=fleet.namespace, actors=fleet.actors,
-                           resource=fleet.resource, call_timeout_s=fleet.call_timeout_s)
+                           resource=fleet.resource, call_timeout_s=fleet.call_timeout_s,
+                           start_timeout_s=fleet.start_timeout_s)
     return VerifierPool(kind, workers=workers, timeout_s=timeout_s,
                         batch_timeout_s=batch_timeout_s, mode=mode)

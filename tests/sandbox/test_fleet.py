@@ -210,8 +210,9 @@ def test_the_fleet_cap_holds_under_a_burst_and_opens_wait_for_room(cluster):
 
 
 def test_a_cluster_without_the_resource_is_one_clear_error(cluster):
-    """No machine declares fleet.resource: one error naming it now, not actors waiting for a
-    place for ever."""
+    """No machine declares fleet.resource, or too few units of it for a process's actors
+    (the others held by other processes and runs): one error saying so, not actors waiting
+    for a place while every call masks its episodes."""
     from rlvr_jax.config.fleet import FleetConfig
     from rlvr_jax.sandbox.privilege import SandboxUnavailable
     from rlvr_jax.verify.verifiers import make_verifier
@@ -220,6 +221,15 @@ def test_a_cluster_without_the_resource_is_one_clear_error(cluster):
         make_verifier("code", workers=1, timeout_s=2.0, batch_timeout_s=None,
                       mode="forkserver", fleet=FleetConfig(address=cluster,
                                                            resource="sandbox_gpu"))
+    with pytest.raises(SandboxUnavailable, match=r"4 of this process's 5 PoolActors were placed"
+                       r" within fleet.start_timeout_s=3 s.*has 4 in all, 0 free"):
+        make_verifier("code", workers=1, timeout_s=2.0, batch_timeout_s=None,
+                      mode="forkserver", fleet=FleetConfig(address=cluster, actors=5,
+                                                           start_timeout_s=3.0))
+    deadline = time.time() + 30  # the placed ones ended with it (their units freed)
+    while ray.available_resources().get("sandbox") != 4 and time.time() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("sandbox") == 4
 
 
 def test_the_fleet_bench_runs_on_a_running_cluster(cluster):
@@ -232,6 +242,144 @@ def test_the_fleet_bench_runs_on_a_running_cluster(cluster):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "| local pool | 1 |" in out.stdout, out.stdout
     assert re.search(r"\| Ray, \d machines? \| \d \| [0-9.]+ \|", out.stdout), out.stdout
+
+
+class _FleetRepl:
+    """A multi-turn environment for the episode drivers with both backends' pieces: a
+    python_repl session per episode (on the fleet, or local) and a code verifier (the same)
+    for the final verdicts. The tiny model's text is not Python, so each call runs a program
+    fixed by (episode, call) that reads and extends the session's state; the verdict checks
+    a program made from the episode's final text."""
+
+    stop_texts, tools = ("#",), ("calculator",)  # the streaming tests' tiny model's
+    observation_prefix, observation_suffix = "[", "]"
+    concurrent_episodes = True
+
+    def __init__(self, fleet=None):
+        from rlvr_jax.verify.verifiers import make_verifier
+
+        self.env = _repl(fleet)
+        self.verifier = make_verifier("code", workers=1, timeout_s=5.0, batch_timeout_s=None,
+                                      mode="forkserver", fleet=fleet)
+        self.finished = 0
+
+    def open(self, contexts):
+        return self.env.open(contexts)
+
+    def step(self, eps, turns):
+        codes = [f"x = globals().get('x', {e.context['id']}) * 7 + {e.calls + len(t)}\nx % 97"
+                 for e, t in zip(eps, turns)]
+        return self.env.step(eps, [self.env.render_call("python", {"code": c}) for c in codes])
+
+    def finish(self, eps, texts):
+        self.finished += len(eps)
+        return self.verifier.verify([_job(f"def f(x):\n    return {len(t) % 3}  # {t!r}")
+                                     for t in texts])
+
+    def close_episodes(self, eps):
+        self.env.close_episodes(eps)
+
+    def stats(self):
+        return self.env.stats()
+
+    def close(self):
+        self.env.close()
+        self.verifier.close()
+
+
+def _two_process_worker(out: str, process_id: int, processes: int, port: int,
+                        address: str) -> None:
+    """One process of `test_two_jax_processes_on_one_cluster_equal_one` (a subprocess):
+    episodes over a mesh of 2 devices, lock step and streamed (rows released, episodes
+    carried to the next batch), their sessions and verdicts on the cluster at `address`
+    (empty: this host's pools)."""
+    import jax
+    import numpy as np
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    if processes > 1:
+        jax.distributed.initialize(f"127.0.0.1:{port}", processes, process_id)
+    from rlvr_jax import episodes, sharding, streaming
+    from rlvr_jax.config.fleet import FleetConfig
+    from tests.test_streaming import _batches, _mesh_sampler, _pieces
+
+    n, g = 16, 2
+    tok, _, glue, params, *_ = _pieces(n, g)
+    mesh = sharding.make_mesh(data=2, fsdp=1)
+    sampler = _mesh_sampler(mesh, g)
+    params = jax.device_put(params, sharding.replicated(mesh))
+    put = lambda x: jax.device_put(x, sharding.batch_sharding(mesh))
+    fleet = FleetConfig(address=address, namespace="rlvr-test-2proc", actors=1,  # 4 units:
+                        call_timeout_s=60.0) if address else None  # 2 processes x 2 kinds
+    env = _FleetRepl(fleet)
+    records = []
+    try:
+        batches = _batches(n, g, 2)
+        prompt, pmask, key, contexts = batches[0]
+        records.append(episodes.run(sampler, env, tok, glue, params, prompt, pmask, key,
+                                    max_turns=3, put=put, contexts=contexts))
+        stream = streaming.Stream(sampler, env, tok, glue, max_turns=3, put=put, group_size=g,
+                                  schedule=streaming.Schedule(4, 2, 3, 1, release=True))
+        try:
+            for j in range(2):
+                if j == 0:
+                    stream.add(0, *batches[0])
+                stream.add(j + 1, *_batches(n, g, 3)[j + 1])
+                records.append(stream.run(params, 0, j))
+        finally:
+            stream.close()
+        opened = env.stats()["session/opened"]
+    finally:
+        env.close()
+    arrays = {f"{j}_{k}": np.asarray(x) for j, r in enumerate(records)
+              for k, x in zip(r.rollout._fields, r.rollout) if x is not None}
+    arrays.update({f"{j}_verdicts": np.array([[int(v.status), v.fraction] for v in r.verdicts])
+                   for j, r in enumerate(records)})
+    arrays.update({f"{j}_texts": np.array(r.texts) for j, r in enumerate(records)})
+    np.savez(out, opened=opened, finished=env.finished, **arrays)
+
+
+def test_two_jax_processes_on_one_cluster_equal_one(cluster, tmp_path):
+    """2 trainer processes (jax.distributed, gloo) on one Ray cluster, each opening, calling
+    and verifying its own block's episodes on the fleet, == 1 process on this host's pools:
+    the episodes of the lock-step and the streamed drivers (carried across batches), their
+    texts and verdicts, bitwise; each process's sessions and verdicts only its own rows'."""
+    import socket
+
+    import numpy as np
+
+    from tests.helpers import ROOT, xla_env
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+
+    def start(name, process_id, processes, address):
+        code = (f"from tests.sandbox.test_fleet import _two_process_worker as w; "
+                f"w({str(tmp_path / name)!r}, {process_id}, {processes}, {port}, {address!r})")
+        env = xla_env(2 // processes, HF_HUB_OFFLINE="1", JAX_ENABLE_COMPILATION_CACHE="false")
+        env.pop("JAX_COMPILATION_CACHE_DIR", None)  # (tests/test_distributed.py: why)
+        return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    procs = [start("one.npz", 0, 1, ""), start("p0.npz", 0, 2, cluster),
+             start("p1.npz", 1, 2, cluster)]
+    for p in procs:
+        out, _ = p.communicate(timeout=600)
+        assert p.returncode == 0, out[-3000:]
+    one, *two = (np.load(tmp_path / f) for f in ("one.npz", "p0.npz", "p1.npz"))
+    skip = ("opened", "finished")
+    for got in two:
+        assert sorted(got.files) == sorted(one.files)
+        for k in one.files:
+            if k not in skip:
+                np.testing.assert_array_equal(got[k], one[k], err_msg=k)
+    # Each process opened and verified its own half of the episodes, on the fleet.
+    assert [int(t["opened"]) for t in two] == [int(one["opened"]) // 2] * 2
+    assert [int(t["finished"]) for t in two] == [int(one["finished"]) // 2] * 2
+    statuses = set(np.concatenate([one[f"{j}_verdicts"][:, 0] for j in range(3)]).tolist())
+    assert len(statuses) > 1, statuses  # verdicts of both kinds
+    assert (one["0_mask_B_R"] == 1).sum() > (one["0_loss_mask_B_R"] == 1).sum()  # calls made
 
 
 # Last: it takes a machine of the module's cluster away.

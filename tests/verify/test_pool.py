@@ -21,11 +21,21 @@ def test_pool_kills_hung_workers_retries_dead_ones_and_keeps_answering():
         assert all(v.status == Status.PASS for v in again)
         fut = pool.submit([{"seconds": 0.01}])
         assert fut.result(timeout=10)[0].status == Status.PASS
+        # From several threads at once (a stream's environment threads): each its own
+        # verdicts (interleaved batches once mixed their workers' lines and clocks).
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(4) as threads:
+            got = list(threads.map(lambda k: pool.verify(
+                [{"seconds": 0.01, "i": 10 * k + j} for j in range(3)] + [{"die": True, "i": k}]),
+                range(4)))
+        assert [[v.status for v in g] for g in got] == [[Status.PASS] * 3 + [
+            Status.SANDBOX_ERROR]] * 4
         # A reply that is not a verdict: the worker is replaced, the job retried, then masked.
         garbled = pool.verify([{"garble": True}, {"seconds": 0.01, "i": 7}])
         assert [v.status for v in garbled] == [Status.SANDBOX_ERROR, Status.PASS]
         assert "malformed reply twice" in garbled[0].detail
-        assert pool.restarts == 5
+        assert pool.restarts == 5 + 8  # (and the threads' four deaths, each retried once)
     with VerifierPool("test_sleep", workers=1, timeout_s=5.0, batch_timeout_s=1.0) as pool:
         pool.verify([{"seconds": 0.0, "warm": 1}])  # started: the batch below runs at once
         t0 = time.monotonic()
