@@ -1,13 +1,17 @@
-"""Verification through a Ray fleet (verifier.backend=ray, rlvr_jax/sandbox/fleet.py) against
-the local pool, on this machine, in one run:
+"""Verification and episode sessions on a Ray fleet (verifier.backend=ray, env.backend=ray:
+rlvr_jax/sandbox/fleet.py) against the local pools, on this machine, in one run:
 
-    python experiments/bench/fleet.py [--jobs 64 --nodes 1,2 --workers 2] [--address HOST:PORT]
+    python experiments/bench/fleet.py [--jobs 64 --nodes 1,2 --workers 2 --sessions 16]
+                                      [--address HOST:PORT]
 
 A local Ray cluster (a head, and `nodes` fleet machines started as processes on 127.0.0.1,
 each with the `sandbox` resource) verifies batches of distinct code jobs (each a correct
 program; the cache never answers). Reports jobs/s for the local pool (`--workers` workers)
 and for the fleet with one actor per simulated machine (`--workers` workers each), and the
-round trip of a one-job batch (the overhead per call). The simulated machines share this
+round trip of a one-job batch (the overhead per call). Then session calls: `--sessions`
+python_repl sessions (one per episode) each called `--repeats` x 4 times, all of a round
+in one `step` (as a batch's episodes are), local session pool against session actors (one
+per machine): calls/s and one call's round trip. The simulated machines share this
 machine's cores: growth with nodes here shows the fleet's overhead, not a real fleet's
 capacity. `--address`: a running cluster instead (one arm, an actor per machine that
 declares the `sandbox` resource): a real fleet's numbers.
@@ -93,12 +97,43 @@ def _rate(verifier, n: int, repeats: int, tag: str) -> tuple[float, float]:
     return rate, statistics.median(trips)
 
 
+def _session_rate(fleet, sessions: int, rounds: int) -> tuple[float, float]:
+    """(session calls/s over `rounds` calls of each of `sessions` python_repl sessions, all
+    of a round in one step; median one-call round trip s)."""
+    from rlvr_jax import envs
+    from rlvr_jax.sandbox.session import SessionLimits
+
+    env = envs.make_session_environment("python_repl", "tag", limits=SessionLimits(
+        call_s=10.0), max_live=sessions, spares=2, fleet=fleet)
+    call = lambda code: env.render_call("python", {"code": code})
+    try:
+        eps = env.open([{} for _ in range(sessions)])
+        try:
+            env.step(eps, [call("x = 0")] * sessions)  # sessions up and warm
+            t0 = time.perf_counter()
+            for r in range(rounds):
+                got = env.step(eps, [call(f"x = x + {r}\nx") for _ in eps])
+                assert all(x.outcome == "ok" for x in got), got[:2]
+            rate = sessions * rounds / (time.perf_counter() - t0)
+            trips = []
+            for r in range(5):
+                t1 = time.perf_counter()
+                env.step(eps[:1], [call("x")])
+                trips.append(time.perf_counter() - t1)
+        finally:
+            env.close_episodes(eps)
+    finally:
+        env.close()
+    return rate, statistics.median(trips)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=64, help="per batch")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--nodes", default="1,2", help="simulated fleet machines per arm")
     ap.add_argument("--workers", type=int, default=2, help="per pool")
+    ap.add_argument("--sessions", type=int, default=16, help="live sessions called at once")
     ap.add_argument("--address", default="", help="a running cluster (no local one started)")
     args = ap.parse_args()
     import ray
@@ -110,12 +145,13 @@ def main() -> None:
         return make_verifier("code", workers=args.workers, timeout_s=10.0,
                              batch_timeout_s=None, mode="forkserver", fleet=fleet)
 
-    rows = []
+    rows, calls = [], []
     local = verifier()
     try:
         rows.append(("local pool", args.workers, *_rate(local, args.jobs, args.repeats, "l")))
     finally:
         local.close()
+    calls.append(("local session pool", *_session_rate(None, args.sessions, 4 * args.repeats)))
     for n in [int(x) for x in args.nodes.split(",")] if not args.address else [0]:
         tmp = f"/tmp/rlvr_ray_bench_{os.getpid()}"
         try:
@@ -123,12 +159,18 @@ def main() -> None:
             if args.address:  # an actor per machine with the resource
                 ray.init(address=address, log_to_driver=False, configure_logging=False)
                 n = sum(1 for x in ray.nodes() if x["Alive"] and x["Resources"].get("sandbox"))
-            fleet = verifier(FleetConfig(address=address, namespace="bench", actors=n))
+            config = FleetConfig(address=address, namespace="bench", actors=n)
+            name = f"Ray, {n} machine{'s' * (n > 1)}"
             try:
-                rows.append((f"Ray, {n} machine{'s' * (n > 1)}", n * args.workers,
-                             *_rate(fleet, args.jobs, args.repeats, f"r{n}")))
+                fleet = verifier(config)
+                try:
+                    rows.append((name, n * args.workers,
+                                 *_rate(fleet, args.jobs, args.repeats, f"r{n}")))
+                finally:
+                    fleet.close()
+                calls.append((name, *_session_rate(config, args.sessions,
+                                                   4 * args.repeats)))
             finally:
-                fleet.close()
                 ray.shutdown()
         finally:
             stop_cluster(tmp)
@@ -139,6 +181,12 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for name, workers, rate, trip in rows:
         print(f"| {name} | {workers} | {rate:.1f} | {rate / base:.2f} | {trip * 1e3:.0f} |")
+    print(f"\n{args.sessions} python_repl sessions, {4 * args.repeats} calls each, a round's "
+          "calls in one step\n")
+    print("| sessions on | calls/s | x local | one-call round trip ms |")
+    print("|---|---|---|---|")
+    for name, rate, trip in calls:
+        print(f"| {name} | {rate:.1f} | {rate / calls[0][1]:.2f} | {trip * 1e3:.0f} |")
 
 
 if __name__ == "__main__":

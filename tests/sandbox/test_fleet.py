@@ -233,15 +233,20 @@ def test_a_cluster_without_the_resource_is_one_clear_error(cluster):
 
 
 def test_the_fleet_bench_runs_on_a_running_cluster(cluster):
-    """experiments/bench/fleet.py at toy size, pointed at this cluster (`--address`)."""
+    """experiments/bench/fleet.py at toy size (verification and session calls), pointed at
+    this cluster (`--address`)."""
     from tests.helpers import ROOT
 
     out = subprocess.run([sys.executable, "experiments/bench/fleet.py", "--jobs", "4",
-                          "--repeats", "1", "--workers", "1", "--address", cluster], cwd=ROOT,
+                          "--repeats", "1", "--workers", "1", "--sessions", "2", "--address",
+                          cluster], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "| local pool | 1 |" in out.stdout, out.stdout
     assert re.search(r"\| Ray, \d machines? \| \d \| [0-9.]+ \|", out.stdout), out.stdout
+    assert re.search(r"\| local session pool \| [0-9.]+ \| 1.00 \|", out.stdout), out.stdout
+    assert re.search(r"\| Ray, \d machines? \| [0-9.]+ \| [0-9.]+ \|", out.stdout.split(
+        "sessions on")[1]), out.stdout
 
 
 class _FleetRepl:
