@@ -32,6 +32,7 @@ from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder, init_params
 from rlvr_jax.sampling import make_sampler
 from rlvr_jax.continuous import make_continuous_sampler
+from rlvr_jax.ppo_prepare import make_ppo_prepare
 from rlvr_jax.rollouts import copy_policy
 from rlvr_jax.turn_sampler import make_turn_sampler
 from rlvr_jax.tasks import registry as task_registry
@@ -402,11 +403,12 @@ def updates(policy: Policy, setup: TaskSetup, algo: AlgoConfig, temperature: flo
     ppo_prepare = None
     if layout:
         p = a.ppo
-        ppo_prepare = train_step.make_ppo_prepare(
+        ppo_prepare = make_ppo_prepare(
             model, prompt_len=setup.prompt_len, temperature=temperature, critic_layout=layout,
             gamma=p.gae_gamma, lam=p.gae_lambda, whiten_advantages=p.whiten_advantages,
             kl_in_reward=p.kl_in_reward, kl_estimator=l.kl_estimator, group_size=group,
-            on_trace=counter(traces, "ppo_prepare"))
+            pack_rows=schedule.pack_rows, pack_capacity=schedule.pack_capacity,
+            mesh=policy.mesh, on_trace=counter(traces, "ppo_prepare"))
     return Updates(rl_tx, rl_step, init_rl_params, policy_params, ppo_prepare)
 
 

@@ -31,7 +31,7 @@ efficiency.py (positions per real token at gsm8k_grpo's shapes, padded against p
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -181,6 +181,28 @@ def logp(model, params, micro: Micro, temperature: float):
         model.cfg.logits_chunk_tokens)
     return (gather(logp_K_C, micro.predictor_B_R),
             gather(entropy_K_C, micro.predictor_B_R), hidden_K_C_D)
+
+
+def over_batch(per_micro: Callable[[Micro], tuple], input_mask_B_T, prompt_len: int,
+               group_size: int, capacity: int, rows: int, tokens_B_T, positions_B_T,
+               place: Callable[[Micro], Micro] = lambda m: m) -> tuple:
+    """Per-token quantities over a whole batch packed, no gradient kept: `per_micro(micro)`
+    gives a tuple of [B, R, ...] arrays (zeros for the rows of other microbatches: `gather`),
+    summed over the batch's microbatches of `rows` packed rows of `capacity` slots in turn,
+    the empty ones skipped (one compile: the count is static, the skip a cond). What the
+    update's proximal log-probs and PPO's preparation (values, reference log-probs) run
+    through, packed as the update is. `place`: e.g. the packed rows spread over devices."""
+    b = tokens_B_T.shape[0]
+    p = plan(input_mask_B_T, prompt_len, group_size, capacity)
+    one = lambda j: per_micro(place(micro(p, j, rows, capacity, tokens_B_T, input_mask_B_T,
+                                             positions_B_T)))
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(one, 0))
+
+    def accumulate(total, j):
+        got = jax.lax.cond(j * rows < p.rows_used, one, lambda _: zeros, j)
+        return jax.tree.map(jnp.add, total, got), None
+
+    return jax.lax.scan(accumulate, zeros, jnp.arange(-(-b // rows)))[0]
 
 
 def positions_per_token(input_mask_B_T, prompt_len: int, group_size: int, positions):

@@ -11,7 +11,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rlvr_jax import advantages, lora, losses, optim, packing, sharding
+from rlvr_jax import lora, losses, optim, packing, sharding
 from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder
 from rlvr_jax.models.rope import positions_from_mask
@@ -205,11 +205,8 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
 
     def packed_micro(plan: packing.Plan, j, mb: TrainBatch, positions_B_T) -> packing.Micro:
         """Packed microbatch j of `mb`, its packed rows spread over the data axis."""
-        micro = packing.micro(plan, j, pack_rows, capacity, mb.tokens_B_T, mb.input_mask_B_T,
-                              positions_B_T)
-        rows_sh = sharding.batch_sharding(metrics_sharding.mesh)
-        return micro._replace(**{f: jax.lax.with_sharding_constraint(
-            getattr(micro, f), rows_sh) for f in micro._fields[:5]})
+        return packed_rows_on(metrics_sharding.mesh)(packing.micro(
+            plan, j, pack_rows, capacity, mb.tokens_B_T, mb.input_mask_B_T, positions_B_T))
 
     def packed_grads(state: TrainState, ref_params, mb: TrainBatch, total, actor_on, key,
                      teacher_params):
@@ -305,23 +302,13 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
         return jax.lax.stop_gradient(unstrided(logp_n_b_R))
 
     def packed_proximal(policy, batch: TrainBatch):
-        """`proximal_logp` over the whole batch packed (packing.py): each token's log-prob
-        from the one microbatch that holds it (zeros from the others), the empty skipped."""
-        b = batch.tokens_B_T.shape[0]
-        plan = packing.plan(batch.input_mask_B_T, prompt_len, g, capacity)
-        positions_B_T = positions_from_mask(batch.input_mask_B_T > 0)
-
-        def one(j):
-            micro = packed_micro(plan, j, batch, positions_B_T)
-            return packing.logp(model, policy, micro, temperature)[0]
-
-        zeros = jnp.zeros(batch.response_mask_B_R.shape, jnp.float32)
-
-        def accumulate(total, j):
-            return total + jax.lax.cond(j * pack_rows < plan.rows_used, one,
-                                        lambda _: zeros, j), None
-
-        return jax.lax.scan(accumulate, zeros, jnp.arange(-(-b // pack_rows)))[0]
+        """`proximal_logp` over the whole batch packed (packing.over_batch): each token's
+        log-prob from the one microbatch that holds it."""
+        return packing.over_batch(
+            lambda micro: (packing.logp(model, policy, micro, temperature)[0],),
+            batch.input_mask_B_T, prompt_len, g, capacity, pack_rows, batch.tokens_B_T,
+            positions_from_mask(batch.input_mask_B_T > 0),
+            packed_rows_on(metrics_sharding.mesh))[0]
 
     def step(state: TrainState, ref_params, batch: TrainBatch, key, actor_on,
              teacher_params=None):
@@ -351,6 +338,15 @@ def make_rl_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, temperatur
     return jax.jit(step, donate_argnums=(0,), out_shardings=(state_sharding, metrics_sharding))
 
 
+def packed_rows_on(mesh) -> Callable[[packing.Micro], packing.Micro]:
+    """A packed microbatch's rows spread over `mesh`'s data axis (None: left to XLA)."""
+    if mesh is None:
+        return lambda micro: micro
+    rows_sh = sharding.batch_sharding(mesh)
+    return lambda micro: micro._replace(**{f: jax.lax.with_sharding_constraint(
+        getattr(micro, f), rows_sh) for f in micro._fields[:5]})
+
+
 def update_rows(key, rows: int, epochs: int, minibatches: int, group_size: int = 1):
     """int32 [epochs x minibatches, rows / minibatches]: the rows of each update. Each epoch a
     fresh permutation (of the rows, or of whole groups of `group_size` rows) from
@@ -363,54 +359,6 @@ def update_rows(key, rows: int, epochs: int, minibatches: int, group_size: int =
     if group_size > 1:
         idx = (idx[:, None] * group_size + jnp.arange(group_size)[None, :]).reshape(-1)
     return idx.reshape(epochs * minibatches, rows // minibatches)
-
-
-def make_ppo_prepare(model: Decoder, *, prompt_len: int, temperature: float, critic_layout: str,
-                     gamma: float, lam: float, whiten_advantages: bool, kl_in_reward: bool,
-                     kl_estimator: str = "k1", group_size: int = 1,
-                     on_trace: Callable[[], None] = lambda: None):
-    """Jitted `prepare(params, ref_params, batch, outcome_B, turn_rewards_B_R, kl_coef) ->
-    (batch, metrics)`: the critic's values at sampling time, per-token rewards (outcome on the
-    last token, an environment's per-turn rewards at their own tokens, minus
-    `kl_coef` x the per-token KL estimate to the reference when `kl_in_reward`), GAE(gamma,
-    lam) advantages (whitened over the batch's valid tokens if asked) and return targets.
-    `kl_coef` is traced, so an adaptive controller never recompiles. `group_size`: as
-    UpdateSchedule's (each group's prompt computed once)."""
-
-    def prepare(params, ref_params, batch: TrainBatch, outcome_B, turn_rewards_B_R, kl_coef):
-        on_trace()
-        hidden = None
-        if critic_layout == "head":
-            _, _, hidden = response_logp(model, params["policy"], batch.tokens_B_T,
-                                         batch.input_mask_B_T, prompt_len, temperature, True,
-                                         group_size)
-        values_B_R = value_model.response_values(model, params["value"], batch.tokens_B_T,
-                                                 batch.input_mask_B_T, prompt_len, hidden,
-                                                 group_size)
-        m = batch.response_mask_B_R
-        values_B_R = values_B_R * m
-        kl_B_R = None
-        metrics = {}
-        if kl_in_reward:
-            ref_logp_B_R, _ = response_logp(model, ref_params, batch.tokens_B_T,
-                                            batch.input_mask_B_T, prompt_len, temperature,
-                                            group_size=group_size)
-            kl_B_R = losses.kl_estimate(batch.old_logp_B_R, ref_logp_B_R, kl_estimator) * m
-            metrics["kl_ref_per_seq"] = jnp.sum(kl_B_R) / losses.counts(m).num_seqs
-        rewards_B_R = advantages.token_rewards(outcome_B, m, kl_B_R, kl_coef, turn_rewards_B_R)
-        adv_B_R, returns_B_R = advantages.gae(rewards_B_R, values_B_R, m, gamma, lam)
-        if whiten_advantages:
-            adv_B_R = advantages.whiten(adv_B_R, m)
-        resid = losses.masked_mean(jnp.square(returns_B_R - values_B_R), m)
-        var = losses.masked_mean(jnp.square(returns_B_R - losses.masked_mean(returns_B_R, m)), m)
-        metrics |= {"values_mean": losses.masked_mean(values_B_R, m),
-                    "returns_mean": losses.masked_mean(returns_B_R, m),
-                    "explained_variance": 1.0 - resid / jnp.maximum(var, 1e-8)}
-        batch = batch._replace(advantages_B_R=adv_B_R, returns_B_R=returns_B_R,
-                               old_values_B_R=values_B_R)
-        return batch, metrics
-
-    return jax.jit(prepare)
 
 
 def make_sft_step(model: Decoder, tx, lr_schedule, *, prompt_len: int, state_sharding,

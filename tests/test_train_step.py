@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from rlvr_jax import losses, objectives, optim, sharding, train_step
+from rlvr_jax import losses, objectives, optim, ppo_prepare, sharding, train_step
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models import value as value_model
 from rlvr_jax.models.policy import Decoder, init_params
@@ -50,7 +50,7 @@ def test_ppo_prepare_matches_a_float64_pipeline(critic):
     old_logp = -rng.uniform(0.5, 2.0, size=(b, n)).astype(np.float32)
     batch = TrainBatch(tokens, input_mask, resp, old_logp, np.zeros((b, n), np.float32))
     outcome = np.array([1, 0, 1, -1, 0, 1], np.float32)
-    prepare = train_step.make_ppo_prepare(model, prompt_len=p, temperature=1.0,
+    prepare = ppo_prepare.make_ppo_prepare(model, prompt_len=p, temperature=1.0,
                                           critic_layout=critic,
                                           gamma=0.9, lam=0.8, whiten_advantages=True,
                                           kl_in_reward=True, kl_estimator="k1")
@@ -428,25 +428,30 @@ def test_the_packed_update_equals_the_padded_one(group_size, options):
 
 
 @pytest.mark.parametrize("critic", ["separate", "head"])
-def test_ppo_prepare_with_each_groups_prompt_once(critic):
+def test_ppo_prepare_with_each_groups_prompt_once_and_packed(critic):
     """PPO's prepare (critic values, the reference's KL in the reward, GAE, whitening) with
-    group_size=G equals the per-row one to float32 rounding."""
+    group_size=G, and packed as the update is (rows of P + N + 3 slots, microbatches of 2
+    rows; per row and per group), equals the per-row one to float32 rounding."""
     batch = _grouped_batch()
     state, ref = _state(optax.sgd(0.1), critic)
     outcome = np.random.default_rng(2).normal(size=B).astype(np.float32)
     turn = np.zeros((B, N), np.float32)
     out = {}
-    for g in (1, G):
-        prepare = train_step.make_ppo_prepare(
+    for g, pack in ((1, 0), (G, 0), (1, 2), (G, 2)):
+        prepare = ppo_prepare.make_ppo_prepare(
             MODEL, prompt_len=P, temperature=1.0, critic_layout=critic, gamma=0.9, lam=0.8,
-            whiten_advantages=True, kl_in_reward=True, group_size=g)
-        out[g] = prepare(state.params, ref, batch, outcome, turn, np.float32(0.2))
-    (b1, m1), (bg, mg) = out[1], out[G]
-    for name in ("advantages_B_R", "returns_B_R", "old_values_B_R"):
-        np.testing.assert_allclose(np.asarray(getattr(bg, name)), np.asarray(getattr(b1, name)),
-                                   rtol=1e-4, atol=1e-5, err_msg=name)
-    np.testing.assert_allclose(float(mg["kl_ref_per_seq"]), float(m1["kl_ref_per_seq"]),
-                               rtol=1e-4, atol=1e-6)
+            whiten_advantages=True, kl_in_reward=True, group_size=g, pack_rows=pack,
+            pack_capacity=P + N + 3 if pack else 0)
+        out[g, pack] = prepare(state.params, ref, batch, outcome, turn, np.float32(0.2))
+    b1, m1 = out[1, 0]
+    for key in ((G, 0), (1, 2), (G, 2)):
+        bg, mg = out[key]
+        for name in ("advantages_B_R", "returns_B_R", "old_values_B_R"):
+            np.testing.assert_allclose(np.asarray(getattr(bg, name)),
+                                       np.asarray(getattr(b1, name)), rtol=1e-4, atol=1e-5,
+                                       err_msg=f"{name} {key}")
+        np.testing.assert_allclose(float(mg["kl_ref_per_seq"]), float(m1["kl_ref_per_seq"]),
+                                   rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.slow  # a compile per objective (~6 s each)

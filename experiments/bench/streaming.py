@@ -164,6 +164,12 @@ def main() -> None:
                     help="repl: real sandboxed python_repl sessions (bubblewrap)")
     ap.add_argument("--no-lock", action="store_true",
                     help="leave out lock step (the slowest arm; tokens compared with the first)")
+    ap.add_argument("--arms", default="", help="only these arms (comma-separated: lock, held, "
+                    "released, carried); tokens compared with the first")
+    ap.add_argument("--carry", type=int, default=1,
+                    help="carried arm: batches queued ahead (rollout.stream.carry_batches)")
+    ap.add_argument("--env-threads", type=int, default=8,
+                    help="environment threads (a call's latency is slept on one)")
     args = ap.parse_args()
     tok, model, params, prompt, pmask, _ = setup(args)
     sampler = make_turn_sampler(model, max_new_tokens=args.new_tokens, observation_tokens=16,
@@ -181,7 +187,8 @@ def main() -> None:
                 for p, m, key, ctx in batches if _update(args)]
 
     def schedule(delay, release):
-        return streaming.Schedule(args.rows, args.insert, args.chunk, delay, 8, release)
+        return streaming.Schedule(args.rows, args.insert, args.chunk, delay, args.env_threads,
+                                  release)
 
     def stream(delay, release):
         return lambda env: [streaming.run(sampler, env, tok, glue, params, p, m, key,
@@ -191,14 +198,15 @@ def main() -> None:
                             for p, m, key, ctx in batches if _update(args)]
 
     def carried(delay, release):
-        def run(env):  # one stream for every step, the next batch queued (carry_batches=1)
+        def run(env):  # one stream for every step, --carry batches queued ahead
             s = streaming.Stream(sampler, env, tok, glue, max_turns=args.max_turns,
                                  put=jnp.asarray, schedule=schedule(delay, release),
                                  group_size=args.group)
             try:
                 out = []
                 for j in range(args.steps):
-                    for k in range(len(out) + len(s.batches), min(j + 2, args.steps)):
+                    for k in range(len(out) + len(s.batches),
+                                   min(j + 1 + args.carry, args.steps)):
                         s.add(k, *batches[k])
                     _update(args)
                     out.append(s.run(params, 0, j))
@@ -231,11 +239,11 @@ def main() -> None:
     probe = probe[0]
     chunk_s = probe_s / max(probe.stats["stream/chunks"], 1)
     d = max(1, math.ceil(args.cover / chunk_s))
-    arms = {"lock step": lock, "streamed, rows held": stream(d, False),
-            "streamed, rows released": stream(d, True),
-            "carried, rows released": carried(d, True)}
-    if args.no_lock:
-        del arms["lock step"]
+    arms = {"lock": ("lock step", lock), "held": ("streamed, rows held", stream(d, False)),
+            "released": ("streamed, rows released", stream(d, True)),
+            "carried": (f"carried {args.carry} ahead, rows released", carried(d, True))}
+    chosen = args.arms.split(",") if args.arms else list(arms)
+    arms = dict(arms[a] for a in chosen if not (args.no_lock and a == "lock"))
     base_tokens = None
     print(f"{args.steps} steps of {n} episodes (groups of {args.group}), {args.rows} streamed "
           f"rows, chunks of {args.chunk} steps ({chunk_s * 1e3:.0f} ms each), call delay d = "

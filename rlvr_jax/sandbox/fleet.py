@@ -106,7 +106,7 @@ class _Actors:
         free, count = ray.available_resources().get(resource, 0), len(self.actors)
         self._end(None)
         raise SandboxUnavailable(
-            f"{len(ready)} of this process's {count} {name}s were placed within "
+            f"{len(ready)} of this process's {count} {name}s started within "
             f"fleet.start_timeout_s={timeout_s:g} s: each needs 1 unit of {resource!r}, and "
             f"the cluster at {address!r} has {total:g} in all, {free:g} free (each process "
             "of a run makes its own fleet.actors, for verification and for sessions): lower "
