@@ -122,7 +122,7 @@ STATEFUL = ["preset=repl_agent", *ASYNC, "warmup.steps=40", "sampling.max_new_to
 # test_stop_after_steps a synchronous one through the entry point; the signal's path is the
 # same in every mode, so the synchronous case was dropped for the suite's time).
 def test_sigterm_checkpoints_and_the_rerun_matches_an_uninterrupted_run(tmp_path):
-    """SIGTERM after step 2 of 6: exit 0 with one line, a checkpoint, no orbax temp files;
+    """SIGTERM after step 2 of 4: exit 0 with one line, a checkpoint, no orbax temp files;
     the rerun ends bitwise where a run without the signal ends. Asynchronous: the batch in
     flight at the signal is abandoned and sampled again from its checkpointed snapshot."""
     from tests.helpers import UNAVAILABLE
@@ -131,7 +131,7 @@ def test_sigterm_checkpoints_and_the_rerun_matches_an_uninterrupted_run(tmp_path
         pytest.skip(f"no sandbox: {UNAVAILABLE}")
     preset = "repl_agent"
     extra = [x for x in STATEFUL if not x.startswith("preset=")] + ["eval.num_problems=0"]
-    steps = 6
+    steps = 4
     whole = tmp_path / "whole"
     assert _train(_cmd(tmp_path, steps, preset) + extra +
                   [f"hydra.run.dir={whole}"]).returncode == 0

@@ -296,14 +296,16 @@ def test_a_restored_stream_equals_the_uninterrupted_one(release, keep):
 
 
 def _two_process_worker(out: str, process_id: int, processes: int, port: int) -> None:
-    """One process of `test_two_processes_stream_as_one` (run as a subprocess)."""
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    """One process of `test_two_processes_stream_as_one` (a subprocess; one process: the
+    test's own, on 4 of its devices)."""
     if processes > 1:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(f"127.0.0.1:{port}", processes, process_id)
     from rlvr_jax import sharding
 
-    got, stream = _carried(16, 2, [0, 1, 2, 3], True, stop_after=1, mesh=sharding.make_mesh(
-        data=4, fsdp=1), rows=8, seed=process_id)
+    mesh = sharding.make_mesh(data=4, fsdp=1, devices=jax.devices()[:4])
+    got, stream = _carried(16, 2, [0, 1, 2, 3], True, stop_after=1, mesh=mesh, rows=8,
+                           seed=process_id)
     arrays = {f"{j}_{k}": np.asarray(x) for j, r in enumerate(got)
               for k, x in zip(r.rollout._fields, r.rollout) if x is not None}
     arrays.update({f"{j}_verdicts": np.array([[int(v.status), v.fraction] for v in r.verdicts])
@@ -314,7 +316,6 @@ def _two_process_worker(out: str, process_id: int, processes: int, port: int) ->
     arrays["replayed"] = np.array(stream.replayed)
     # The lock-step driver on the same mesh (each process steps its block's episodes).
     tok, _, glue, params, prompt, pmask, contexts = _pieces(16, 2)
-    mesh = sharding.make_mesh(data=4, fsdp=1)
     lock = episodes.run(_mesh_sampler(mesh, 2), EchoEnv(), tok, glue,
                         jax.device_put(params, sharding.replicated(mesh)), prompt, pmask,
                         jax.random.key(3), max_turns=4, contexts=contexts,
@@ -353,7 +354,13 @@ def test_two_processes_stream_as_one(tmp_path):
         return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
-    procs = [start("one.npz", 0, 1), start("p0.npz", 0, 2), start("p1.npz", 1, 2)]
+    procs = [start("p0.npz", 0, 2), start("p1.npz", 1, 2)]
+    try:
+        _two_process_worker(str(tmp_path / "one.npz"), 0, 1, port)  # here, on 4 of 8 devices
+    except BaseException:
+        for p in procs:
+            p.kill()
+        raise
     for p in procs:
         out, _ = p.communicate(timeout=600)
         assert p.returncode == 0, out[-3000:]

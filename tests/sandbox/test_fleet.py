@@ -297,12 +297,13 @@ def _two_process_worker(out: str, process_id: int, processes: int, port: int,
     """One process of `test_two_jax_processes_on_one_cluster_equal_one` (a subprocess):
     episodes over a mesh of 2 devices, lock step and streamed (rows released, episodes
     carried to the next batch), their sessions and verdicts on the cluster at `address`
-    (empty: this host's pools)."""
+    (empty: this host's pools). One process: run in the test's own process, on 2 of its
+    devices."""
     import jax
     import numpy as np
 
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
     if processes > 1:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(f"127.0.0.1:{port}", processes, process_id)
     from rlvr_jax import episodes, sharding, streaming
     from rlvr_jax.config.fleet import FleetConfig
@@ -310,7 +311,7 @@ def _two_process_worker(out: str, process_id: int, processes: int, port: int,
 
     n, g = 16, 2
     tok, _, glue, params, *_ = _pieces(n, g)
-    mesh = sharding.make_mesh(data=2, fsdp=1)
+    mesh = sharding.make_mesh(data=2, fsdp=1, devices=jax.devices()[:2])
     sampler = _mesh_sampler(mesh, g)
     params = jax.device_put(params, sharding.replicated(mesh))
     put = lambda x: jax.device_put(x, sharding.batch_sharding(mesh))
@@ -367,8 +368,13 @@ def test_two_jax_processes_on_one_cluster_equal_one(cluster, tmp_path):
         return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
-    procs = [start("one.npz", 0, 1, ""), start("p0.npz", 0, 2, cluster),
-             start("p1.npz", 1, 2, cluster)]
+    procs = [start("p0.npz", 0, 2, cluster), start("p1.npz", 1, 2, cluster)]
+    try:
+        _two_process_worker(str(tmp_path / "one.npz"), 0, 1, 0, "")  # here, this host's pools
+    except BaseException:
+        for p in procs:
+            p.kill()
+        raise
     for p in procs:
         out, _ = p.communicate(timeout=600)
         assert p.returncode == 0, out[-3000:]
