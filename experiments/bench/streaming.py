@@ -209,7 +209,9 @@ def main() -> None:
                                    min(j + 1 + args.carry, args.steps)):
                         s.add(k, *batches[k])
                     _update(args)
+                    t0 = time.perf_counter()
                     out.append(s.run(params, 0, j))
+                    out[-1].stats["bench/step_s"] = time.perf_counter() - t0
                 return out
             finally:
                 s.close()
@@ -257,8 +259,9 @@ def main() -> None:
     print("| driver | latency | step s | x zero latency | device idle | useful row-steps |"
           " tokens = lock step |")
     print("|---|---|---|---|---|---|---|")
+    steady = range(args.carry, args.steps - args.carry)  # carried: neither filling nor draining
     for name, fn in arms.items():
-        zero_s = None
+        zero_s = zero_steady = None
         for label, env_of in (("zero", zero), ("lognormal", slow)):
             s, made = timed(fn, env_of)
             zero_s = zero_s or s
@@ -273,6 +276,17 @@ def main() -> None:
             print(f"| {name} | {label} | {s:.2f} | {s / zero_s:.2f} | "
                   f"{float(np.mean(wall)):.1%} | {useful / max(steps * rows, 1):.2f}"
                   f" | {same} |", flush=True)
+            if name.startswith("carried") and len(steady):  # the steady state's steps alone
+                mid = [made[j] for j in steady]
+                step_s = statistics.median(m.stats["bench/step_s"] for m in mid)
+                zero_steady = zero_steady or step_s
+                idle = sum(m.stats["rollout/device_idle_share"] * m.stats["bench/step_s"]
+                           for m in mid) / sum(m.stats["bench/step_s"] for m in mid)
+                made_tokens = sum(float(m.rollout.loss_mask_B_R.sum()) for m in mid)
+                row_steps = sum(m.stats["rollout/decode_steps"] for m in mid) * rows
+                print(f"| {name}, steps {steady.start}-{steady.stop - 1} | {label} | "
+                      f"{step_s:.2f} | {step_s / zero_steady:.2f} | {idle:.1%} | "
+                      f"{made_tokens / max(row_steps, 1):.2f} | {same} |", flush=True)
 
 
 def _update(args) -> bool:
