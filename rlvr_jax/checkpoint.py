@@ -20,6 +20,7 @@ import contextlib
 import gc
 import hashlib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -100,13 +101,27 @@ class _DropClosedLoopTracebacks:
         return getattr(self._stream, name)
 
 
+class _DropOrbaxTaskLeftovers(logging.Filter):
+    """asyncio's "Task exception was never retrieved" for orbax's own read tasks (the failed
+    read's siblings, collected after it ended): the error line already says what failed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not (text.startswith("Task exception was never retrieved")
+                    and f"{os.sep}orbax{os.sep}" in text)
+
+
+_ORBAX_TASKS = _DropOrbaxTaskLeftovers()
+
+
 @contextlib.contextmanager
 def _quiet_leftovers() -> Iterator[None]:
     """Around an orbax read. When one array's read fails, the read's other coroutines are never
     awaited (Python prints each one's traceback when it is collected) and its reads still in
-    flight print "Event loop is closed" tracebacks: many tracebacks around the one error line.
-    Those two, and nothing else, are dropped; after a failed read the filters stay (the process
-    is about to report the error and end)."""
+    flight print "Event loop is closed" tracebacks; its failed tasks, collected later, are
+    logged by asyncio as exceptions never retrieved: many tracebacks around the one error line.
+    Those three, and nothing else, are dropped; after a failed read the filters stay (the
+    process is about to report the error and end)."""
     unraisable_before, stderr_before = sys.unraisablehook, sys.stderr
 
     def unraisable_hook(unraisable):
@@ -115,8 +130,10 @@ def _quiet_leftovers() -> Iterator[None]:
             unraisable_before(unraisable)
 
     sys.unraisablehook, sys.stderr = unraisable_hook, _DropClosedLoopTracebacks(stderr_before)
+    logging.getLogger("asyncio").addFilter(_ORBAX_TASKS)
     yield  # an exception leaves the filters in place
     sys.unraisablehook, sys.stderr = unraisable_before, stderr_before
+    logging.getLogger("asyncio").removeFilter(_ORBAX_TASKS)
 
 
 def abstract_like(tree: Any) -> Any:
