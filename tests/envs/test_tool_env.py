@@ -75,7 +75,7 @@ def test_the_code_sandbox_attacks_as_tool_calls_are_contained(env, name):
 def test_a_sandbox_that_cannot_start_is_the_episodes_sandbox_error(monkeypatch):
     from rlvr_jax.sandbox import bwrap
 
-    e = make_environment(["calculator"], "tag", workers=1, timeout_s=2.0, batch_timeout_s=20.0,
+    e = make_environment(["calculator"], "tag", workers=1, timeout_s=2.0, batch_timeout_s=4.0,
                          mode="fresh")
     try:
         def broken(**kwargs):
