@@ -49,7 +49,8 @@ def make_ppo_prepare(model: Decoder, *, prompt_len: int, temperature: float, cri
 
     def packed(params, ref_params, batch: TrainBatch):
         def per_micro(micro):
-            hidden = (packing.logp(model, params["policy"], micro, temperature)[2]
+            hidden = (model.apply({"params": params["policy"]}, *micro[:5],
+                                  method="forward_packed")  # the trunk only: no head
                       if critic_layout == "head" else None)
             values_B_R = value_model.packed_values(model, params["value"], micro, hidden)
             return (values_B_R,) + ((packing.logp(model, ref_params, micro, temperature)[0],)

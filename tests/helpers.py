@@ -125,3 +125,40 @@ def make_char_teacher(out_dir, hidden=48, layers=2, seed=3):
             {"eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id})
     tok.save_pretrained(str(out_dir))
     return out_dir
+
+
+def one_and_two_processes(worker: str, out_dir, devices: int, here: tuple = (),
+                          there: tuple = ()) -> tuple:
+    """`worker` ("module:function", called as (out, process_id, processes, port, *args)) run
+    as 2 jax.distributed processes (subprocesses, `devices` / 2 CPU devices each, gloo;
+    args `there`) and meanwhile as 1 process here (args `here`: it takes its `devices` of
+    this process's); -> the .npz each wrote: (one, [process 0, process 1])."""
+    import socket
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    module, name = worker.split(":")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = xla_env(devices // 2, HF_HUB_OFFLINE="1", JAX_ENABLE_COMPILATION_CACHE="false")
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # (tests/test_distributed.py: why)
+    procs = [subprocess.Popen(
+        [sys.executable, "-c", f"from {module} import {name} as w; "
+         f"w({os.path.join(str(out_dir), f'p{i}.npz')!r}, {i}, 2, {port}, *{there!r})"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in range(2)]
+    try:
+        getattr(__import__(module, fromlist=[name]), name)(
+            os.path.join(str(out_dir), "one.npz"), 0, 1, port, *here)
+    except BaseException:
+        for p in procs:
+            p.kill()
+        raise
+    for p in procs:
+        out, _ = p.communicate(timeout=600)
+        assert p.returncode == 0, out[-3000:]
+    return (np.load(os.path.join(str(out_dir), "one.npz")),
+            [np.load(os.path.join(str(out_dir), f"p{i}.npz")) for i in range(2)])

@@ -336,35 +336,9 @@ def test_two_processes_stream_as_one(tmp_path):
     each learns from its environment is shared at the boundaries) == 1 process x 4 devices:
     tokens, log-probs, versions, texts, verdicts and counts bitwise; random latencies, and
     another latency draw in each process."""
-    import socket
-    import subprocess
-    import sys
+    from tests.helpers import one_and_two_processes
 
-    from tests.helpers import ROOT, xla_env
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-
-    def start(name, process_id, processes):
-        code = (f"from tests.test_streaming import _two_process_worker as w; "
-                f"w({str(tmp_path / name)!r}, {process_id}, {processes}, {port})")
-        env = xla_env(4 // processes, HF_HUB_OFFLINE="1", JAX_ENABLE_COMPILATION_CACHE="false")
-        env.pop("JAX_COMPILATION_CACHE_DIR", None)  # (test_distributed.py: why)
-        return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-    procs = [start("p0.npz", 0, 2), start("p1.npz", 1, 2)]
-    try:
-        _two_process_worker(str(tmp_path / "one.npz"), 0, 1, port)  # here, on 4 of 8 devices
-    except BaseException:
-        for p in procs:
-            p.kill()
-        raise
-    for p in procs:
-        out, _ = p.communicate(timeout=600)
-        assert p.returncode == 0, out[-3000:]
-    one, *two = (np.load(tmp_path / f) for f in ("one.npz", "p0.npz", "p1.npz"))
+    one, two = one_and_two_processes("tests.test_streaming:_two_process_worker", tmp_path, 4)
     # Sessions rebuilt by replaying their calls, each by its own process.
     assert int(one["replayed"]) > 0
     assert int(two[0]["replayed"]) + int(two[1]["replayed"]) == int(one["replayed"])

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 from typing import Optional, Sequence
 
 from rlvr_jax.envs import turns as turn_reading
@@ -69,7 +68,7 @@ class SessionEnvironment:
                 opens_per_s=fleet.opens_per_s)
         else:
             self._sessions = SessionPool(spec, limits, max_live=max_live, spares=spares)
-        self._check, self._check_lock = None, threading.Lock()
+        self._check = None
         if world.check_source is not None:
             from rlvr_jax.envs import world_check  # registers the kind
             from rlvr_jax.sandbox.pool import VerifierPool
@@ -147,8 +146,7 @@ class SessionEnvironment:
                          "files": {p: base64.b64encode(b).decode() for p, b in f.items()},
                          "goal": episodes[i].context.get("goal")})
             where.append(i)
-        with self._check_lock:
-            verdicts = self._check.verify(jobs)
+        verdicts = self._check.verify(jobs)  # (the pool runs concurrent calls in turn)
         for i, v in zip(where, verdicts):
             out[i] = v
         return out

@@ -350,35 +350,12 @@ def test_two_jax_processes_on_one_cluster_equal_one(cluster, tmp_path):
     and verifying its own block's episodes on the fleet, == 1 process on this host's pools:
     the episodes of the lock-step and the streamed drivers (carried across batches), their
     texts and verdicts, bitwise; each process's sessions and verdicts only its own rows'."""
-    import socket
-
     import numpy as np
 
-    from tests.helpers import ROOT, xla_env
+    from tests.helpers import one_and_two_processes
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-
-    def start(name, process_id, processes, address):
-        code = (f"from tests.sandbox.test_fleet import _two_process_worker as w; "
-                f"w({str(tmp_path / name)!r}, {process_id}, {processes}, {port}, {address!r})")
-        env = xla_env(2 // processes, HF_HUB_OFFLINE="1", JAX_ENABLE_COMPILATION_CACHE="false")
-        env.pop("JAX_COMPILATION_CACHE_DIR", None)  # (tests/test_distributed.py: why)
-        return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-    procs = [start("p0.npz", 0, 2, cluster), start("p1.npz", 1, 2, cluster)]
-    try:
-        _two_process_worker(str(tmp_path / "one.npz"), 0, 1, 0, "")  # here, this host's pools
-    except BaseException:
-        for p in procs:
-            p.kill()
-        raise
-    for p in procs:
-        out, _ = p.communicate(timeout=600)
-        assert p.returncode == 0, out[-3000:]
-    one, *two = (np.load(tmp_path / f) for f in ("one.npz", "p0.npz", "p1.npz"))
+    one, two = one_and_two_processes("tests.sandbox.test_fleet:_two_process_worker", tmp_path,
+                                     2, here=("",), there=(cluster,))  # here: local pools
     skip = ("opened", "finished")
     for got in two:
         assert sorted(got.files) == sorted(one.files)
