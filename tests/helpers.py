@@ -1,6 +1,7 @@
 """Shared test helpers: compose the real conf/ with overrides, tiny-run overrides."""
 
 import os
+import re
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -162,3 +163,16 @@ def one_and_two_processes(worker: str, out_dir, devices: int, here: tuple = (),
         assert p.returncode == 0, out[-3000:]
     return (np.load(os.path.join(str(out_dir), "one.npz")),
             [np.load(os.path.join(str(out_dir), f"p{i}.npz")) for i in range(2)])
+
+
+def hlo_computations(hlo: str) -> dict:
+    """Optimised HLO text -> {computation name: its instruction lines}."""
+    comps, name = {}, None
+    for line in hlo.splitlines():
+        head = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+        if head:
+            name = head.group(1)
+            comps[name] = []
+        elif name and line.strip() and line.strip() != "}":
+            comps[name].append(line.strip())
+    return comps

@@ -1,6 +1,6 @@
 """The benchmark scripts run (experiments/bench/): gpu.py at toy sizes on CPU writes its JSON
 with every field a GPU session reads; efficiency.py prints its tables; update.py,
-decode_phases.py and streaming.py (its repl arm: real sessions) run at toy sizes; fleet.py
+decode_phases.py, turn_decode.py and streaming.py (its repl arm: real sessions) run at toy sizes; fleet.py
 runs in tests/sandbox/test_fleet.py, on its cluster. Numbers are not asserted: they are
 measurements, not tests."""
 
@@ -34,6 +34,10 @@ def test_gpu_script_at_toy_sizes(tmp_path):
     assert abs(once["loss"] - r["update"]["loss"]) <= 1e-3 * max(1.0, abs(r["update"]["loss"]))
     assert r["memory"]["predicted_gb"] > 0 and "measured_peak_gb" in r["memory"]
     assert r["decode_step"]["bytes_accessed_gb"] > 0 and r["decode_step"]["minimum_gb"] > 0
+    packed = r["update_packed_2x32"]  # fewer positions per real token, the same loss
+    assert packed["positions_per_token"] < once["positions_per_token"] < r["update"][
+        "positions_per_token"]
+    assert abs(packed["loss"] - once["loss"]) <= 1e-3 * max(1.0, abs(once["loss"]))
 
 
 def test_efficiency_tables():
@@ -54,10 +58,13 @@ def test_update_bench_at_toy_sizes():
     assert "each group's prompt once" in text
 
 
-def test_decode_phases_bench_at_toy_sizes():
+def test_decode_benches_at_toy_sizes():
     text = _run("experiments/bench/decode_phases.py", "--model", "toy", "--repeats", "1",
                 "--batch", "4", "--prompt", "4", "--new-tokens", "8", "--phases", "1,4")
     assert "| 4 |" in text and text.count("True") == 2
+    text = _run("experiments/bench/turn_decode.py", "--model", "toy", "--repeats", "1",
+                "--rows", "4", "--prompt", "4", "--new-tokens", "8")
+    assert "| multi-turn sampler (a column per row) |" in text
 
 
 @pytest.mark.parametrize("env", ["worlds", "repl"])

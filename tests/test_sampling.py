@@ -11,7 +11,7 @@ import pytest
 from rlvr_jax.config import ModelConfig
 from rlvr_jax.models.policy import Decoder, init_params
 from rlvr_jax.sampling import draw_inverse_cdf, filter_logits, make_sampler
-from tests.helpers import scale_weights
+from tests.helpers import hlo_computations, scale_weights
 
 
 def _np_filter(logits, top_k, top_p):
@@ -319,19 +319,6 @@ def test_the_decode_loop_reads_weights_in_the_compute_dtype(monkeypatch):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
-def _computations(hlo: str) -> dict:
-    """Optimised HLO text -> {computation name: its instruction lines}."""
-    comps, name = {}, None
-    for line in hlo.splitlines():
-        head = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
-        if head:
-            name = head.group(1)
-            comps[name] = []
-        elif name and line.strip() and line.strip() != "}":
-            comps[name].append(line.strip())
-    return comps
-
-
 @pytest.mark.parametrize("phases", [1, 4])
 def test_a_decode_step_writes_one_slot_and_copies_no_whole_cache(phases):
     """Issue 29, decode traffic: in the compiled sampler's loops (XLA:CPU, float32), the only
@@ -349,7 +336,7 @@ def test_a_decode_step_writes_one_slot_and_copies_no_whole_cache(phases):
                           phases=phases)
     hlo = sample.lower(params, jnp.zeros((b, l), jnp.int32), jnp.ones((b, l), jnp.int32),
                        jax.random.key(0)).compile().as_text()
-    comps = _computations(hlo)
+    comps = hlo_computations(hlo)
     whole = f"f32[3,{b},{l + r},2,16]"
     bodies = set(re.findall(r"body=%?([\w.\-]+)", hlo))
     assert bodies

@@ -207,18 +207,21 @@ class Block(nn.Module):
         out = decode_attend(q, k_B_S_K_H, v_B_S_K_H, mask_B_1_S, k, v)
         return self._finish(x_B_1_D, out), (k, v)
 
-
     def extend(self, x_B_O_D, rope_B_O, k_B_S_K_H, v_B_S_K_H, mask_B_O_SO, fused=False):
         """`decode` for O new tokens at once: they attend over the cached slots and causally
         over each other (`mask_B_O_SO` covers the S slots, then the O new tokens);
         -> (x_B_O_D, (k_B_O_K_H, v_B_O_K_H)) for the caller to cache. `fused`: through
         `fused_attend` (training: no scores kept for the backward pass where a fused kernel
-        applies), else the reference `attend` (the samplers' few tokens)."""
+        applies), else `decode_attend` (the samplers' few tokens: the cache is read, never
+        copied)."""
         q, k, v = self.self_attn.qkv(self.input_layernorm(x_B_O_D), rope_B_O)
+        if not fused:
+            s = k_B_S_K_H.shape[1]
+            return self._finish(x_B_O_D, decode_attend(q, k_B_S_K_H, v_B_S_K_H, mask_B_O_SO[
+                ..., :s], k, v, mask_B_O_SO[..., s:])), (k, v)
         keys = jnp.concatenate([k_B_S_K_H, k.astype(k_B_S_K_H.dtype)], axis=1)
         values = jnp.concatenate([v_B_S_K_H, v.astype(v_B_S_K_H.dtype)], axis=1)
-        out = (fused_attend if fused else attend)(q, keys, values, mask_B_O_SO)
-        return self._finish(x_B_O_D, out), (k, v)
+        return self._finish(x_B_O_D, fused_attend(q, keys, values, mask_B_O_SO)), (k, v)
 
 
 def causal_mask(valid_B_T: jax.Array) -> jax.Array:
@@ -424,14 +427,17 @@ class Decoder(nn.Module):
         rope_B_O = rope_for(self.cfg, position_B[:, None] + jnp.arange(o)[None, :])
         x, (k_N_B_O_K_H, v_N_B_O_K_H) = self._over_cache(
             self.embed_tokens(tokens_B_O), rope_B_O, cache, mask_B_O_SO, "extend")
-        # Row b's O slots from index_B[b]: a per-row dynamic_update_slice (a scatter).
-        rows = lambda c, new, i: jax.lax.dynamic_update_slice(c, new.astype(c.dtype),
-                                                              (0, i, 0, 0))
-        write = jax.vmap(rows, in_axes=(1, 1, 0), out_axes=1)
-        valid = jax.vmap(lambda c, new, i: jax.lax.dynamic_update_slice(c, new, (i,)))
-        cache = KVCache(write(cache.k_N_B_S_K_H, k_N_B_O_K_H, index_B),
-                        write(cache.v_N_B_S_K_H, v_N_B_O_K_H, index_B),
-                        valid(cache.valid_B_S, valid_B_O, index_B))
+        # Row b's O slots from index_B[b]: one scatter into the cache as it is laid out (a
+        # per-row dynamic_update_slice, vmapped over the rows' axis, moved the whole cache
+        # to rows-first and back at every step).
+        rows_B_O = jnp.broadcast_to(jnp.arange(b)[:, None], (b, o))
+        slots_B_O = index_B[:, None] + jnp.arange(o)[None, :]
+        write = lambda c, new: c.at[:, rows_B_O, slots_B_O].set(new.astype(c.dtype),
+                                                                 unique_indices=True)
+        cache = KVCache(write(cache.k_N_B_S_K_H, k_N_B_O_K_H),
+                        write(cache.v_N_B_S_K_H, v_N_B_O_K_H),
+                        cache.valid_B_S.at[rows_B_O, slots_B_O].set(valid_B_O,
+                                                                     unique_indices=True))
         return self.norm(x), cache
 
 
