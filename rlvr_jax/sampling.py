@@ -168,8 +168,10 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
     up to its end e_f (`phase_ends`), each step's attention reading only the cache's first
     L + e_f slots, static: the slots it can have filled, not all L + R (over a rollout,
     sum_f (L + e_f) x steps_f slot reads instead of (L + R) x steps: ~1.5x fewer when L = R/2
-    and F = 4). One compile still, F loop bodies in it. The tokens are those of F = 1; the
-    softmax's sums run over fewer masked slots, so the log-probs may differ in the last bits.
+    and F = 4). One compile still, F loop bodies in it. The softmax's sums run over fewer
+    masked slots, so the log-probs differ in the last bits: on XLA:CPU the tokens were F =
+    1's (tested); on an H200 in bfloat16 some were not (a near tie drawn the other way), and
+    the rollout was 6% slower (experiments/bench/README.md: the presets keep F = 1).
 
     `on_trace` runs each time JAX traces (and so compiles) the sampler: the loop counts these.
     """
