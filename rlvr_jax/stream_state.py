@@ -206,6 +206,7 @@ def replies_due(stream, due: list) -> list:
     for k, (e, future) in enumerate(due):
         if future is None:  # another process's episode
             continue
+        stream.late += not future.done()  # not back by its boundary: the rows wait for it
         reply = stream._wait(future)
         tool_n[k] = stream.tools.index(reply.tool) if reply.tool in stream.tools else len(
             stream.tools)
@@ -297,7 +298,8 @@ def record(stream, batch: Batch, steps: int, chunks: int, live_sum: int, wall: f
                 "stream/live_rows_mean": live_sum / max(chunks, 1),
                 "stream/prefills_per_prompt": stream.prefills / max(-(-n // stream.g), 1),
                 "stream/recomputed_tokens_per_episode": stream.recomputed / n,
-                "stream/carried_episodes": float(stream.carried())})
+                "stream/carried_episodes": float(stream.carried()),
+                "rollout/late_calls": float(stream.late)})
     return Generated(rollout, list(batch.finals), verdicts, {**row, **stream.env.stats()})
 
 

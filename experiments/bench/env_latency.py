@@ -8,7 +8,9 @@ production environment:
                                                         repository's root)
 
 A call's latency is a function of the seed, its episode's context and its text, never of
-timing or order: the same call waits the same time in every run and every driver. The sleeps
+timing or order: the same call waits the same time in every run and every driver. With a
+limit (`limit_s`, as a real tool has one: a session's `call_s`), a call drawn longer waits
+the limit and ends as a timeout (TOOL_ERROR), decided by its draw. The sleeps
 of different episodes overlap (`concurrent_episodes`); the wrapped environment itself is
 entered by one thread at a time.
 """
@@ -22,14 +24,17 @@ import zlib
 
 import numpy as np
 
+from rlvr_jax.envs.base import TOOL_ERROR, Reply
+
 Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 
 
 class Delayed:
     concurrent_episodes = True
 
-    def __init__(self, env, median_s: float, p99_s: float, seed: int = 0):
-        self.env, self.seed = env, seed
+    def __init__(self, env, median_s: float, p99_s: float, seed: int = 0,
+                 limit_s: float = math.inf):
+        self.env, self.seed, self.limit_s = env, seed, limit_s
         self.mu = math.log(median_s) if median_s > 0 else -math.inf
         self.sigma = math.log(p99_s / median_s) / Z99 if median_s > 0 else 0.0
         self._lock = threading.Lock()
@@ -47,11 +52,16 @@ class Delayed:
         return float(math.exp(self.mu + self.sigma * rng.standard_normal()))
 
     def step(self, episodes, turns):
-        wait = max((self.latency(e.context, t) for e, t in zip(episodes, turns)), default=0.0)
+        drawn = [self.latency(e.context, t) for e, t in zip(episodes, turns)]
+        wait = min(max(drawn, default=0.0), self.limit_s)
         time.sleep(wait)
         self.slept_s.append(wait)
         with self._lock:
-            return self.env.step(episodes, turns)
+            replies = self.env.step(episodes, turns)
+        # A call past the environment's own limit ends there, as the sandbox's timeout ends
+        # it (rlvr_jax/envs/session_env.py): its outcome, decided by the draw, not the clock.
+        return [Reply(f"error: the call timed out after {self.limit_s:g} s", TOOL_ERROR,
+                      r.tool) if d > self.limit_s else r for r, d in zip(replies, drawn)]
 
     def open(self, contexts):
         with self._lock:

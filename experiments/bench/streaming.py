@@ -157,6 +157,9 @@ def main() -> None:
     ap.add_argument("--median", type=float, default=0.2)
     ap.add_argument("--p99", type=float, default=5.0)
     ap.add_argument("--cover", type=float, default=1.0, help="seconds d chunks cover")
+    ap.add_argument("--call-limit", type=float, default=math.inf,
+                    help="the environment's own call limit in seconds (a call drawn longer "
+                    "ends as a timeout there); default none")
     ap.add_argument("--update-s", type=float, default=0.0,
                     help="seconds an update takes between steps (the devices busy: sleep)")
     ap.add_argument("--repeats", type=int, default=2)
@@ -234,7 +237,8 @@ def main() -> None:
         slow = lambda: ReplCalls(args.median, args.p99)
     else:
         zero = lambda: Worlds()
-        slow = lambda: Delayed(Worlds(), args.median, args.p99, seed=0)
+        slow = lambda: Delayed(Worlds(), args.median, args.p99, seed=0,
+                               limit_s=args.call_limit)
     saved, args.steps = args.steps, 1
     probe_s, probe = timed(stream(1, True), zero)
     args.steps = saved
@@ -246,10 +250,11 @@ def main() -> None:
             "carried": (f"carried {args.carry} ahead, rows released", carried(d, True))}
     chosen = args.arms.split(",") if args.arms else list(arms)
     arms = dict(arms[a] for a in chosen if not (args.no_lock and a == "lock"))
-    base_tokens = None
+    base_tokens: dict = {}
     print(f"{args.steps} steps of {n} episodes (groups of {args.group}), {args.rows} streamed "
           f"rows, chunks of {args.chunk} steps ({chunk_s * 1e3:.0f} ms each), call delay d = "
-          f"{d} chunks; latencies lognormal(median {args.median} s, p99 {args.p99} s)"
+          f"{d} chunks; latencies lognormal(median {args.median} s, p99 {args.p99} s"
+          f"{f', limit {args.call_limit:g} s' if args.call_limit < math.inf else ''})"
           f"{' inside real python_repl sessions' if args.env == 'repl' else ''}; "
           f"updates of {args.update_s} s between steps")
     ep = probe.stats
@@ -257,25 +262,26 @@ def main() -> None:
           f"calls, response mask {probe.rollout.mask_B_R.sum(1).mean():.0f} tokens mean, "
           f"{np.percentile(probe.rollout.mask_B_R.sum(1), 90):.0f} p90\n")
     print("| driver | latency | step s | x zero latency | device idle | useful row-steps |"
-          " tokens = lock step |")
-    print("|---|---|---|---|---|---|---|")
+          " late calls | tokens = lock step |")
+    print("|---|---|---|---|---|---|---|---|")
     steady = range(args.carry, args.steps - args.carry)  # carried: neither filling nor draining
     for name, fn in arms.items():
         zero_s = zero_steady = None
         for label, env_of in (("zero", zero), ("lognormal", slow)):
             s, made = timed(fn, env_of)
             zero_s = zero_s or s
-            if base_tokens is None:
-                base_tokens = [m.rollout.tokens_B_R for m in made]
-            same = all(np.array_equal(m.rollout.tokens_B_R, b)
-                       for m, b in zip(made, base_tokens))
+            # Against the first arm's at the same latency (a call limit changes what the
+            # timed-out calls answer, never across arms).
+            base = base_tokens.setdefault(label, [m.rollout.tokens_B_R for m in made])
+            same = all(np.array_equal(m.rollout.tokens_B_R, b) for m, b in zip(made, base))
             wall = [m.stats["rollout/device_idle_share"] for m in made]
             steps = sum(m.stats["rollout/decode_steps"] for m in made)
             useful = sum(float(m.rollout.loss_mask_B_R.sum()) for m in made)
             rows = n if fn is lock else args.rows
+            late = sum(m.stats.get("rollout/late_calls", 0) for m in made)
             print(f"| {name} | {label} | {s:.2f} | {s / zero_s:.2f} | "
                   f"{float(np.mean(wall)):.1%} | {useful / max(steps * rows, 1):.2f}"
-                  f" | {same} |", flush=True)
+                  f" | {late:.0f} | {same} |", flush=True)
             if name.startswith("carried") and len(steady):  # the steady state's steps alone
                 mid = [made[j] for j in steady]
                 step_s = statistics.median(m.stats["bench/step_s"] for m in mid)
@@ -284,9 +290,11 @@ def main() -> None:
                            for m in mid) / sum(m.stats["bench/step_s"] for m in mid)
                 made_tokens = sum(float(m.rollout.loss_mask_B_R.sum()) for m in mid)
                 row_steps = sum(m.stats["rollout/decode_steps"] for m in mid) * rows
+                late = sum(m.stats.get("rollout/late_calls", 0) for m in mid)
                 print(f"| {name}, steps {steady.start}-{steady.stop - 1} | {label} | "
                       f"{step_s:.2f} | {step_s / zero_steady:.2f} | {idle:.1%} | "
-                      f"{made_tokens / max(row_steps, 1):.2f} | {same} |", flush=True)
+                      f"{made_tokens / max(row_steps, 1):.2f} | {late:.0f} | {same} |",
+                      flush=True)
 
 
 def _update(args) -> bool:
