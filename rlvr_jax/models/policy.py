@@ -217,8 +217,9 @@ class Block(nn.Module):
         q, k, v = self.self_attn.qkv(self.input_layernorm(x_B_O_D), rope_B_O)
         if not fused:
             s = k_B_S_K_H.shape[1]
-            return self._finish(x_B_O_D, decode_attend(q, k_B_S_K_H, v_B_S_K_H, mask_B_O_SO[
-                ..., :s], k, v, mask_B_O_SO[..., s:])), (k, v)
+            out = decode_attend(q, k_B_S_K_H, v_B_S_K_H, mask_B_O_SO[..., :s], k, v,
+                                mask_B_O_SO[..., s:])
+            return self._finish(x_B_O_D, out), (k, v)
         keys = jnp.concatenate([k_B_S_K_H, k.astype(k_B_S_K_H.dtype)], axis=1)
         values = jnp.concatenate([v_B_S_K_H, v.astype(v_B_S_K_H.dtype)], axis=1)
         return self._finish(x_B_O_D, fused_attend(q, keys, values, mask_B_O_SO)), (k, v)
@@ -428,16 +429,13 @@ class Decoder(nn.Module):
         x, (k_N_B_O_K_H, v_N_B_O_K_H) = self._over_cache(
             self.embed_tokens(tokens_B_O), rope_B_O, cache, mask_B_O_SO, "extend")
         # Row b's O slots from index_B[b]: one scatter into the cache as it is laid out (a
-        # per-row dynamic_update_slice, vmapped over the rows' axis, moved the whole cache
-        # to rows-first and back at every step).
-        rows_B_O = jnp.broadcast_to(jnp.arange(b)[:, None], (b, o))
-        slots_B_O = index_B[:, None] + jnp.arange(o)[None, :]
-        write = lambda c, new: c.at[:, rows_B_O, slots_B_O].set(new.astype(c.dtype),
-                                                                 unique_indices=True)
+        # vmapped per-row dynamic_update_slice moved the whole cache rows-first and back).
+        at = (jnp.arange(b)[:, None], index_B[:, None] + jnp.arange(o)[None, :])
+        write = lambda c, new, lead=(slice(None),): c.at[lead + at].set(
+            new.astype(c.dtype), unique_indices=True)
         cache = KVCache(write(cache.k_N_B_S_K_H, k_N_B_O_K_H),
                         write(cache.v_N_B_S_K_H, v_N_B_O_K_H),
-                        cache.valid_B_S.at[rows_B_O, slots_B_O].set(valid_B_O,
-                                                                     unique_indices=True))
+                        write(cache.valid_B_S, valid_B_O, ()))
         return self.norm(x), cache
 
 
