@@ -204,6 +204,7 @@ def replies_due(stream, due: list) -> list:
     tool_n, outcome_n, len_n, cut_n = (np.zeros(n, np.int32) for _ in range(4))
     reward_n, ids_n_O = np.zeros(n, np.float32), np.zeros((n, o), np.int32)
     for k, (e, future) in enumerate(due):
+        stream.due_n += 1
         if future is None:  # another process's episode
             continue
         stream.late += not future.done()  # not back by its boundary: the rows wait for it
@@ -299,7 +300,8 @@ def record(stream, batch: Batch, steps: int, chunks: int, live_sum: int, wall: f
                 "stream/prefills_per_prompt": stream.prefills / max(-(-n // stream.g), 1),
                 "stream/recomputed_tokens_per_episode": stream.recomputed / n,
                 "stream/carried_episodes": float(stream.carried()),
-                "rollout/late_calls": float(stream.late)})
+                "stream/calls_due": float(stream.due_n),
+                "rollout/late_call_share": stream.late / max(stream.due_n, 1)})
     return Generated(rollout, list(batch.finals), verdicts, {**row, **stream.env.stats()})
 
 

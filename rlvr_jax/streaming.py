@@ -126,7 +126,7 @@ class Stream:
         self.ended: list = []  # episodes that ended since the last boundary (rows to free)
         self.t = 0  # boundaries so far (they go on counting across batches)
         self.params, self.version = None, None
-        self.wait_s, self.prefills, self.recomputed, self.late = 0.0, 0, 0, 0
+        self.wait_s, self.prefills, self.recomputed, self.late, self.due_n = 0.0, 0, 0, 0, 0
         self.open_jobs: list = []  # every open submitted (`close` closes what is left)
         self.replayed = 0  # calls replayed into reopened sessions (a restored stream)
 
@@ -177,7 +177,7 @@ class Stream:
         if self.version is not None and version != self.version:
             self._new_version(version)
         self.params, self.version = params, version
-        self.wait_s, self.prefills, self.recomputed, self.late = 0.0, 0, 0, 0
+        self.wait_s, self.prefills, self.recomputed, self.late, self.due_n = 0.0, 0, 0, 0, 0
         calls_before, steps_before = len(self.jobs.call_s), int(distributed.to_host(
             self.state.steps))
         batch, b, k, o = self.batches[j], self.b, self.sch.chunk_steps, self.s.observation_tokens

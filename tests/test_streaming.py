@@ -166,7 +166,7 @@ def test_calls_overlap_decoding_and_the_wait_is_measured():
     slow = run(Delayed(EchoEnv(), 0.05, 0.05))
     assert time.perf_counter() - t0 >= 0.05
     assert slow.stats["rollout/device_idle_share"] > 0.2
-    assert slow.stats["rollout/late_calls"] >= 1  # not back at its boundary: the rows waited
+    assert slow.stats["rollout/late_call_share"] > 0  # not back at its boundary: rows waited
     assert slow.stats["rollout/env_call_p50_s"] >= 0.04
     fast = run(EchoEnv())
     for a, b in zip(slow.rollout, fast.rollout):

@@ -278,7 +278,7 @@ def main() -> None:
             steps = sum(m.stats["rollout/decode_steps"] for m in made)
             useful = sum(float(m.rollout.loss_mask_B_R.sum()) for m in made)
             rows = n if fn is lock else args.rows
-            late = sum(m.stats.get("rollout/late_calls", 0) for m in made)
+            late = sum(_late(m) for m in made)
             print(f"| {name} | {label} | {s:.2f} | {s / zero_s:.2f} | "
                   f"{float(np.mean(wall)):.1%} | {useful / max(steps * rows, 1):.2f}"
                   f" | {late:.0f} | {same} |", flush=True)
@@ -290,11 +290,16 @@ def main() -> None:
                            for m in mid) / sum(m.stats["bench/step_s"] for m in mid)
                 made_tokens = sum(float(m.rollout.loss_mask_B_R.sum()) for m in mid)
                 row_steps = sum(m.stats["rollout/decode_steps"] for m in mid) * rows
-                late = sum(m.stats.get("rollout/late_calls", 0) for m in mid)
+                late = sum(_late(m) for m in mid)
                 print(f"| {name}, steps {steady.start}-{steady.stop - 1} | {label} | "
                       f"{step_s:.2f} | {step_s / zero_steady:.2f} | {idle:.1%} | "
                       f"{made_tokens / max(row_steps, 1):.2f} | {late:.0f} | {same} |",
                       flush=True)
+
+
+def _late(made) -> float:
+    """Calls not back at their boundary in one run of the stream."""
+    return made.stats.get("rollout/late_call_share", 0.0) * made.stats.get("stream/calls_due", 0)
 
 
 def _update(args) -> bool:
