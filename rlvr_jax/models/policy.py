@@ -217,8 +217,8 @@ class Block(nn.Module):
         q, k, v = self.self_attn.qkv(self.input_layernorm(x_B_O_D), rope_B_O)
         if not fused:
             s = k_B_S_K_H.shape[1]
-            out = decode_attend(q, k_B_S_K_H, v_B_S_K_H, mask_B_O_SO[..., :s], k, v,
-                                mask_B_O_SO[..., s:])
+            own = mask_B_O_SO[..., s:] if q.shape[1] > 1 else None  # 1: a row sees itself
+            out = decode_attend(q, k_B_S_K_H, v_B_S_K_H, mask_B_O_SO[..., :s], k, v, own)
             return self._finish(x_B_O_D, out), (k, v)
         keys = jnp.concatenate([k_B_S_K_H, k.astype(k_B_S_K_H.dtype)], axis=1)
         values = jnp.concatenate([v_B_S_K_H, v.astype(v_B_S_K_H.dtype)], axis=1)
