@@ -92,7 +92,10 @@ def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, p
                     schedule=schedule, group_size=group_size)
     try:
         stream.add(0, prompt_N_L, pmask_N_L, key, contexts, rows_N)
-        return stream.run(params, 0, 0)
+        made = stream.run(params, 0, 0)
+        # One batch under one params: its tokens are of the caller's version (the stream's
+        # own count starts at 0 here; per-token versions are a carried stream's).
+        return made._replace(rollout=made.rollout._replace(version_B_R=None))
     finally:
         stream.close()
 

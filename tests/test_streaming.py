@@ -6,6 +6,7 @@ same params, whatever the rows, chunk, call delay, insert size and the calls' la
 import functools
 import threading
 import time
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from experiments.bench.env_latency import Delayed
-from rlvr_jax import episodes, streaming
+from rlvr_jax import episodes, rollouts, streaming
 from rlvr_jax.envs.base import OK, SANDBOX_ERROR, Episode, Reply
 from rlvr_jax.turn_sampler import make_turn_sampler
 from rlvr_jax.types import Status, Verdict
@@ -169,6 +170,11 @@ def test_calls_overlap_decoding_and_the_wait_is_measured():
     assert slow.stats["rollout/late_call_share"] > 0  # not back at its boundary: rows waited
     assert slow.stats["rollout/env_call_p50_s"] >= 0.04
     fast = run(EchoEnv())
+    # One batch under one params (an on-policy stream at step 7): its tokens are that
+    # step's, lag 0 (the stream's own version count is not the run's).
+    made = SimpleNamespace(version=7, sampled=SimpleNamespace(rollout=fast.rollout))
+    assert rollouts.version_lag(7, made) == {"rollout/version_lag_max": 0.0,
+                                             "rollout/version_lag_mean": 0.0}
     for a, b in zip(slow.rollout, fast.rollout):
         np.testing.assert_array_equal(a, b)
 

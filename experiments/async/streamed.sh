@@ -6,13 +6,13 @@
 # and curves (experiments/async/README.md).
 # calc_agent: about 65 minutes on a 2-core CPU; repl_agent (real python_repl sessions,
 # bubblewrap): about 60.
-# Usage: [EVERY=10] bash experiments/async/streamed.sh [PRESET [ROWS [OUT_DIR]]]
+# Usage: [EVERY=10] [SEEDS="0 1 2"] bash experiments/async/streamed.sh [PRESET [ROWS [OUT_DIR]]]
 #        (defaults: calc_agent, 64 rows; EVERY: steps between held-out evaluations)
 set -euo pipefail
 preset=${1:-calc_agent}
 out=${3:-runs/streamed}/$preset
 stream=("rollout.stream.rows=${2:-64}")
-for seed in 0 1 2; do
+for seed in ${SEEDS:-0 1 2}; do
   common=("+experiment=$preset" "seed=$seed" "eval.every_steps=${EVERY:-10}" logger=disabled
           "warmup.shared_dir=$out/warm")
   python -m rlvr_jax.train "${common[@]}" "hydra.run.dir=$out/sync_s$seed"
