@@ -398,8 +398,18 @@ def test_verdicts_equal_the_local_pool_and_a_lost_machine_masks_its_slice(cluste
         got = future.result(timeout=120)
         assert [v.status for v in got] == [Status.PASS] * 2 + [Status.SANDBOX_ERROR] * 2, got
         assert "Ray actor was lost" in got[2].detail and fleet.lost == 1
-        # The next batch runs whole: the actor replaced on the live machine.
-        _same(fleet.verify(BATCH), want)
+        # The fleet recovers: a batch runs whole, the actor replaced on the live machine. Not
+        # always the very next one: until Ray's failure detector marks the killed machine
+        # dead (seconds, on a busy host), a replacement can be placed there and be lost in
+        # turn, its slice masked as this one was, never scored.
+        for _ in range(5):
+            got = fleet.verify(BATCH)
+            if all(v.status != Status.SANDBOX_ERROR for v in got):
+                break
+            assert {v.detail for v in got if v.status == Status.SANDBOX_ERROR} == {
+                "the verifier's Ray actor was lost"}, got
+            time.sleep(2.0)
+        _same(got, want)
         assert set(ray.get([a.node.remote() for a in fleet.actors])) == {nodes[0]}
     finally:
         fleet.close()
