@@ -142,8 +142,8 @@ def test_eight_devices_give_the_episodes_of_one():
 
 def test_a_turn_decode_step_moves_no_whole_cache():
     """The multi-turn (and continuous) decode step writes each row's slot at that row's own
-    column with one scatter into the stacked cache as it is laid out, and attends over the
-    cache without concatenating the new key to it: in the compiled chunk loop (XLA:CPU,
+    column with one scatter into the stacked cache as it is laid out: in the compiled
+    chunk loop (XLA:CPU,
     float32) the only instructions the size of the whole stacked cache are the loop's own
     buffers and the two in-place scatters (keys, values). The vmapped per-row write before
     moved the whole cache to rows-first and back at every step (2x slower here)."""

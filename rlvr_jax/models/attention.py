@@ -29,32 +29,27 @@ def attend(q_B_T_Q_H: jax.Array, k_B_S_K_H: jax.Array, v_B_S_K_H: jax.Array,
     return out.reshape(b, t, nh * hd)
 
 
-def decode_attend(q_B_T_Q_H: jax.Array, k_B_S_K_H: jax.Array, v_B_S_K_H: jax.Array,
-                  mask_B_T_S: jax.Array, k_B_T_K_H: jax.Array, v_B_T_K_H: jax.Array,
-                  own_mask_B_T_T: jax.Array | None = None) -> jax.Array:
-    """`attend` for T new tokens (T = 1: a decode step): over the cache's slots under
-    `mask_B_T_S`, and over the new tokens' own keys and values, which are not in the cache
-    yet (under `own_mask_B_T_T`; None: T = 1, the token sees itself). One softmax over both.
-    The caller writes the new keys and values after the layer scan, once for every layer, so
-    a step reads the cache and writes its new slots; writing each layer's slots inside the
-    scan, or attending over the cache concatenated with the new keys, copied the layer's
-    whole cache at every step."""
-    b, t, nh, hd = q_B_T_Q_H.shape
+def decode_attend(q_B_1_Q_H: jax.Array, k_B_S_K_H: jax.Array, v_B_S_K_H: jax.Array,
+                  mask_B_1_S: jax.Array, k_B_1_K_H: jax.Array, v_B_1_K_H: jax.Array) -> jax.Array:
+    """`attend` for one new token: over the cache's slots under the mask, and over the new
+    token's own key and value, which are not in the cache yet. The caller writes them after
+    the layer scan, one slot of every layer at once, so a decode step reads the cache and
+    writes one slot; writing each layer's slot inside the scan copied the layer's whole
+    cache."""
+    b, t, nh, hd = q_B_1_Q_H.shape
     nkv, slots = k_B_S_K_H.shape[2], k_B_S_K_H.shape[1]
-    q_B_T_K_J_H = q_B_T_Q_H.reshape(b, t, nkv, nh // nkv, hd)
+    q_B_1_K_J_H = q_B_1_Q_H.reshape(b, t, nkv, nh // nkv, hd)
     scale = jnp.sqrt(jnp.float32(hd))
-    cached = jnp.einsum("btkjh,bskh->bkjts", q_B_T_K_J_H, k_B_S_K_H,
+    cached = jnp.einsum("btkjh,bskh->bkjts", q_B_1_K_J_H, k_B_S_K_H,
                         preferred_element_type=jnp.float32) / scale
-    cached = jnp.where(mask_B_T_S[:, None, None], cached, jnp.finfo(jnp.float32).min)
-    own = jnp.einsum("btkjh,bskh->bkjts", q_B_T_K_J_H, k_B_T_K_H.astype(k_B_S_K_H.dtype),
+    cached = jnp.where(mask_B_1_S[:, None, None], cached, jnp.finfo(jnp.float32).min)
+    own = jnp.einsum("btkjh,bskh->bkjts", q_B_1_K_J_H, k_B_1_K_H.astype(k_B_S_K_H.dtype),
                      preferred_element_type=jnp.float32) / scale
-    if own_mask_B_T_T is not None:
-        own = jnp.where(own_mask_B_T_T[:, None, None], own, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(jnp.concatenate([cached, own], axis=-1), axis=-1)
     probs = probs.astype(v_B_S_K_H.dtype)
     out = (jnp.einsum("bkjts,bskh->btkjh", probs[..., :slots], v_B_S_K_H)
            + jnp.einsum("bkjts,bskh->btkjh", probs[..., slots:],
-                        v_B_T_K_H.astype(v_B_S_K_H.dtype)))
+                        v_B_1_K_H.astype(v_B_S_K_H.dtype)))
     return out.reshape(b, t, nh * hd)
 
 

@@ -212,17 +212,12 @@ class Block(nn.Module):
         over each other (`mask_B_O_SO` covers the S slots, then the O new tokens);
         -> (x_B_O_D, (k_B_O_K_H, v_B_O_K_H)) for the caller to cache. `fused`: through
         `fused_attend` (training: no scores kept for the backward pass where a fused kernel
-        applies), else `decode_attend` (the samplers' few tokens: the cache is read, never
-        copied)."""
+        applies), else the reference `attend` (the samplers' few tokens)."""
         q, k, v = self.self_attn.qkv(self.input_layernorm(x_B_O_D), rope_B_O)
-        if not fused:
-            s = k_B_S_K_H.shape[1]
-            own = mask_B_O_SO[..., s:] if q.shape[1] > 1 else None  # 1: a row sees itself
-            out = decode_attend(q, k_B_S_K_H, v_B_S_K_H, mask_B_O_SO[..., :s], k, v, own)
-            return self._finish(x_B_O_D, out), (k, v)
         keys = jnp.concatenate([k_B_S_K_H, k.astype(k_B_S_K_H.dtype)], axis=1)
         values = jnp.concatenate([v_B_S_K_H, v.astype(v_B_S_K_H.dtype)], axis=1)
-        return self._finish(x_B_O_D, fused_attend(q, keys, values, mask_B_O_SO)), (k, v)
+        out = (fused_attend if fused else attend)(q, keys, values, mask_B_O_SO)
+        return self._finish(x_B_O_D, out), (k, v)
 
 
 def causal_mask(valid_B_T: jax.Array) -> jax.Array:
