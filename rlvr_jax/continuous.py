@@ -30,7 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlvr_jax import distributed, sharding
-from rlvr_jax.models.policy import Decoder, KVCache, for_compute
+from rlvr_jax.models.kv_cache import KVCache, decode_weights, empty_cache
+from rlvr_jax.models.policy import Decoder
 from rlvr_jax.sampling import draw_at_columns, put_at_columns, sequence_uniforms
 from rlvr_jax.types import Rollout
 
@@ -38,7 +39,7 @@ from rlvr_jax.types import Rollout
 class Rows(NamedTuple):
     """The B decode rows."""
 
-    cache: KVCache  # [N, B, S = L + R + 1, K, H] (one slot of slack: a finished row's write)
+    cache: KVCache  # B rows, S = L + R + 1 slots (one of slack: a finished row's write)
     logits_B_V: jax.Array  # float32: each row's next-token distribution
     seq_B: jax.Array  # int32: the sequence in the row (-1: none yet)
     col_B: jax.Array  # int32: the next response column
@@ -73,10 +74,8 @@ def make_continuous_sampler(model: Decoder, *, max_new_tokens: int, prompt_len: 
     apply = lambda params, method, *a: model.apply({"params": params}, *a, method=method)
 
     def init() -> Rows:
-        kv = jnp.zeros((cfg.num_layers, b, slots, cfg.num_kv_heads, cfg.resolved_head_dim),
-                       jnp.dtype(cfg.compute_dtype))
         zeros_B = jnp.zeros((b,), jnp.int32)
-        return Rows(KVCache(kv, kv, jnp.zeros((b, slots), bool)),
+        return Rows(empty_cache(cfg, b, slots),
                     jnp.zeros((b, model.vocab_size), jnp.float32), zeros_B - 1, zeros_B,
                     zeros_B, jnp.zeros((b,), bool), jnp.full((b, r), pad_id, jnp.int32),
                     jnp.zeros((b, r), jnp.float32), jnp.zeros((b, r), jnp.float32),
@@ -85,13 +84,10 @@ def make_continuous_sampler(model: Decoder, *, max_new_tokens: int, prompt_len: 
     def insert(params, s: Rows, prompt_M_L, mask_M_L, seq_M, dest_M, key) -> Rows:
         on_trace("continuous_insert")
         logits_M_V, new = apply(params, "prefill", prompt_M_L, mask_M_L, slots)
-        at = lambda x, v, axis=0: (x.at[dest_M].set(v, mode="drop") if axis == 0
-                                   else x.at[:, dest_M].set(v, mode="drop"))
+        at = lambda x, v: x.at[dest_M].set(v, mode="drop")
         ones_M = jnp.ones_like(seq_M, bool)
         return s._replace(
-            cache=KVCache(at(s.cache.k_N_B_S_K_H, new.k_N_B_S_K_H, 1),
-                          at(s.cache.v_N_B_S_K_H, new.v_N_B_S_K_H, 1),
-                          at(s.cache.valid_B_S, new.valid_B_S)),
+            cache=jax.tree.map(at, s.cache, new),  # every cache leaf is rows-first
             logits_B_V=at(s.logits_B_V, logits_M_V), seq_B=at(s.seq_B, seq_M),
             col_B=at(s.col_B, 0 * seq_M),
             position_B=at(s.position_B, jnp.sum(mask_M_L.astype(jnp.int32), axis=-1)),
@@ -103,7 +99,7 @@ def make_continuous_sampler(model: Decoder, *, max_new_tokens: int, prompt_len: 
 
     def decode(params, s: Rows, free_target) -> Rows:
         on_trace("continuous_decode")
-        params = for_compute(params, model.cfg)  # cast once, not at every step
+        params = decode_weights(params, model.cfg)  # cast and split once, not per step
 
         def body(s: Rows) -> Rows:
             live_B = s.live_B
@@ -128,8 +124,8 @@ def make_continuous_sampler(model: Decoder, *, max_new_tokens: int, prompt_len: 
 
     out = {}
     if mesh is not None:  # the rows' layout, fixed for every piece (else each call's differs)
-        rows0, rows1 = sharding.rows_sharding(mesh, 0), sharding.rows_sharding(mesh, 1)
-        out["out_shardings"] = Rows(KVCache(rows1, rows1, rows0), *[rows0] * 9,
+        rows0 = sharding.rows_sharding(mesh, 0)
+        out["out_shardings"] = Rows(rows0, *[rows0] * 9,  # the cache's leaves rows-first too
                                     sharding.replicated(mesh))
     init_j = jax.jit(init, **out)
     # Donated: the rows' cache is updated in place, never copied per call.

@@ -82,7 +82,7 @@ def sampler_flops_per_row(model, params: Any, prompt_len: int, max_new_tokens: i
                           ) -> tuple[float, float]:
     """(prefill FLOPs, one decode step's FLOPs) for one row of the sampler at these sizes;
     matmul FLOPs are linear in the rows, and the token draw does no matmul."""
-    from rlvr_jax.models.policy import KVCache
+    from rlvr_jax.models.kv_cache import KVCache
 
     cfg = model.cfg
     slots = prompt_len + max_new_tokens
@@ -92,8 +92,8 @@ def sampler_flops_per_row(model, params: Any, prompt_len: int, max_new_tokens: i
     prompt = sds((1, prompt_len), jnp.int32)
     prefill = jax.make_jaxpr(lambda p, t, m: apply("prefill", p, t, m, slots))(shapes, prompt,
                                                                                prompt)
-    kv = sds((cfg.num_layers, 1, slots, cfg.num_kv_heads, cfg.resolved_head_dim),
-             jnp.dtype(cfg.compute_dtype))
+    kv = (sds((1, slots, cfg.num_kv_heads, cfg.resolved_head_dim),
+              jnp.dtype(cfg.compute_dtype)),) * cfg.num_layers
     half = sds((1, cfg.resolved_head_dim // 2), jnp.float32)
     decode = jax.make_jaxpr(lambda p, *a: apply("decode_step", p, *a, prompt_len))(
         shapes, sds((1,), jnp.int32), sds((1,), bool), (half, half),

@@ -23,7 +23,8 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rlvr_jax.models.policy import Decoder, KVCache, for_compute
+from rlvr_jax.models.kv_cache import KVCache, decode_weights
+from rlvr_jax.models.policy import Decoder
 from rlvr_jax.models.rope import rope_for
 from rlvr_jax.types import Rollout
 
@@ -131,9 +132,8 @@ def prefill_groups(apply: Callable, prompt_B_L: jax.Array, mask_B_L: jax.Array, 
         return apply("prefill", prompt_B_L, mask_B_L, slots)
     logits_P_V, cache = apply("prefill", prompt_B_L[::group_size], mask_B_L[::group_size],
                               slots)
-    rep = lambda x, axis: jnp.repeat(x, group_size, axis=axis)
-    return rep(logits_P_V, 0), type(cache)(rep(cache.k_N_B_S_K_H, 1),
-                                           rep(cache.v_N_B_S_K_H, 1), rep(cache.valid_B_S, 0))
+    rep = lambda x: jnp.repeat(x, group_size, axis=0)  # every cache leaf is rows-first
+    return rep(logits_P_V), jax.tree.map(rep, cache)
 
 
 class DecodeCarry(NamedTuple):
@@ -183,10 +183,13 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
         on_trace()
         b, p = prompt_B_L.shape
         rows_B = jnp.arange(b) if rows_B is None else rows_B
-        weights = for_compute(params, model.cfg)  # cast once, not at every decode step
+        # The prefill runs the stacked layers (lax.scan, as training does); the decode steps
+        # the weights cast and split per layer once per call, not at every step.
+        weights = decode_weights(params, model.cfg)
         apply = lambda method, *a: model.apply({"params": weights}, *a, method=method)
-        logits_B_V, cache = prefill_groups(apply, prompt_B_L, prompt_mask_B_L, p + n,
-                                           group_size)
+        logits_B_V, cache = prefill_groups(
+            lambda method, *a: model.apply({"params": params}, *a, method=method), prompt_B_L,
+            prompt_mask_B_L, p + n, group_size)
         pos_B = jnp.sum(prompt_mask_B_L.astype(jnp.int32), axis=-1)  # position of the next token
         # Rotary tables for every decode step, made once before the loop: computed inside it,
         # XLA fused the sines and cosines into each layer's q and k (recomputed per element).
@@ -226,9 +229,9 @@ def make_sampler(model: Decoder, *, max_new_tokens: int, eos_id: int, pad_id: in
                         jnp.full((b, n), pad_id, jnp.int32), jnp.zeros((b, n), jnp.float32),
                         jnp.zeros((b, n), jnp.float32))
         for end in phase_ends(n - 1, phases):
-            # Step i attends to slots < p + i: a phase's last step, i = end - 1, to p + end - 1.
-            # One phase reads the whole cache (today's single loop, bitwise).
-            slots = None if phases == 1 else p + end - 1
+            # Step i writes slot p + i and attends to slots <= p + i: a phase's last step,
+            # i = end - 1, to p + end - 1. One phase reads the whole cache.
+            slots = None if phases == 1 else p + end
             c = jax.lax.while_loop(partial(cond, end), partial(body, slots), c)
         _, _, c = record(c)
         # One turn: every generated token is the policy's own, so the loss mask is the

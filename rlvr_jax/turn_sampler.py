@@ -39,7 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlvr_jax import sharding
-from rlvr_jax.models.policy import Decoder, KVCache, for_compute
+from rlvr_jax.models.kv_cache import KVCache, decode_weights, empty_cache
+from rlvr_jax.models.policy import Decoder
 from rlvr_jax.sampling import (draw_at_columns, prefill_groups, put_at_columns,
                                sequence_uniforms)
 from rlvr_jax.types import Rollout
@@ -69,9 +70,7 @@ class Prompts(NamedTuple):
     """Prefilled prompts waiting for their episodes to be inserted (streamed episodes: each
     prompt is prefilled once, for every episode of its group, whenever each starts)."""
 
-    k_N_Q_L_K_H: jax.Array
-    v_N_Q_L_K_H: jax.Array
-    valid_Q_L: jax.Array  # bool
+    cache: KVCache  # Q prompt slots of L slots each
     logits_Q_V: jax.Array  # float32: the first token's distribution
     position_Q: jax.Array  # int32: the prompt's real tokens
 
@@ -120,13 +119,10 @@ def start_rows(s: TurnState, dest_M, cache_M: KVCache, logits_M_V, col_M, positi
     """Rows dest_M (B: none, the write dropped) go on live at column col_M, in a turn that
     began at start_M (default col_M: a new turn), with these caches and records (the
     streamed pieces `insert` and `resume`)."""
-    at = lambda x, v, axis=0: (x.at[dest_M].set(v, mode="drop") if axis == 0
-                               else x.at[:, dest_M].set(v, mode="drop"))
+    at = lambda x, v: x.at[dest_M].set(v, mode="drop")
     m = dest_M.shape[0]
     return s._replace(
-        cache=KVCache(at(s.cache.k_N_B_S_K_H, cache_M.k_N_B_S_K_H, 1),
-                      at(s.cache.v_N_B_S_K_H, cache_M.v_N_B_S_K_H, 1),
-                      at(s.cache.valid_B_S, cache_M.valid_B_S)),
+        cache=jax.tree.map(at, s.cache, cache_M),  # every cache leaf is rows-first
         logits_B_V=at(s.logits_B_V, logits_M_V), col_B=at(s.col_B, col_M),
         turn_start_B=at(s.turn_start_B, col_M if start_M is None else start_M),
         position_B=at(s.position_B, position_M),
@@ -171,17 +167,13 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
         """B free rows (done, nothing cached) for `insert` to fill, and Q empty prompt
         slots."""
         on_trace("turn_empty")
-        cfg, slots = model.cfg, prompt_len + r + o
-        kv = lambda n: jnp.zeros((cfg.num_layers, n, slots if n == b else prompt_len,
-                                  cfg.num_kv_heads, cfg.resolved_head_dim),
-                                 jnp.dtype(cfg.compute_dtype))
         zeros_B, zeros_B_R = jnp.zeros((b,), jnp.int32), jnp.zeros((b, r), jnp.float32)
-        return (TurnState(KVCache(kv(b), kv(b), jnp.zeros((b, slots), bool)),
+        return (TurnState(empty_cache(model.cfg, b, prompt_len + r + o),
                           jnp.zeros((b, model.vocab_size), jnp.float32), zeros_B, zeros_B,
                           zeros_B, jnp.zeros((b,), bool), jnp.ones((b,), bool), zeros_B,
                           jnp.full((b, r), pad_id, jnp.int32), zeros_B_R, zeros_B_R,
                           zeros_B_R, zeros_B_R, jnp.int32(0)),
-                Prompts(kv(q), kv(q), jnp.zeros((q, prompt_len), bool),
+                Prompts(empty_cache(model.cfg, q, prompt_len),
                         jnp.zeros((q, model.vocab_size), jnp.float32),
                         jnp.zeros((q,), jnp.int32)))
 
@@ -189,10 +181,8 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
         """Q prompts prefilled into the prompt slots slot_Q (a slot past the last: dropped)."""
         on_trace("turn_prompts")
         logits_Q_V, new = apply(params, "prefill", prompt_Q_L, mask_Q_L, prompt_len)
-        at = lambda x, v, axis=0: (x.at[slot_Q].set(v, mode="drop") if axis == 0
-                                   else x.at[:, slot_Q].set(v, mode="drop"))
-        return Prompts(at(pc.k_N_Q_L_K_H, new.k_N_B_S_K_H, 1), at(pc.v_N_Q_L_K_H, new.v_N_B_S_K_H, 1),
-                       at(pc.valid_Q_L, new.valid_B_S), at(pc.logits_Q_V, logits_Q_V),
+        at = lambda x, v: x.at[slot_Q].set(v, mode="drop")
+        return Prompts(jax.tree.map(at, pc.cache, new), at(pc.logits_Q_V, logits_Q_V),
                        at(pc.position_Q, jnp.sum(mask_Q_L.astype(jnp.int32), axis=-1)))
 
     def insert(s: TurnState, pc: Prompts, src_M, dest_M, seq_M, key) -> TurnState:
@@ -201,14 +191,12 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
         episodes start from it, here or later). Row dest_M[m] then holds a fresh episode of
         sequence seq_M[m] (its own uniforms), live, at column 0."""
         on_trace("turn_insert")
-        pick = lambda x, axis=0: jnp.take(x, src_M, axis=axis)
+        pick = lambda x: jnp.take(x, src_M, axis=0)
         slots = s.cache.valid_B_S.shape[1]
-        pad = lambda x: jnp.pad(x, [(0, 0)] * 2 + [(0, slots - prompt_len)]
-                                + [(0, 0)] * (x.ndim - 3))
+        pad = lambda x: jnp.pad(x, [(0, 0), (0, slots - prompt_len)] + [(0, 0)] * (x.ndim - 2))
         m = dest_M.shape[0]
         zeros_M_R = jnp.zeros((m, r), jnp.float32)
-        cache = KVCache(pad(pick(pc.k_N_Q_L_K_H, 1)), pad(pick(pc.v_N_Q_L_K_H, 1)),
-                        jnp.pad(pick(pc.valid_Q_L), ((0, 0), (0, slots - prompt_len))))
+        cache = jax.tree.map(lambda x: pad(pick(x)), pc.cache)
         return start_rows(s, dest_M, cache, pick(pc.logits_Q_V), jnp.zeros((m,), jnp.int32),
                           pick(pc.position_Q), jnp.full((m, r), pad_id, jnp.int32), zeros_M_R,
                           zeros_M_R, zeros_M_R, sequence_uniforms(key, seq_M, r))
@@ -239,7 +227,7 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
         """Every live row until it stops; `max_steps` (int32, traced): a chunk of at most that
         many steps (the rows still live carry on at the next call)."""
         on_trace("turn_decode")
-        params = for_compute(params, model.cfg)  # cast once, not at every step
+        params = decode_weights(params, model.cfg)  # cast and split once, not per step
 
         def body(s: TurnState) -> TurnState:
             live_B = s.live_B
@@ -277,6 +265,7 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
         keep_B_O = jnp.arange(o)[None, :] < obs_len_B[:, None]
         cols_B_O = s.col_B[:, None] + jnp.arange(o)[None, :]
         put = lambda x, v: put_at_columns(x, cols_B_O, jnp.broadcast_to(v, cols_B_O.shape), keep_B_O)
+        params = decode_weights(params, model.cfg)
         hidden_B_O_D, cache = forward(params, s, obs_B_O, keep_B_O)
         last_B = jnp.maximum(obs_len_B - 1, 0)
         hidden_B_D = jnp.take_along_axis(hidden_B_O_D, last_B[:, None, None], axis=1)[:, 0]
@@ -302,12 +291,12 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
         # Donated: the rows' cache is written in place, never copied per insert.
         out = {}
         if mesh is not None:  # the rows' layout, fixed for every piece
-            rows0, rows1 = sharding.rows_sharding(mesh, 0), sharding.rows_sharding(mesh, 1)
-            rows = TurnState(KVCache(rows1, rows1, rows0), *[rows0] * 12,
+            rows0 = sharding.rows_sharding(mesh, 0)
+            rows = TurnState(rows0, *[rows0] * 12,  # the cache's leaves are rows-first too
                              sharding.replicated(mesh))
             repl = sharding.replicated(mesh)  # a few prompts: on every device
-            out = {"empty": {"out_shardings": (rows, Prompts(*[repl] * 5))},
-                   "prompts": {"out_shardings": Prompts(*[repl] * 5)},
+            out = {"empty": {"out_shardings": (rows, Prompts(*[repl] * 3))},
+                   "prompts": {"out_shardings": Prompts(*[repl] * 3)},
                    "insert": {"out_shardings": rows}, "resume": {"out_shardings": rows}}
         streamed = {"empty": jax.jit(empty, static_argnums=(0, 1), **out.get("empty", {})),
                     # Donated: the prompt slots and the rows' cache written in place.

@@ -142,11 +142,10 @@ def test_eight_devices_give_the_episodes_of_one():
 
 def test_a_turn_decode_step_moves_no_whole_cache():
     """The multi-turn (and continuous) decode step writes each row's slot at that row's own
-    column with one scatter into the stacked cache as it is laid out: in the compiled
-    chunk loop (XLA:CPU,
-    float32) the only instructions the size of the whole stacked cache are the loop's own
-    buffers and the two in-place scatters (keys, values). The vmapped per-row write before
-    moved the whole cache to rows-first and back at every step (2x slower here)."""
+    column with one scatter into each layer's cache as it is laid out: in the compiled
+    chunk loop (XLA:CPU, float32) the only instructions the size of a layer's whole cache are
+    the loop's own buffers and the in-place scatters (keys, values). The vmapped per-row
+    write before moved the whole cache to rows-first and back at every step (2x slower)."""
     cfg = ModelConfig(hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2,
                       intermediate_size=128)
     model = Decoder(cfg, 97)
@@ -157,7 +156,7 @@ def test_a_turn_decode_step_moves_no_whole_cache():
     state = s.start(params, jnp.zeros((b, l), jnp.int32), jnp.ones((b, l), jnp.int32),
                     jax.random.key(0))
     hlo = s.decode.lower(params, state, jnp.int32(8)).compile().as_text()
-    comps, whole = hlo_computations(hlo), state.cache.k_N_B_S_K_H.shape
+    comps, whole = hlo_computations(hlo), state.cache.k_N_B_S_K_H[0].shape
     shape = re.compile(r"^(?:ROOT )?%?[\w.\-]+ = f32\[" + ",".join(map(str, whole))
                        + r"\]\S* ([\w\-]+)\(")
     kinds = []
@@ -170,4 +169,4 @@ def test_a_turn_decode_step_moves_no_whole_cache():
             root = [x for x in called if x.startswith("ROOT")][0]
             kinds.append(re.match(r"^ROOT \S+ = \S+ ([\w\-]+)\(", root).group(1))
             assert kinds[-1] == "scatter" and "parameter(" in " ".join(called), root
-    assert len(kinds) == 2  # keys and values, in place
+    assert len(kinds) == 2 * 3  # keys and values of 3 layers, in place

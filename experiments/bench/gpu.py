@@ -36,7 +36,8 @@ import optax
 
 from rlvr_jax import optim, packing, perf, sharding, train_step
 from rlvr_jax.config import ModelConfig
-from rlvr_jax.models.policy import Decoder, KVCache, init_params
+from rlvr_jax.models.kv_cache import KVCache, decode_weights
+from rlvr_jax.models.policy import Decoder, init_params
 from rlvr_jax.models.rope import rope_for
 from rlvr_jax.sampling import make_sampler
 from rlvr_jax.types import TrainBatch
@@ -176,13 +177,14 @@ def measure(size: str, save) -> dict:
 
     # ---------------------------------------------------------------- one decode step
     slots = l + r
-    kv = jax.ShapeDtypeStruct((cfg.num_layers, b, slots, cfg.num_kv_heads,
-                               cfg.resolved_head_dim), jnp.bfloat16)
-    cache = KVCache(kv, kv, jax.ShapeDtypeStruct((b, slots), bool))
+    kv = jax.ShapeDtypeStruct((b, slots, cfg.num_kv_heads, cfg.resolved_head_dim), jnp.bfloat16)
+    cache = KVCache((kv,) * cfg.num_layers, (kv,) * cfg.num_layers,
+                    jax.ShapeDtypeStruct((b, slots), bool))
     rope = tuple(x[:, 0] for x in rope_for(cfg, jnp.full((b, 1), l, jnp.int32)))  # [B, D/2]
     decode = jax.jit(lambda p, t, c: model.apply({"params": p}, t, jnp.ones_like(t, bool), rope,
                                                  c, l + r // 2, method="decode_step"))
-    cost = decode.lower(ref, jax.ShapeDtypeStruct((b,), jnp.int32), cache).compile()
+    split = jax.eval_shape(lambda p: decode_weights(p, cfg), ref)  # as the samplers read it
+    cost = decode.lower(split, jax.ShapeDtypeStruct((b,), jnp.int32), cache).compile()
     analysis = cost.cost_analysis()
     analysis = analysis[0] if isinstance(analysis, list) else analysis
     weights = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(ref))
@@ -190,7 +192,7 @@ def measure(size: str, save) -> dict:
         cfg.resolved_head_dim * 2  # K and V, bfloat16, the slots filled half way through
     out["decode_step"] = {"bytes_accessed_gb": float(analysis.get("bytes accessed", -1)) / 1e9,
                           "minimum_gb": (weights + filled) / 1e9,
-                          "cache_gb": 2 * kv.size * 2 / 1e9}
+                          "cache_gb": 2 * cfg.num_layers * kv.size * 2 / 1e9}
     return out
 
 

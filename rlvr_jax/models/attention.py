@@ -1,6 +1,6 @@
-"""Grouped-query softmax attention: the reference maths (`attend`, also what a multi-token
-extend uses), the fused kernel for training and prefill (`fused_attend`), and one decode
-token over a cache (`decode_attend`). Shape letters: the legend in rlvr_jax/types.py."""
+"""Grouped-query softmax attention: the reference maths (`attend`, also what the samplers'
+new tokens over their cache use) and the fused kernel for training and prefill
+(`fused_attend`). Shape letters: the legend in rlvr_jax/types.py."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def attend(q_B_T_Q_H: jax.Array, k_B_S_K_H: jax.Array, v_B_S_K_H: jax.Array,
     over the slots s where mask[b, t, s] is set; J = Q / K query heads share each kv head.
     Scores and softmax in float32; the output in v's dtype, [B, T, Q * H]. A fully masked row
     (a pad query) gets a uniform softmax instead of NaN (a finite minimum, not -inf): its output
-    is never read. The reference that `fused_attend` and `decode_attend` are tested against."""
+    is never read. The reference that `fused_attend` is tested against."""
     b, t, nh, hd = q_B_T_Q_H.shape
     nkv = k_B_S_K_H.shape[2]
     q_B_T_K_J_H = q_B_T_Q_H.reshape(b, t, nkv, nh // nkv, hd)
@@ -26,30 +26,6 @@ def attend(q_B_T_Q_H: jax.Array, k_B_S_K_H: jax.Array, v_B_S_K_H: jax.Array,
     scores = jnp.where(mask_B_T_S[:, None, None], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(v_B_S_K_H.dtype)
     out = jnp.einsum("bkjts,bskh->btkjh", probs, v_B_S_K_H)
-    return out.reshape(b, t, nh * hd)
-
-
-def decode_attend(q_B_1_Q_H: jax.Array, k_B_S_K_H: jax.Array, v_B_S_K_H: jax.Array,
-                  mask_B_1_S: jax.Array, k_B_1_K_H: jax.Array, v_B_1_K_H: jax.Array) -> jax.Array:
-    """`attend` for one new token: over the cache's slots under the mask, and over the new
-    token's own key and value, which are not in the cache yet. The caller writes them after
-    the layer scan, one slot of every layer at once, so a decode step reads the cache and
-    writes one slot; writing each layer's slot inside the scan copied the layer's whole
-    cache."""
-    b, t, nh, hd = q_B_1_Q_H.shape
-    nkv, slots = k_B_S_K_H.shape[2], k_B_S_K_H.shape[1]
-    q_B_1_K_J_H = q_B_1_Q_H.reshape(b, t, nkv, nh // nkv, hd)
-    scale = jnp.sqrt(jnp.float32(hd))
-    cached = jnp.einsum("btkjh,bskh->bkjts", q_B_1_K_J_H, k_B_S_K_H,
-                        preferred_element_type=jnp.float32) / scale
-    cached = jnp.where(mask_B_1_S[:, None, None], cached, jnp.finfo(jnp.float32).min)
-    own = jnp.einsum("btkjh,bskh->bkjts", q_B_1_K_J_H, k_B_1_K_H.astype(k_B_S_K_H.dtype),
-                     preferred_element_type=jnp.float32) / scale
-    probs = jax.nn.softmax(jnp.concatenate([cached, own], axis=-1), axis=-1)
-    probs = probs.astype(v_B_S_K_H.dtype)
-    out = (jnp.einsum("bkjts,bskh->btkjh", probs[..., :slots], v_B_S_K_H)
-           + jnp.einsum("bkjts,bskh->btkjh", probs[..., slots:],
-                        v_B_1_K_H.astype(v_B_S_K_H.dtype)))
     return out.reshape(b, t, nh * hd)
 
 

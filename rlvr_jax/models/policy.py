@@ -8,9 +8,10 @@ are stored fused, as vLLM does: `qkv_proj` (kernel [D, (Nh + 2 Nkv) Hd]) and `ga
 ([D, 2 F]), each one matmul. HF import joins the kernels and export splits them (hf.py).
 
 The entry points share one `Block`, whose N copies are stacked parameters run by `lax.scan`
-(`Decoder`). Training and prefill attend through `fused_attend`, decode steps through
-`decode_attend` (cache + the new token); `attend` is the reference maths of both
-(models/attention.py).
+(`Decoder`); the samplers' steps run them one after the other, each layer's weights and cache
+in buffers of their own (models/kv_cache.py). Training and prefill attend through
+`fused_attend`; a sampler's new tokens are written into their layer's cache first and then
+attend over it with the reference `attend` (models/attention.py).
 
     apply = lambda method, *a: Decoder(cfg, vocab).apply({"params": p}, *a, method=method)
     hidden_B_T_D = apply("forward", tokens_B_T, mask_B_T)            # training: all positions
@@ -25,15 +26,13 @@ The entry points share one `Block`, whose N copies are stacked parameters run by
 
 Shape letters (the legend in types.py): N layers, B sequences, T tokens, S cache slots,
 D hidden, Q query heads, K kv heads, J = Q / K query heads per kv head, H head dim, V
-vocabulary. The cache is an explicit pytree ([N, B, S, K, H] keys and values), never a flax
-mutable collection: the sampler owns it and threads it through `lax.while_loop`. The head is
+vocabulary. The cache is an explicit pytree (N arrays [B, S, K, H] of keys and of values),
+never a flax mutable collection: the sampler owns it and threads it through `lax.while_loop`. The head is
 applied by the caller, so a loss that needs only the response's log-probs never computes the
 prompt's.
 """
 
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -42,14 +41,9 @@ import numpy as np
 
 from rlvr_jax import packing
 from rlvr_jax.config import ModelConfig
-from rlvr_jax.models.attention import attend, decode_attend, fused_attend  # noqa: F401
+from rlvr_jax.models.attention import attend, fused_attend  # noqa: F401
+from rlvr_jax.models.kv_cache import KVCache, from_stacked, layers_of
 from rlvr_jax.models.rope import apply_rope, positions_from_mask, rope_for
-
-
-class KVCache(NamedTuple):
-    k_N_B_S_K_H: jax.Array  # every layer's keys, compute dtype
-    v_N_B_S_K_H: jax.Array  # values
-    valid_B_S: jax.Array  # bool: slot holds a real (non-pad) token
 
 
 class RMSNorm(nn.Module):
@@ -200,24 +194,27 @@ class Block(nn.Module):
         q, k, v = self.self_attn.qkv(self.input_layernorm(x_B_T_D), rope_B_T)
         return self._finish(x_B_T_D, fused_attend(q, k, v, mask_B_T_T)), (k, v)
 
-    def decode(self, x_B_1_D, rope_B_1, k_B_S_K_H, v_B_S_K_H, mask_B_1_S):
-        """Attends over this layer's cached slots (under the mask) and the token itself;
-        -> (x_B_1_D, (k_B_1_K_H, v_B_1_K_H)): the token's keys/values, for the caller to cache."""
-        q, k, v = self.self_attn.qkv(self.input_layernorm(x_B_1_D), rope_B_1)
-        out = decode_attend(q, k_B_S_K_H, v_B_S_K_H, mask_B_1_S, k, v)
-        return self._finish(x_B_1_D, out), (k, v)
-
-    def extend(self, x_B_O_D, rope_B_O, k_B_S_K_H, v_B_S_K_H, mask_B_O_SO, fused=False):
-        """`decode` for O new tokens at once: they attend over the cached slots and causally
-        over each other (`mask_B_O_SO` covers the S slots, then the O new tokens);
-        -> (x_B_O_D, (k_B_O_K_H, v_B_O_K_H)) for the caller to cache. `fused`: through
-        `fused_attend` (training: no scores kept for the backward pass where a fused kernel
-        applies), else the reference `attend` (the samplers' few tokens)."""
+    def cached(self, x_B_O_D, rope_B_O, k_B_S_K_H, v_B_S_K_H, mask_B_O_S, write, slots: int):
+        """O new tokens per row over this layer's cache: their keys and values written into it
+        first (`write(cache, new)`: each row's slots), then attending over its first `slots`
+        slots under the mask, which covers the new tokens' own slots (the reference `attend`:
+        a sampler's few tokens). Written before the read, the layer's buffer is updated in
+        place: read first, XLA:CPU copied it to keep the value the read saw.
+        -> (x_B_O_D, (keys, values)): the layer's updated cache."""
         q, k, v = self.self_attn.qkv(self.input_layernorm(x_B_O_D), rope_B_O)
-        keys = jnp.concatenate([k_B_S_K_H, k.astype(k_B_S_K_H.dtype)], axis=1)
-        values = jnp.concatenate([v_B_S_K_H, v.astype(v_B_S_K_H.dtype)], axis=1)
-        out = (fused_attend if fused else attend)(q, keys, values, mask_B_O_SO)
-        return self._finish(x_B_O_D, out), (k, v)
+        k_B_S_K_H, v_B_S_K_H = write(k_B_S_K_H, k), write(v_B_S_K_H, v)
+        out = attend(q, k_B_S_K_H[:, :slots], v_B_S_K_H[:, :slots], mask_B_O_S)
+        return self._finish(x_B_O_D, out), (k_B_S_K_H, v_B_S_K_H)
+
+    def extend(self, x_B_O_D, rope_B_O, k_B_L_K_H, v_B_L_K_H, mask_B_O_LO):
+        """Training's extend (`Decoder.forward_shared_prompt`): O tokens attend over L given
+        keys and values (a prompt's) and causally over each other (`mask_B_O_LO` covers the
+        L, then the O), through `fused_attend` (no scores kept for the backward pass where a
+        fused kernel applies). -> (x_B_O_D, (k_B_O_K_H, v_B_O_K_H))."""
+        q, k, v = self.self_attn.qkv(self.input_layernorm(x_B_O_D), rope_B_O)
+        keys = jnp.concatenate([k_B_L_K_H, k.astype(k_B_L_K_H.dtype)], axis=1)
+        values = jnp.concatenate([v_B_L_K_H, v.astype(v_B_L_K_H.dtype)], axis=1)
+        return self._finish(x_B_O_D, fused_attend(q, keys, values, mask_B_O_LO)), (k, v)
 
 
 def causal_mask(valid_B_T: jax.Array) -> jax.Array:
@@ -331,7 +328,7 @@ class Decoder(nn.Module):
             x_P_L_D, (k_P_L_K_H, v_P_L_K_H) = block.apply({"params": params}, x_P_L_D,
                                                           rope_P_L, mask_P_L_L)
             x_B_R_D, _ = block.apply({"params": params}, x_B_R_D, rope_B_R, per_row(k_P_L_K_H),
-                                     per_row(v_P_L_K_H), mask_B_R_LR, True, method="extend")
+                                     per_row(v_P_L_K_H), mask_B_R_LR, method="extend")
             return (x_P_L_D, x_B_R_D), None
 
         (_, x), _ = jax.lax.scan(rematerialised(body, self.cfg.remat),
@@ -358,28 +355,24 @@ class Decoder(nn.Module):
         rope_B_L = rope_for(self.cfg, positions_from_mask(valid_B_L))
         x, (k, v) = self._blocks(self.embed_tokens(prompt_B_L), rope_B_L, causal_mask(valid_B_L))
         pad = ((0, 0), (0, 0), (0, slots - prompt_B_L.shape[1]), (0, 0), (0, 0))
-        cache = KVCache(jnp.pad(k, pad), jnp.pad(v, pad), jnp.pad(valid_B_L, pad[1:3]))
+        cache = from_stacked(jnp.pad(k, pad), jnp.pad(v, pad), jnp.pad(valid_B_L, pad[1:3]))
         x_B_D = x[:, -1] if last_B is None else jnp.take_along_axis(
             x, last_B[:, None, None], 1)[:, 0]
         return self.head(self.norm(x_B_D)), cache
 
-    def _over_cache(self, x, rope, cache: KVCache, mask, method: str,
-                    attend_slots: int | None = None):
-        """Every block's `method` (decode / extend) over new tokens `x` and its cached layer
-        (its first `attend_slots` slots only, when given): -> (x, (the new tokens' keys
-        [N, ...], values [N, ...]))."""
+    def _over_cache(self, x, rope, cache: KVCache, valid_B_S, mask, write, slots: int):
+        """Every block's `cached` step over new tokens `x`, one layer after the other, each on
+        its own weights and cache buffers (models/kv_cache.py): -> (x, the updated KVCache
+        with validity valid_B_S)."""
         block = Block(self.cfg, parent=None)
-        s = attend_slots or cache.valid_B_S.shape[1]
-
-        def body(x, layer):
-            # The prefix is cut here, after the scan's slice of the layer: XLA merges the two
-            # into one slice of the filled slots (cut before the scan, the whole stack's
-            # prefix was copied first).
-            params, k_B_S_K_H, v_B_S_K_H = layer
-            return block.apply({"params": params}, x, rope, k_B_S_K_H[:, :s], v_B_S_K_H[:, :s],
-                               mask, method=method)
-
-        return jax.lax.scan(body, x, (self.stack.value, cache.k_N_B_S_K_H, cache.v_N_B_S_K_H))
+        ks, vs = [], []
+        for params, k_B_S_K_H, v_B_S_K_H in zip(layers_of(self.stack.value, self.cfg.num_layers),
+                                                cache.k_N_B_S_K_H, cache.v_N_B_S_K_H):
+            x, (k, v) = block.apply({"params": params}, x, rope, k_B_S_K_H, v_B_S_K_H, mask,
+                                    write, slots, method="cached")
+            ks.append(k)
+            vs.append(v)
+        return x, KVCache(tuple(ks), tuple(vs), valid_B_S)
 
     def decode_step(self, token_B, valid_B, rope_B, cache: KVCache, index,
                     attend_slots: int | None = None):
@@ -387,21 +380,16 @@ class Decoder(nn.Module):
         `valid_B` False marks a pad token (a finished row), which no later query attends to.
         `rope_B`: the (cos, sin) tables [B, D/2] at each row's position (`rope_for`).
         `attend_slots` (static): the query reads only the cache's first slots (the caller
-        keeps index <= attend_slots): attention's reads grow with the filled slots, not the
+        keeps index < attend_slots): attention's reads grow with the filled slots, not the
         cache's size (the sampler's phases, sampling.py)."""
         slots = attend_slots or cache.valid_B_S.shape[1]
-        mask_B_1_S = ((jnp.arange(slots) < index)[None, :]
-                      & cache.valid_B_S[:, :slots])[:, None, :]
+        valid_B_S = jax.lax.dynamic_update_slice(cache.valid_B_S, valid_B[:, None], (0, index))
+        mask_B_1_S = ((jnp.arange(slots) <= index)[None, :] & valid_B_S[:, :slots])[:, None, :]
         rope_B_1 = tuple(r[:, None, :] for r in rope_B)
-        x, (k_N_B_1_K_H, v_N_B_1_K_H) = self._over_cache(
-            self.embed_tokens(token_B[:, None]), rope_B_1, cache, mask_B_1_S, "decode",
-            attend_slots)
         write = lambda c, new: jax.lax.dynamic_update_slice(c, new.astype(c.dtype),
-                                                            (0, 0, index, 0, 0))
-        cache = KVCache(write(cache.k_N_B_S_K_H, k_N_B_1_K_H),
-                        write(cache.v_N_B_S_K_H, v_N_B_1_K_H),
-                        jax.lax.dynamic_update_slice(cache.valid_B_S, valid_B[:, None],
-                                                     (0, index)))
+                                                            (0, index, 0, 0))
+        x, cache = self._over_cache(self.embed_tokens(token_B[:, None]), rope_B_1, cache,
+                                    valid_B_S, mask_B_1_S, write, slots)
         return self.head(self.norm(x[:, 0])), cache
 
     def extend(self, tokens_B_O, valid_B_O, cache: KVCache, index_B, position_B):
@@ -415,34 +403,18 @@ class Decoder(nn.Module):
         -> (normed hidden_B_O_D, cache); the head runs where the caller needs logits."""
         b, o = tokens_B_O.shape
         slots = cache.valid_B_S.shape[1]
-        valid_B_O = valid_B_O.astype(bool)
-        old_B_S = (jnp.arange(slots)[None, :] < index_B[:, None]) & cache.valid_B_S
-        new_B_O_O = causal_mask(valid_B_O)
-        mask_B_O_SO = jnp.concatenate([jnp.broadcast_to(old_B_S[:, None], (b, o, slots)),
-                                       new_B_O_O], axis=-1)
-        rope_B_O = rope_for(self.cfg, position_B[:, None] + jnp.arange(o)[None, :])
-        x, (k_N_B_O_K_H, v_N_B_O_K_H) = self._over_cache(
-            self.embed_tokens(tokens_B_O), rope_B_O, cache, mask_B_O_SO, "extend")
-        # Row b's O slots from index_B[b]: one scatter into the cache as it is laid out (a
+        # Row b's O slots from index_B[b]: one scatter into each buffer as it is laid out (a
         # vmapped per-row dynamic_update_slice moved the whole cache rows-first and back).
         at = (jnp.arange(b)[:, None], index_B[:, None] + jnp.arange(o)[None, :])
-        write = lambda c, new, lead=(slice(None),): c.at[lead + at].set(
-            new.astype(c.dtype), unique_indices=True)
-        cache = KVCache(write(cache.k_N_B_S_K_H, k_N_B_O_K_H),
-                        write(cache.v_N_B_S_K_H, v_N_B_O_K_H),
-                        write(cache.valid_B_S, valid_B_O, ()))
+        write = lambda c, new: c.at[at].set(new.astype(c.dtype), unique_indices=True)
+        valid_B_S = write(cache.valid_B_S, valid_B_O.astype(bool))
+        # New token j sees the slots before its row's index and the new ones up to its own.
+        rel_B_1_S = jnp.arange(slots)[None, None, :] - index_B[:, None, None]
+        mask_B_O_S = (rel_B_1_S <= jnp.arange(o)[None, :, None]) & valid_B_S[:, None, :]
+        rope_B_O = rope_for(self.cfg, position_B[:, None] + jnp.arange(o)[None, :])
+        x, cache = self._over_cache(self.embed_tokens(tokens_B_O), rope_B_O, cache, valid_B_S,
+                                    mask_B_O_S, write, slots)
         return self.norm(x), cache
-
-
-def for_compute(params, cfg: ModelConfig):
-    """The params' floating leaves cast to the compute dtype: every use casts them to it
-    anyway (`project`, RMSNorm, the embedding), so the model computes the same values, and a
-    decode loop that reads the weights every step reads the compute dtype's bytes (half of
-    float32 params' in bfloat16) and converts nothing. The samplers call it once per call,
-    before their loops."""
-    dt = jnp.dtype(cfg.compute_dtype)
-    return jax.tree.map(lambda x: x.astype(dt) if jnp.issubdtype(x.dtype, jnp.floating)
-                        else x, params)
 
 
 def init_params(model: Decoder, key: jax.Array) -> dict:

@@ -74,7 +74,8 @@ def test_prefill_cache_holds_the_forward_keys_and_the_last_logits():
     np.testing.assert_allclose(np.asarray(last), np.asarray(full[:, -1]), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(np.asarray(cache.valid_B_S),
                                   np.pad(np.asarray(mask, bool), ((0, 0), (0, 3))))
-    assert cache.k_N_B_S_K_H.shape == cache.v_N_B_S_K_H.shape == (3, 3, 9, 2, 8)
+    assert len(cache.k_N_B_S_K_H) == len(cache.v_N_B_S_K_H) == 3  # a buffer per layer
+    assert {x.shape for x in cache.k_N_B_S_K_H + cache.v_N_B_S_K_H} == {(3, 9, 2, 8)}
     k0 = np.asarray(cache.k_N_B_S_K_H[0])
     assert not np.any(k0[:, 6:]) and np.any(k0[:, :6])
     assert float(jnp.std(full[:, -1])) > 0.5
