@@ -116,7 +116,7 @@ def weights_bytes(case: Case, dtype_bytes: int) -> int:
 def reads_table(names) -> None:
     """Decode reads per rollout: float32 params read (and cast) at every step with all slots
     attended (the baseline: the sampler before this round), against bfloat16 weights (cast
-    once per call, `models.policy.for_compute`) with 1, 4 and 8 phases of filled-slot
+    once per call, `models.kv_cache.decode_weights`) with 1, 4 and 8 phases of filled-slot
     attention, each as a ratio to the minimum (compute-dtype weights + filled slots)."""
     print("\n| preset | decode reads GB: f32 weights, all slots (before) | bf16 weights, all "
           "slots | 4 phases | 8 phases | minimum (filled slots) |")
