@@ -170,7 +170,7 @@ def restore(stream, st: dict) -> None:
     if own:
         stream.open_jobs.append(stream.jobs.submit(stream.env.open,
                                                [e.b.contexts[e.i] for e in own]))
-        opened = stream._wait(stream.open_jobs[-1])
+        opened = stream._wait(stream.open_jobs[-1], "open")
         for e, x in zip(own, opened):
             e.episode, e.failed, e.why = x, bool(x.failed), x.failed
     answered = {e: e.said[:-1] if (e.b.j, e.i) in pending else e.said for e in own}
@@ -294,7 +294,9 @@ def record(stream, batch: Batch, steps: int, chunks: int, live_sum: int, wall: f
     row = stats(turns_N, batch.calls_N_T_O, stream.tools, batch.reason_N, rollout,
                 batch.cut_N, batch.pmask_N_L)
     row["episode/turn_reward_mean"] = float(rollout.turn_rewards_B_R.sum() / n)
-    row.update(episodes.rollout_stats(stream.wait_s, wall, rollout, steps, stream.b, call_s))
+    row.update(episodes.rollout_stats(sum(stream.waits.values()), wall, rollout, steps,
+                                      stream.b, call_s))
+    row.update({f"rollout/wait_{kind}_s": s for kind, s in stream.waits.items()})
     row.update({"stream/chunks": float(chunks),
                 "stream/live_rows_mean": live_sum / max(chunks, 1),
                 "stream/prefills_per_prompt": stream.prefills / max(-(-n // stream.g), 1),

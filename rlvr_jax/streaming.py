@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from functools import partial
 from itertools import islice
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -62,6 +63,9 @@ from rlvr_jax.episodes import OUTCOMES, REASONS, Glue, _text, turn_text
 from rlvr_jax.stream_state import Batch, Ep, Seen, Timed, item
 from rlvr_jax.turn_sampler import STOP_BUDGET, STOP_CALL, STOP_EOS, TurnSampler
 from rlvr_jax.types import Generated
+
+# What the driver waits on (each a share of the devices' idle time, `rollout/wait_*_s`).
+WAITS = lambda: {"open": 0.0, "call": 0.0, "verdict": 0.0}  # noqa: E731
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,7 @@ class Stream:
         self.ended: list = []  # episodes that ended since the last boundary (rows to free)
         self.t = 0  # boundaries so far (they go on counting across batches)
         self.params, self.version = None, None
-        self.wait_s, self.prefills, self.recomputed, self.late, self.due_n = 0.0, 0, 0, 0, 0
+        self.waits, self.prefills, self.recomputed, self.late, self.due_n = WAITS(), 0, 0, 0, 0
         self.open_jobs: list = []  # every open submitted (`close` closes what is left)
         self.replayed = 0  # calls replayed into reopened sessions (a restored stream)
 
@@ -156,15 +160,17 @@ class Stream:
     def _opened(self, e: Ep):
         if e.episode is None:
             eps, future = e.b.opens[e.i - e.i % self.sch.insert_rows]
-            for x, episode in zip(eps, self._wait(future)):
+            for x, episode in zip(eps, self._wait(future, "open")):
                 x.episode = episode
                 x.failed |= bool(episode.failed)  # its session could not open
         return e.episode
 
-    def _wait(self, future: Future):
+    def _wait(self, future: Future, kind: str = "call"):
+        """future's result; the seconds the driver (and so the devices) waited for it, by
+        what it waited for (a session's open, a call's reply, a final verdict)."""
         t0 = time.perf_counter()
         out = future.result()
-        self.wait_s += time.perf_counter() - t0
+        self.waits[kind] += time.perf_counter() - t0
         return out
 
     def _end(self, e: Ep, reason: str, failed: bool = False) -> None:
@@ -180,7 +186,7 @@ class Stream:
         if self.version is not None and version != self.version:
             self._new_version(version)
         self.params, self.version = params, version
-        self.wait_s, self.prefills, self.recomputed, self.late, self.due_n = 0.0, 0, 0, 0, 0
+        self.waits, self.prefills, self.recomputed, self.late, self.due_n = WAITS(), 0, 0, 0, 0
         calls_before, steps_before = len(self.jobs.call_s), int(distributed.to_host(
             self.state.steps))
         batch, b, k, o = self.batches[j], self.b, self.sch.chunk_steps, self.s.observation_tokens
@@ -237,8 +243,8 @@ class Stream:
             if stopped:
                 self._stopped(stopped, host)
         steps = int(distributed.to_host(self.state.steps)) - steps_before
-        wall = time.perf_counter() - t0
-        stream_state.verdicts(batch, self._wait)
+        stream_state.verdicts(batch, partial(self._wait, kind="verdict"))
+        wall = time.perf_counter() - t0  # the final verdicts' wait is the rollout's too
         del self.batches[j]
         record = stream_state.record(self, batch, steps, chunks, live_sum, wall,
                                      self.jobs.call_s[calls_before:])

@@ -169,6 +169,11 @@ def test_calls_overlap_decoding_and_the_wait_is_measured():
     assert slow.stats["rollout/device_idle_share"] > 0.2
     assert slow.stats["rollout/late_call_share"] > 0  # not back at its boundary: rows waited
     assert slow.stats["rollout/env_call_p50_s"] >= 0.04
+    # The wait, by what it was for: the calls (only they are delayed), then opens and final
+    # verdicts; the verdicts' wait counted inside the rollout's wall clock too.
+    waits = {k: slow.stats[f"rollout/wait_{k}_s"] for k in ("open", "call", "verdict")}
+    assert waits["call"] >= 0.04 and waits["call"] > waits["open"] + waits["verdict"]
+    assert 0.2 < slow.stats["rollout/device_idle_share"] <= 1
     fast = run(EchoEnv())
     # One batch under one params (an on-policy stream at step 7): its tokens are that
     # step's, lag 0 (the stream's own version count is not the run's).
