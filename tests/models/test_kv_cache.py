@@ -13,12 +13,12 @@ CFG = ModelConfig(hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2,
 
 
 def test_decode_weights_cast_and_split_the_stack_per_layer():
-    params = init_params(Decoder(CFG, 50), jax.random.key(0))
-    split = decode_weights(params, CFG)
+    params = jax.device_get(init_params(Decoder(CFG, 50), jax.random.key(0)))
+    split = jax.device_get(jax.jit(lambda p: decode_weights(p, CFG))(params))
     assert isinstance(split["layers"], tuple) and len(split["layers"]) == 3
     for n, layer in enumerate(split["layers"]):
         jax.tree.map(lambda s, x: np.testing.assert_array_equal(
-            np.asarray(s), np.asarray(x[n].astype(jnp.bfloat16))), layer, params["layers"])
+            s, x[n].astype(jnp.bfloat16)), layer, params["layers"])
     assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(split))
     assert layers_of(split["layers"], 3) == split["layers"]  # already split: as it is
 
