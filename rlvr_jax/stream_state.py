@@ -256,6 +256,12 @@ def verdicts(batch: Batch, wait: Callable) -> None:
     batch.verdicts = episodes.gather_verdicts(batch.verdicts[block], block, batch.n)
 
 
+def no_waits() -> dict:
+    """Seconds the driver (and so the devices) waited, by what for: sessions' opens, calls'
+    replies, final verdicts (`rollout/wait_*_s`)."""
+    return {"open": 0.0, "call": 0.0, "verdict": 0.0}
+
+
 def verdict_json(v) -> Optional[list]:
     return None if v is None else [int(v.status), v.detail, v.fraction,
                                    [list(p) for p in v.parts]]

@@ -60,12 +60,9 @@ import numpy as np
 from rlvr_jax import distributed, stream_state
 from rlvr_jax.envs.base import SANDBOX_ERROR, Environment
 from rlvr_jax.episodes import OUTCOMES, REASONS, Glue, _text, turn_text
-from rlvr_jax.stream_state import Batch, Ep, Seen, Timed, item
+from rlvr_jax.stream_state import Batch, Ep, Seen, Timed, item, no_waits
 from rlvr_jax.turn_sampler import STOP_BUDGET, STOP_CALL, STOP_EOS, TurnSampler
 from rlvr_jax.types import Generated
-
-# What the driver waits on (each a share of the devices' idle time, `rollout/wait_*_s`).
-WAITS = lambda: {"open": 0.0, "call": 0.0, "verdict": 0.0}  # noqa: E731
 
 
 @dataclass(frozen=True)
@@ -133,7 +130,7 @@ class Stream:
         self.ended: list = []  # episodes that ended since the last boundary (rows to free)
         self.t = 0  # boundaries so far (they go on counting across batches)
         self.params, self.version = None, None
-        self.waits, self.prefills, self.recomputed, self.late, self.due_n = WAITS(), 0, 0, 0, 0
+        self.waits, self.prefills, self.recomputed, self.late, self.due_n = no_waits(), 0, 0, 0, 0
         self.open_jobs: list = []  # every open submitted (`close` closes what is left)
         self.replayed = 0  # calls replayed into reopened sessions (a restored stream)
 
@@ -167,7 +164,7 @@ class Stream:
 
     def _wait(self, future: Future, kind: str = "call"):
         """future's result; the seconds the driver (and so the devices) waited for it, by
-        what it waited for (a session's open, a call's reply, a final verdict)."""
+        what it waited for (`stream_state.no_waits`)."""
         t0 = time.perf_counter()
         out = future.result()
         self.waits[kind] += time.perf_counter() - t0
@@ -186,7 +183,7 @@ class Stream:
         if self.version is not None and version != self.version:
             self._new_version(version)
         self.params, self.version = params, version
-        self.waits, self.prefills, self.recomputed, self.late, self.due_n = WAITS(), 0, 0, 0, 0
+        self.waits, self.prefills, self.recomputed, self.late, self.due_n = no_waits(), 0, 0, 0, 0
         calls_before, steps_before = len(self.jobs.call_s), int(distributed.to_host(
             self.state.steps))
         batch, b, k, o = self.batches[j], self.b, self.sch.chunk_steps, self.s.observation_tokens

@@ -27,9 +27,9 @@ attend over it with the reference `attend` (models/attention.py).
 Shape letters (the legend in types.py): N layers, B sequences, T tokens, S cache slots,
 D hidden, Q query heads, K kv heads, J = Q / K query heads per kv head, H head dim, V
 vocabulary. The cache is an explicit pytree (N arrays [B, S, K, H] of keys and of values),
-never a flax mutable collection: the sampler owns it and threads it through `lax.while_loop`. The head is
-applied by the caller, so a loss that needs only the response's log-probs never computes the
-prompt's.
+never a flax mutable collection: the sampler owns it and threads it through
+`lax.while_loop`. The head is applied by the caller, so a loss that needs only the
+response's log-probs never computes the prompt's.
 """
 
 from __future__ import annotations
