@@ -57,7 +57,7 @@ def decode_weights(params: dict, cfg: ModelConfig) -> dict:
     reads the weights every step reads the compute dtype's bytes and converts nothing), and
     the layer stack split into N per-layer trees (the module doc: no slice copied per layer
     and step). The samplers call it once per call, before their loops. Costs one copy of the
-    weights in the compute dtype for as long as the call runs."""
+    blocks' weights in the compute dtype for as long as the call runs."""
     dt = jnp.dtype(cfg.compute_dtype)
     cast = jax.tree.map(lambda x: x.astype(dt) if jnp.issubdtype(x.dtype, jnp.floating)
                         else x, params)
