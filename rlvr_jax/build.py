@@ -287,11 +287,10 @@ def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=N
     if env_cfg.call_format == "hermes" and getattr(tok, "chat_template", None):
         prefix, suffix = chat.tool_glue(tok)  # the chat model's own tool turn
     glue = episodes.Glue.of(tok, prefix, suffix)
-    schedule = None
-    if stream is not None and stream.rows:
-        schedule = streaming.Schedule(stream.rows, stream.inserts, stream.chunk_steps,
-                                      stream.call_delay_chunks, stream.env_threads,
-                                      stream.release_rows, stream.carry_cache == "keep")
+    schedule = streaming.Schedule(
+        stream.rows, stream.inserts, stream.chunk_steps, stream.call_delay_chunks,
+        stream.env_threads, stream.release_rows, stream.carry_cache == "keep",
+        stream.defers) if stream is not None and stream.rows else None
 
     def make(name: str, temperature: float, top_k: int = 0, top_p: float = 1.0,
              every_row: bool = True, group_size: int = 1, carry_batches: int = 0):

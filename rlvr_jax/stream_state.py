@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
@@ -120,12 +121,12 @@ def snapshot(stream) -> dict:
     recomputes them as a resumed run does); the sessions are not saved: `restore` opens
     them again and replays their calls."""
     if stream.sch.keep_cache:
-        stream._take_out_rows()
+        take_out_rows(stream)
     out = {"version": stream.version, "queued": sorted(stream.batches), "batches": [],
            "resumes": [[e.b.j, e.i] for e in
                                                                 stream.resumes],
-           "due": [[t - stream.t, e.b.j, e.i] for t in sorted(stream.due)
-                   for e, _ in stream.due[t]]}
+           "due": [[0, e.b.j, e.i] for e, _ in stream.deferred] + [
+               [t - stream.t, e.b.j, e.i] for t in sorted(stream.due) for e, _ in stream.due[t]]}
     for batch in stream.batches.values():
         verdicts(batch, stream._wait)  # the ended episodes'
         eps = []
@@ -194,31 +195,91 @@ def restore(stream, st: dict) -> None:
 
 
 
+# ---------------------------------------------------------------------- across params
+def take_out_rows(stream) -> None:
+    """Every carried episode out of its row (its record copied out), the rows and prompt
+    slots emptied: the next params prefill what they go on with again (`_resume`)."""
+    rows = [e for e in stream.owner if e is not None]
+    if not rows and not stream.slot_of:
+        return  # nothing carried in the rows: their state is not read again
+    if rows:
+        stream._copy_out(rows)
+    for e in rows:
+        stream.owner[e.row], e.row = None, -1
+    # Mid-turn ones go on at once (by batch and index); those waiting on a call resume
+    # when their observation is appended.
+    stream.resumes += sorted((e for e in rows if e.live), key=lambda e: (e.b.j, e.i))
+    stream.state, stream.pc = stream.s.empty(stream.b, stream.q)
+    stream.slot_of = {}
+
+
+def new_version(stream, version: int) -> None:
+    """Each carried episode's tokens from its next column on are the new params'."""
+    in_rows = [e for e in stream.owner if e is not None]
+    col = np.asarray(distributed.to_host(stream.state.col_B)) if in_rows else None
+    for batch in stream.batches.values():
+        for e in batch.eps:
+            if e.started and not e.ended:
+                e.versions.append((int(col[e.row]) if e.row >= 0 else e.col, version))
+
+
 # ---------------------------------------------------------------------- what processes share
-def replies_due(stream, due: list) -> list:
-    """The replies due now as (episode, `Seen`): each process waits for its own
-    episodes' calls and tokenizes their replies; every process gets them all."""
+def due_now(stream) -> list:
+    """The replies appended at this boundary, as (episode, `Seen`): the calls due now and,
+    deferring (`Schedule.defer`), those due before and not back then. Waiting, a call not
+    back is waited for (the devices' idle time); deferring, it is left for the first
+    boundary it is back by, and the rows go on. `rollout/late_call_share` counts the calls
+    not back at their boundary."""
+    fresh = stream.due.pop(stream.t, [])
+    stream.due_n += len(fresh)
+    stream.late += sum(f is not None and not f.done() for _, f in fresh)
+    if not stream.sch.defer:
+        return replies_due(stream, fresh)[0]
+    replies, stream.deferred = replies_due(stream, stream.deferred + fresh, block=False)
+    return replies
+
+
+def wait_any(stream) -> None:
+    """No row decodes, and deferred calls are all that is left to go on: wait until one of
+    this process's is back (another process's: its owner waits, this one meets it at the
+    next boundary's all-gather)."""
+    own = [f for _, f in stream.deferred if f is not None]
+    if own and not any(f.done() for f in own):
+        t0 = time.perf_counter()
+        futures.wait(own, return_when=futures.FIRST_COMPLETED)
+        stream.waits["call"] += time.perf_counter() - t0
+
+
+def replies_due(stream, due: list, block: bool = True) -> tuple[list, list]:
+    """The replies of `due` as (episode, `Seen`), and the entries not back (`block`: none,
+    each is waited for). Each process looks at its own episodes' calls and tokenizes their
+    replies; every process gets them all, and so appends the same ones."""
     if not due:
-        return []
+        return [], []
     n, o = len(due), stream.s.observation_tokens
-    tool_n, outcome_n, len_n, cut_n = (np.zeros(n, np.int32) for _ in range(4))
+    tool_n, outcome_n, len_n, cut_n, back_n = (np.zeros(n, np.int32) for _ in range(5))
     reward_n, ids_n_O = np.zeros(n, np.float32), np.zeros((n, o), np.int32)
     for k, (e, future) in enumerate(due):
-        stream.due_n += 1
-        if future is None:  # another process's episode
+        if future is None or not (block or future.done()):  # another process's; not back
             continue
-        stream.late += not future.done()  # not back by its boundary: the rows wait for it
         reply = stream._wait(future)
+        back_n[k] = 1
         tool_n[k] = stream.tools.index(reply.tool) if reply.tool in stream.tools else len(
             stream.tools)
         outcome_n[k], reward_n[k] = OUTCOMES.index(reply.outcome), reply.reward
         if reply.outcome != SANDBOX_ERROR:
             ids, cut_n[k] = stream.glue.ids(reply.text, o)
             ids_n_O[k, :len(ids)], len_n[k] = ids, len(ids)
-    shared = distributed.from_owners(np.array([e.b.owner_N[e.i] for e, _ in due]), tool_n,
-                                     outcome_n, reward_n, ids_n_O, len_n, cut_n)
-    return [(e, Seen(int(t), int(out), float(rw), ids[:int(ln)].tolist(), int(c)))
-            for (e, _), t, out, rw, ids, ln, c in zip(due, *shared)]
+    shared = distributed.from_owners(np.array([e.b.owner_N[e.i] for e, _ in due]), back_n,
+                                     tool_n, outcome_n, reward_n, ids_n_O, len_n, cut_n)
+    replies, waiting = [], []
+    for entry, back, t, out, rw, ids, ln, c in zip(due, *shared):
+        if back:
+            replies.append((entry[0], Seen(int(t), int(out), float(rw),
+                                           ids[:int(ln)].tolist(), int(c))))
+        else:
+            waiting.append(entry)
+    return replies, waiting
 
 def shown_at_reset(stream, take: list, dest: list, obs_B_O, len_B) -> None:
     """What the environment showed at reset (`Episode.observation`, e.g. a workspace's

@@ -11,14 +11,22 @@ then runs the whole batch's calls while the devices wait; here each row goes its
                  worker threads, due at boundary t+1+d; finished episodes' final texts
                  handed to `env.finish` and `close_episodes` there too
 
-Reproducible by construction: no decision depends on wall-clock time. A call issued at
-boundary t is appended at boundary t+d whatever its latency (the driver waits only for one
-that is not back by then: that wait is the devices' idle time, `rollout/device_idle_share`);
-rows are refilled in queue order; when no row is live the driver skips to the next boundary
-something is due at. So an episode's tokens depend on its prompt, its sequence's random
-stream (sampling.sequence_uniforms), the params and its observations only: they are the
-lock-step sampler's for the same params, whatever B, k, d and the latencies (tested). What a
-row sees is the same computation in either driver (turn_sampler.py's pieces).
+Reproducible by construction: no decision depends on wall-clock time. An episode's tokens
+depend on its prompt, its sequence's random stream (sampling.sequence_uniforms), the params
+and its observations only: they are the lock-step sampler's for the same params, whatever B,
+k, d and the latencies (tested); what a row sees is the same computation in either driver
+(turn_sampler.py's pieces), and a row's numbers do not depend on the other rows of its
+fixed-shape call. Rows are refilled in queue order. A call issued at boundary t is appended
+at boundary t+d at the earliest; one not back by then is
+  waited for (the default): the rows wait (`rollout/device_idle_share`); this is what keeps
+    a stream whose params change mid-stream (carry.py) repeatable, since where an episode's
+    version changes is then a function of the boundaries alone;
+  deferred (`Schedule.defer`, while one params decodes the whole stream): appended at the
+    first boundary it is back by; the other rows go on. Only the schedule (which row, which
+    chunk) then depends on timing, and no episode's tokens or log-probs depend on it (tested
+    bitwise across latency draws).
+When no row is live the driver skips to the next boundary something is due at (deferring:
+waits for the first deferred call back).
 
 Environment work (open, calls, finish, close) runs on worker threads, never on the thread
 that drives the devices: one thread, in the order issued, unless the environment says its
@@ -82,6 +90,9 @@ class Schedule:
     # the change and its history prefilled again under the new params (what a resume from a
     # checkpoint rebuilds: bitwise); True, its cache from the old params is kept.
     keep_cache: bool = False
+    # A call not back at its boundary: False, the rows wait for it; True, it is appended at
+    # the first boundary it is back by (exact only while the params do not change mid-stream)
+    defer: bool = False
 
 
 def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, prompt_N_L,
@@ -126,6 +137,7 @@ class Stream:
         self.queue: deque = deque()  # episodes not started, in order
         self.batches: dict[int, Batch] = {}
         self.due: dict[int, list] = {}  # boundary -> [(episode, future of its reply)]
+        self.deferred: list = []  # (episode, future) due before now and not back then
         self.resumes: list = []  # episodes out of rows, ready to go on (in order)
         self.ended: list = []  # episodes that ended since the last boundary (rows to free)
         self.t = 0  # boundaries so far (they go on counting across batches)
@@ -181,7 +193,7 @@ class Stream:
         """Stream until batch j's episodes have all ended; -> its record. `version`: the
         params' (each token records the version it was sampled under)."""
         if self.version is not None and version != self.version:
-            self._new_version(version)
+            stream_state.new_version(self, version)
         self.params, self.version = params, version
         self.waits, self.prefills, self.recomputed, self.late, self.due_n = no_waits(), 0, 0, 0, 0
         calls_before, steps_before = len(self.jobs.call_s), int(distributed.to_host(
@@ -194,7 +206,7 @@ class Stream:
             obs_B_O = np.full((b, o), self.tok.pad_token_id, np.int32)
             len_B = np.zeros(b, np.int32)
             # 1. Observations due now (the only wait on the environment's calls).
-            for e, reply in stream_state.replies_due(self, self.due.pop(self.t, [])):
+            for e, reply in stream_state.due_now(self):
                 self._observe(e, reply, obs_B_O, len_B)
             # 2. Finished episodes leave their rows (their records copied out).
             if self.ended:
@@ -226,7 +238,9 @@ class Stream:
                 break
             live_B = np.asarray(distributed.to_host(self.state.live_B))
             if not live_B.any():  # every row waits on a call: on to the next one due
-                self.t = min(self.due)
+                if self.deferred:
+                    stream_state.wait_any(self)
+                self.t = self.t + 1 if self.deferred else min(self.due)
                 continue
             # 4. A chunk of decoding; the rows that stopped in it, handled at boundary t+1.
             self.state = self.s.decode(self.params, self.state, np.int32(k))
@@ -246,7 +260,7 @@ class Stream:
         record = stream_state.record(self, batch, steps, chunks, live_sum, wall,
                                      self.jobs.call_s[calls_before:])
         if not self.sch.keep_cache:
-            self._take_out_rows()
+            stream_state.take_out_rows(self)
         return record
 
     def _head(self, items, free: int) -> list:
@@ -405,32 +419,6 @@ class Stream:
                 finally:
                     self.env.close_episodes(episodes)
             batch.finishing.append((mine, self.jobs.submit(finish_and_close)))
-
-    # ------------------------------------------------------------------ across params
-    def _take_out_rows(self) -> None:
-        """Every carried episode out of its row (its record copied out), the rows and prompt
-        slots emptied: the next params prefill what they go on with again (`_resume`)."""
-        rows = [e for e in self.owner if e is not None]
-        if not rows and not self.slot_of:
-            return  # nothing carried in the rows: their state is not read again
-        if rows:
-            self._copy_out(rows)
-        for e in rows:
-            self.owner[e.row], e.row = None, -1
-        # Mid-turn ones go on at once (by batch and index); those waiting on a call resume
-        # when their observation is appended.
-        self.resumes += sorted((e for e in rows if e.live), key=lambda e: (e.b.j, e.i))
-        self.state, self.pc = self.s.empty(self.b, self.q)
-        self.slot_of = {}
-
-    def _new_version(self, version: int) -> None:
-        """Each carried episode's tokens from its next column on are the new params'."""
-        in_rows = [e for e in self.owner if e is not None]
-        col = np.asarray(distributed.to_host(self.state.col_B)) if in_rows else None
-        for batch in self.batches.values():
-            for e in batch.eps:
-                if e.started and not e.ended:
-                    e.versions.append((int(col[e.row]) if e.row >= 0 else e.col, version))
 
     def snapshot(self) -> dict:
         """What a checkpoint keeps of the stream between two `run`s (stream_state.py)."""

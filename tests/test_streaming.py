@@ -138,6 +138,54 @@ def test_tokens_equal_the_lock_step_drivers(rows, insert, chunk, delay, median_s
     assert s["stream/prefills_per_prompt"] == 1.0  # each group's prompt once
 
 
+class Gated(EchoEnv):
+    """The first call of an early episode comes back only once a late episode has been
+    opened: rows that waited for it would never get there (the gate gives up after 30 s)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate, self.gated = threading.Event(), []
+
+    def open(self, contexts):
+        if any(c["id"] >= 12 for c in contexts):
+            self.gate.set()
+        return super().open(contexts)
+
+    def step(self, eps, turns):
+        if not self.gated and eps[0].context["id"] < 8:
+            self.gated.append(self.gate.wait(30))
+        return super().step(eps, turns)
+
+
+@pytest.mark.parametrize("release", [False, True])
+def test_deferred_calls_change_the_schedule_not_the_episodes(release):
+    """A call not back at its boundary is appended at the first one it is back by, the other
+    rows going on (a late call whose return waits for later episodes' opens completes);
+    every episode's tokens, log-probs, masks, texts and verdicts are bitwise those of runs
+    whose calls came back at other times (no latency, random latencies), and the lock-step
+    driver's tokens."""
+    n, g = 16, 2
+    tok, sampler, glue, params, prompt, pmask, contexts = _pieces(n, g)
+    gated = Gated()
+    runs = [streaming.run(sampler, env, tok, glue, params, prompt, pmask, jax.random.key(3),
+                          max_turns=4, put=jnp.asarray, group_size=g, contexts=contexts,
+                          schedule=streaming.Schedule(5, 2, 3, 0, release=release,
+                                                      defer=True))
+            for env in (gated, EchoEnv(), Delayed(EchoEnv(), 0.003, 0.03, seed=4))]
+    assert gated.gated and all(gated.gated)  # the rows went on past the late calls
+    assert runs[0].stats["rollout/late_call_share"] > 0
+    _same_episodes(runs[0], _lock_step(n, g, 4))
+    schedule = ("stream/chunks", "stream/live_rows_mean")
+    for got in runs[1:]:
+        for a, b in zip(got.rollout, runs[0].rollout):
+            np.testing.assert_array_equal(a, b)
+        assert got.texts == runs[0].texts and got.verdicts == runs[0].verdicts
+        assert {k: v for k, v in got.stats.items() if not k.startswith("rollout/")
+                and k not in schedule} == {k: v for k, v in runs[0].stats.items()
+                                           if not k.startswith("rollout/")
+                                           and k not in schedule}
+
+
 def test_every_episode_closed_when_a_call_raises():
     n, g = 8, 1
     tok, sampler, glue, params, prompt, pmask, contexts = _pieces(n, g)
@@ -187,8 +235,8 @@ def test_calls_overlap_decoding_and_the_wait_is_measured():
 @pytest.mark.slow
 def test_streamed_rows_split_over_eight_devices_equal_lock_step():
     """Issue 40: the streamed pieces on an 8-way data mesh (8 rows, rows released during
-    calls, random call latencies; params replicated, rows sharded) give each episode the
-    lock-step driver's tokens on one device."""
+    calls, random call latencies, late ones deferred; params replicated, rows sharded) give
+    each episode the lock-step driver's tokens on one device."""
     from rlvr_jax import sharding
 
     n, g, max_turns = 16, 2, 4
@@ -200,7 +248,7 @@ def test_streamed_rows_split_over_eight_devices_equal_lock_step():
     got = streaming.run(sampler, Delayed(EchoEnv(), 0.002, 0.02, seed=1), tok, glue,
                         jax.device_put(params, sharding.replicated(mesh)), prompt, pmask,
                         jax.random.key(3), max_turns=max_turns, put=put, group_size=g,
-                        schedule=streaming.Schedule(8, 8, 4, 1, release=True),
+                        schedule=streaming.Schedule(8, 8, 4, 1, release=True, defer=True),
                         contexts=contexts)
     _same_episodes(got, want)
 
@@ -336,13 +384,25 @@ def _two_process_worker(out: str, process_id: int, processes: int, port: int) ->
                    if x is not None})
     arrays["lock_texts"] = np.array(lock.texts)
     arrays["lock_verdicts"] = np.array([[int(v.status), v.fraction] for v in lock.verdicts])
+    # Deferred late calls (on-policy): each process's own latency draw, so its own schedule.
+    defer = streaming.run(_mesh_sampler(mesh, 2), Delayed(EchoEnv(), 0.003, 0.03,
+                                                          seed=7 + process_id),
+                          tok, glue, jax.device_put(params, sharding.replicated(mesh)),
+                          prompt, pmask, jax.random.key(3), max_turns=4, group_size=2,
+                          put=lambda x: jax.device_put(x, sharding.batch_sharding(mesh)),
+                          schedule=streaming.Schedule(8, 2, 3, 0, release=True, defer=True),
+                          contexts=contexts)
+    arrays.update({f"defer_{k}": np.asarray(x) for k, x in zip(defer.rollout._fields,
+                                                               defer.rollout) if x is not None})
+    arrays["defer_texts"] = np.array(defer.texts)
     np.savez(out, **arrays)
 
 
 @pytest.mark.slow
 def test_two_processes_stream_as_one(tmp_path):
     """Issue 40: streamed episodes, calls overlapped and rows released, carried across
-    updates, saved after batch 1 and restored, and the lock-step driver, over 2 processes x
+    updates, saved after batch 1 and restored; on-policy with late calls deferred (another
+    schedule in each process); and the lock-step driver, over 2 processes x
     2 devices (each process
     opens, steps, finishes and closes its own episodes, whichever row they decode in; what
     each learns from its environment is shared at the boundaries) == 1 process x 4 devices:
@@ -356,6 +416,7 @@ def test_two_processes_stream_as_one(tmp_path):
     assert int(two[0]["replayed"]) + int(two[1]["replayed"]) == int(one["replayed"])
     want = _lock_step(16, 2, 4)  # one process, one device
     np.testing.assert_array_equal(one["lock_tokens_B_R"], want.rollout.tokens_B_R)
+    np.testing.assert_array_equal(one["defer_tokens_B_R"], want.rollout.tokens_B_R)
     for got in two:
         assert sorted(got.files) == sorted(one.files)
         for k in one.files:

@@ -1,5 +1,6 @@
 """Multi-turn rollouts with slow environment calls: the lock-step driver (episodes.py) against
 episodes streamed through decode rows (streaming.py), rows held during a call or released,
+a late call waited for (at its boundary d chunks on) or deferred (appended once back, d = 0),
 each at zero latency (the baseline) and at lognormal call latencies, in one run.
 
     python experiments/bench/streaming.py [--median 0.2 --p99 5] [--episodes 64 --rows 16]
@@ -168,7 +169,8 @@ def main() -> None:
     ap.add_argument("--no-lock", action="store_true",
                     help="leave out lock step (the slowest arm; tokens compared with the first)")
     ap.add_argument("--arms", default="", help="only these arms (comma-separated: lock, held, "
-                    "released, carried); tokens compared with the first")
+                    "released, deferred, deferred_released, carried); tokens compared with "
+                    "the first")
     ap.add_argument("--carry", type=int, default=1,
                     help="carried arm: batches queued ahead (rollout.stream.carry_batches)")
     ap.add_argument("--env-threads", type=int, default=8,
@@ -189,14 +191,14 @@ def main() -> None:
                              max_turns=args.max_turns, put=jnp.asarray, contexts=ctx)
                 for p, m, key, ctx in batches if _update(args)]
 
-    def schedule(delay, release):
+    def schedule(delay, release, defer=False):
         return streaming.Schedule(args.rows, args.insert, args.chunk, delay, args.env_threads,
-                                  release)
+                                  release, defer=defer)
 
-    def stream(delay, release):
+    def stream(delay, release, defer=False):
         return lambda env: [streaming.run(sampler, env, tok, glue, params, p, m, key,
                                           max_turns=args.max_turns, put=jnp.asarray,
-                                          schedule=schedule(delay, release),
+                                          schedule=schedule(delay, release, defer),
                                           group_size=args.group, contexts=ctx)
                             for p, m, key, ctx in batches if _update(args)]
 
@@ -247,6 +249,9 @@ def main() -> None:
     d = max(1, math.ceil(args.cover / chunk_s))
     arms = {"lock": ("lock step", lock), "held": ("streamed, rows held", stream(d, False)),
             "released": ("streamed, rows released", stream(d, True)),
+            "deferred": ("streamed, rows held, late calls deferred", stream(0, False, True)),
+            "deferred_released": ("streamed, rows released, late calls deferred",
+                                  stream(0, True, True)),
             "carried": (f"carried {args.carry} ahead, rows released", carried(d, True))}
     chosen = args.arms.split(",") if args.arms else list(arms)
     arms = dict(arms[a] for a in chosen if not (args.no_lock and a == "lock"))

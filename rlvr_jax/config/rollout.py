@@ -12,8 +12,9 @@ from rlvr_jax.config.choices import _check
 class StreamConfig:
     """Multi-turn episodes streamed through decode rows, each environment call overlapped
     with the other rows' decoding (rlvr_jax/streaming.py). Reproducible: a call issued at a
-    boundary is appended `call_delay_chunks` boundaries later whatever its latency (waited
-    for only if it is not back by then), rows are refilled in queue order."""
+    boundary is appended `call_delay_chunks` boundaries later at the earliest, rows are
+    refilled in queue order, and a call not back by then is waited for or deferred
+    (`late_calls`) so that no episode's tokens depend on wall-clock time."""
 
     rows: int = 0  # decode rows the step's episodes flow through; 0: lock step (episodes.py)
     insert_rows: int = 0  # episodes inserted (prefilled) per call; 0: rows // 8, at least 1
@@ -33,6 +34,11 @@ class StreamConfig:
     # what a carried row's cache is under new params: recompute (its history prefilled again
     # under them; a resume is bitwise) or keep (the old params' cache; no recompute)
     carry_cache: str = "recompute"
+    # a call not back at its boundary: defer (appended at the first boundary it is back by,
+    # the other rows going on; exact while one params decodes the whole stream), wait (the
+    # rows wait for it; what keeps carried episodes' versions repeatable), auto (defer
+    # unless episodes are carried across updates, then wait)
+    late_calls: str = "auto"
 
     def check(self, key: str = "rollout.stream") -> None:
         _check(self.rows >= 0, f"{key}.rows", "must be >= 0 (0: lock step)")
@@ -46,6 +52,16 @@ class StreamConfig:
                f"carries streamed episodes: set {key}.rows > 0")
         _check(self.carry_cache in ("recompute", "keep"), f"{key}.carry_cache",
                "must be recompute or keep")
+        _check(self.late_calls in ("auto", "defer", "wait"), f"{key}.late_calls",
+               "must be auto, defer or wait")
+        _check(self.late_calls != "defer" or self.carry_batches == 0, f"{key}.late_calls",
+               "defer gives carried episodes versions that depend on when calls come back: "
+               f"use wait (or auto) with {key}.carry_batches >= 1")
+
+    @property
+    def defers(self) -> bool:
+        return self.late_calls == "defer" or (self.late_calls == "auto" and
+                                              not self.carry_batches)
 
     @property
     def inserts(self) -> int:
