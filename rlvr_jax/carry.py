@@ -1,11 +1,21 @@
 """Episodes carried across updates (issue 40; `rollout.stream.carry_batches` W >= 1, with
-`rollout.off_policy_steps` d >= 1): the streamed rows are kept from one step to the next, so a
-step does not wait for rows to drain. While batch j's last episodes run, the rows they free
-take episodes of batches j+1 .. j+W; those go on in the next steps under the next params.
+`rollout.off_policy_steps` d >= 1): a step does not wait for its batch's last episodes with
+its rows idle. The stream is kept from one step to the next, and the rows a batch's episodes
+leave (their turns ended on calls, or they ended) take the first turns of the next W
+batches' episodes, whose calls then run through the update. What a run takes is fixed by
+turn levels, never by when calls come back:
 
-    begin(j, theta_v, v):  batches up to j+W queued; stream until batch j's episodes have all
-                           ended (its record); the rest stay in their rows, or wait on calls
-                           that run through the update
+    run j (theta_v):  every turn of batch j's episodes, and of batch j + w (1 <= w <= W) the
+                      turns up to W + 1 - w; it ends when none of these is left (so batch
+                      j + W's first turns, j + W - 1's second turns, ..., all taken)
+
+So every token's version is a function of its batch and turn: tokens of batch j's turn t
+are theta_{j-W+t-1}'s (theta_j's from turn W + 1 on), whatever the latencies, the row
+count or the schedule, and late calls can be deferred (streaming.py) with carried episodes
+too. At the end of a run every carried episode sits at a turn boundary, out of its row,
+waiting for its call or for its turn; it resumes under the next params with its history
+prefilled under them (`Stream._resume`: the recompute, logged), its first turn there
+recorded under the new version.
 
 With rollouts.take's schedule batch j begins with theta_{j-d}, so its tokens are sampled under
 theta_{j-d-W} .. theta_{j-d}: each token's version is in the record (`Rollout.version_B_R`),
@@ -13,16 +23,11 @@ its behaviour log-prob is the one it was sampled with, and `algo.loss.correction
 token; the lag of a token (the update's step minus its version) is at most d + W, logged as
 `rollout/version_lag_max` / `_mean` (rollouts.version_lag).
 
-A carried episode goes on under new params with its history prefilled again under them
-(`rollout.stream.carry_cache=recompute`: its cache is what the new params compute), or with its
-cache from the old params (`keep`: no recompute; the cache mixes versions).
-
 Exact resume: a checkpoint holds what is in flight (`state`): the batches sampled and not yet
 trained on (their records; their verification is run again on resume) and the stream's
-started episodes (streaming.Stream.snapshot: records, calls in flight; their sessions are opened
-again and their answered calls replayed). With `recompute` a resumed run equals the
-uninterrupted one bit for bit (the rows are rebuilt as the uninterrupted run rebuilds them
-at each change of params); with `keep` the checkpoint's step recomputes its rows in both.
+started episodes (streaming.Stream.snapshot: records, calls in flight; their sessions are
+opened again and their answered calls replayed). A resumed run equals the uninterrupted one
+bit for bit (tested, with another latency draw after the restore).
 """
 
 from __future__ import annotations

@@ -77,7 +77,8 @@ def streamed(sampler, env, tokenizer, glue: episodes.Glue, max_turns: int, put: 
     if carry_batches:
         return carry.Carried(streaming.Stream(
             sampler, env, tokenizer, glue, max_turns=max_turns, put=put, schedule=schedule,
-            group_size=group_size), carry_batches, partial(own_rows, every_row=every_row))
+            group_size=group_size, carry=carry_batches), carry_batches,
+            partial(own_rows, every_row=every_row))
 
     def generate(params, prompt_B_L, pmask_B_L, key, contexts=None, rows_B=None) -> Generated:
         return own_rows(streaming.run(

@@ -38,6 +38,7 @@ class Ep:
     failed: bool = False
     why: str = ""  # why its sandbox failed (a restored episode's, its session not reopened)
     said: list = field(default_factory=list)  # its calls' texts, in order (a resume replays)
+    counted: int = 0  # its calls counted as needed (`rollout/late_call_share`)
     versions: list = field(default_factory=list)  # (first column, params version) segments
 
     @property
@@ -120,8 +121,7 @@ def snapshot(stream) -> dict:
     empty there (with `keep_cache`, the rows are emptied now: a checkpoint's step
     recomputes them as a resumed run does); the sessions are not saved: `restore` opens
     them again and replays their calls."""
-    if stream.sch.keep_cache:
-        take_out_rows(stream)
+    take_out_rows(stream)
     out = {"version": stream.version, "queued": sorted(stream.batches), "batches": [],
            "resumes": [[e.b.j, e.i] for e in
                                                                 stream.resumes],
@@ -188,9 +188,9 @@ def restore(stream, st: dict) -> None:
                                           np.array([e.failed for e in going], np.int32))
         for e, f in zip(going, failed):
             e.failed = bool(f)
-    for offset in sorted({o for o, _, _ in st["due"]}):
+    for offset in sorted({o for o, _, _ in st["due"]}):  # counted when first issued
         stream._call([stream.batches[j].eps[i] for o, j, i in st["due"] if o == offset],
-                   stream.t + offset)
+                     stream.t + offset, issued=False)
     stream.resumes = [stream.batches[j].eps[i] for j, i in st["resumes"]]
 
 
@@ -214,13 +214,15 @@ def take_out_rows(stream) -> None:
 
 
 def new_version(stream, version: int) -> None:
-    """Each carried episode's tokens from its next column on are the new params'."""
+    """Each carried episode in a row: its tokens from its next column on are the new
+    params'. One out of rows takes the version it resumes under (`Stream._resume`), from its
+    next turn's first column: where an observation that came back meanwhile ends is not a
+    function of the batches (when the call came back is not)."""
     in_rows = [e for e in stream.owner if e is not None]
-    col = np.asarray(distributed.to_host(stream.state.col_B)) if in_rows else None
-    for batch in stream.batches.values():
-        for e in batch.eps:
-            if e.started and not e.ended:
-                e.versions.append((int(col[e.row]) if e.row >= 0 else e.col, version))
+    if in_rows:
+        col = np.asarray(distributed.to_host(stream.state.col_B))
+        for e in in_rows:
+            e.versions.append((int(col[e.row]), version))
 
 
 # ---------------------------------------------------------------------- what processes share
@@ -230,29 +232,32 @@ def due_now(stream) -> list:
     back is waited for (the devices' idle time); deferring, it is left for the first
     boundary it is back by, and the rows go on. `rollout/late_call_share` counts the calls
     not back at their boundary."""
-    fresh = stream.due.pop(stream.t, [])
-    stream.due_n += len(fresh)
-    stream.late += sum(f is not None and not f.done() for _, f in fresh)
-    if not stream.sch.defer:
-        return replies_due(stream, fresh)[0]
-    replies, stream.deferred = replies_due(stream, stream.deferred + fresh, block=False)
+    entries = stream.deferred + stream.due.pop(stream.t, [])
+    for e, f in entries:
+        if stream.allowed(e) and e.counted != len(e.said):  # first needed now
+            e.counted = len(e.said)
+            stream.late += f is not None and not f.done()
+    # Waiting: for the calls whose episodes go on in this run (a later run's are not needed
+    # yet: taken when back, as deferring takes every call).
+    block = [not stream.sch.defer and stream.allowed(e) for e, _ in entries]
+    replies, stream.deferred = replies_due(stream, entries, block)
     return replies
 
 
-def wait_any(stream) -> None:
-    """No row decodes, and deferred calls are all that is left to go on: wait until one of
-    this process's is back (another process's: its owner waits, this one meets it at the
-    next boundary's all-gather)."""
-    own = [f for _, f in stream.deferred if f is not None]
+def wait_any(stream, needed: list) -> None:
+    """No row decodes, and calls `needed` (deferred, their episodes' next turns this run's)
+    are what is left to go on: wait until one of this process's is back (another
+    process's: its owner waits, this one meets it at the next boundary's all-gather)."""
+    own = [f for _, f in needed if f is not None]
     if own and not any(f.done() for f in own):
         t0 = time.perf_counter()
         futures.wait(own, return_when=futures.FIRST_COMPLETED)
         stream.waits["call"] += time.perf_counter() - t0
 
 
-def replies_due(stream, due: list, block: bool = True) -> tuple[list, list]:
-    """The replies of `due` as (episode, `Seen`), and the entries not back (`block`: none,
-    each is waited for). Each process looks at its own episodes' calls and tokenizes their
+def replies_due(stream, due: list, block: list) -> tuple[list, list]:
+    """The replies of `due` as (episode, `Seen`), and the entries not back (those `block`
+    says are waited for). Each process looks at its own episodes' calls and tokenizes their
     replies; every process gets them all, and so appends the same ones."""
     if not due:
         return [], []
@@ -260,7 +265,7 @@ def replies_due(stream, due: list, block: bool = True) -> tuple[list, list]:
     tool_n, outcome_n, len_n, cut_n, back_n = (np.zeros(n, np.int32) for _ in range(5))
     reward_n, ids_n_O = np.zeros(n, np.float32), np.zeros((n, o), np.int32)
     for k, (e, future) in enumerate(due):
-        if future is None or not (block or future.done()):  # another process's; not back
+        if future is None or not (block[k] or future.done()):  # another process's; not back
             continue
         reply = stream._wait(future)
         back_n[k] = 1
@@ -369,7 +374,7 @@ def record(stream, batch: Batch, steps: int, chunks: int, live_sum: int, wall: f
                 "stream/prefills_per_prompt": stream.prefills / max(-(-n // stream.g), 1),
                 "stream/recomputed_tokens_per_episode": stream.recomputed / n,
                 "stream/carried_episodes": float(stream.carried()),
-                "stream/calls_due": float(stream.due_n),
+                "stream/calls_issued": float(stream.due_n),
                 "rollout/late_call_share": stream.late / max(stream.due_n, 1)})
     return Generated(rollout, list(batch.finals), verdicts, {**row, **stream.env.stats()})
 

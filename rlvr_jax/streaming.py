@@ -13,28 +13,24 @@ then runs the whole batch's calls while the devices wait; here each row goes its
 
 Reproducible by construction: no decision depends on wall-clock time. An episode's tokens
 depend on its prompt, its sequence's random stream (sampling.sequence_uniforms), the params
-and its observations only: they are the lock-step sampler's for the same params, whatever B,
-k, d and the latencies (tested); what a row sees is the same computation in either driver
-(turn_sampler.py's pieces), and a row's numbers do not depend on the other rows of its
-fixed-shape call. Rows are refilled in queue order. A call issued at boundary t is appended
-at boundary t+d at the earliest; one not back by then is
-  waited for (the default): the rows wait (`rollout/device_idle_share`); this is what keeps
-    a stream whose params change mid-stream (carry.py) repeatable, since where an episode's
-    version changes is then a function of the boundaries alone;
-  deferred (`Schedule.defer`, while one params decodes the whole stream): appended at the
-    first boundary it is back by; the other rows go on. Only the schedule (which row, which
-    chunk) then depends on timing, and no episode's tokens or log-probs depend on it (tested
-    bitwise across latency draws).
-When no row is live the driver skips to the next boundary something is due at (deferring:
-waits for the first deferred call back).
+and its observations only: the lock-step sampler's for the same params, whatever B, k, d and
+the latencies (tested); a row's numbers do not depend on the other rows of its fixed-shape
+call. Rows are refilled in queue order. A call issued at boundary t is appended at boundary
+t+d at the earliest; one not back by then is deferred (`Schedule.defer`, the config's
+default: appended at the first boundary it is back by, the other rows going on) or waited
+for (the rows wait: `rollout/device_idle_share`). Only the schedule (which row, which chunk)
+can depend on timing: which turns a run takes, so each token's params, is fixed by the
+batches (carry.py's turn levels), and no token or log-prob depends on the schedule (tested
+bitwise across latency draws). When no row is live the driver waits for the first call it
+needs (deferring) or skips to the next boundary something is due at.
 
 Environment work (open, calls, finish, close) runs on worker threads, never on the thread
 that drives the devices: one thread, in the order issued, unless the environment says its
 episodes may be stepped concurrently (`concurrent_episodes = True`: disjoint episodes from
 several threads). Every episode opened is closed, on every path (an exception included).
 
-What a call costs the rows: held (the default), a row waits d chunks of k steps per call
-with its cache kept (`rollout/useful_row_steps` counts the loss); released
+What a call costs the rows: held (the default), a row waits for its call (d chunks of k
+steps at least) with its cache kept (`rollout/useful_row_steps` counts the loss); released
 (`Schedule.release`), the row takes another episode and the caller resumes in a free row
 once its observation is appended, its history prefilled again (`turn_sampler.resume`: the
 recompute, counted in `stream/recomputed_tokens_per_episode`). Either way the tokens are
@@ -47,9 +43,10 @@ environment (a session that failed to open, a reply's ids, outcome and reward, a
 verdict) is shared at the boundary it is due (`distributed.from_owners`, one all-gather),
 so every process makes the same refills and the run equals one process's (tested).
 
-A `Stream` keeps its rows and queue from one batch to the next: episodes of later batches
-started in rows a batch's last episodes freed go on in the next `run`, under its params
-(carry.py; each token's params version recorded; stream_state.py: what a checkpoint keeps).
+A `Stream` keeps its queue and the calls in flight from one batch to the next: episodes of
+later batches take their first turns in the rows a batch leaves, and go on in the next `run`s
+under their params (carry.py: the turn levels; each token's params version recorded;
+stream_state.py: what a checkpoint keeps).
 """
 
 from __future__ import annotations
@@ -86,12 +83,8 @@ class Schedule:
     # own resumes in a free row once the observation is appended, its history (prompt ++
     # response so far ++ observation) prefilled again. False: the row waits for its call.
     release: bool = False
-    # Episodes carried across a change of params: False, each carried row is taken out at
-    # the change and its history prefilled again under the new params (what a resume from a
-    # checkpoint rebuilds: bitwise); True, its cache from the old params is kept.
-    keep_cache: bool = False
     # A call not back at its boundary: False, the rows wait for it; True, it is appended at
-    # the first boundary it is back by (exact only while the params do not change mid-stream)
+    # the first boundary it is back by, the other rows going on
     defer: bool = False
 
 
@@ -115,12 +108,15 @@ def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, p
 class Stream:
     """The rows and the queue of episodes, kept from one batch to the next: `add` queues a
     batch's episodes, `run(params, version, j)` streams until batch j's have all ended and
-    returns its record; episodes of later batches already in rows, or waiting on calls, are
-    carried into the next `run` (under its params). `close` closes every open episode."""
+    the later batches' turns of its level are taken (`carry` W: carry.py), and returns
+    batch j's record; the later batches' episodes go on in the next `run`s, under their
+    params. `close` closes every open episode."""
 
     def __init__(self, sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, *,
-                 max_turns: int, put: Callable, schedule: Schedule, group_size: int = 1):
+                 max_turns: int, put: Callable, schedule: Schedule, group_size: int = 1,
+                 carry: int = 0):
         self.s, self.env, self.tok, self.glue, self.put = sampler, env, tokenizer, glue, put
+        self.carry, self.j = carry, 0  # W (carry.py: the turn levels), the batch being run
         self.max_turns, self.sch, self.g = max_turns, schedule, max(group_size, 1)
         threads = schedule.env_threads if getattr(env, "concurrent_episodes", False) else 1
         self.jobs = Timed(threads)
@@ -194,7 +190,7 @@ class Stream:
         params' (each token records the version it was sampled under)."""
         if self.version is not None and version != self.version:
             stream_state.new_version(self, version)
-        self.params, self.version = params, version
+        self.params, self.version, self.j = params, version, j
         self.waits, self.prefills, self.recomputed, self.late, self.due_n = no_waits(), 0, 0, 0, 0
         calls_before, steps_before = len(self.jobs.call_s), int(distributed.to_host(
             self.state.steps))
@@ -212,16 +208,17 @@ class Stream:
             if self.ended:
                 self._leave(self.ended)
                 self.ended = []
-            complete = not batch.left
+            complete = not self._left(batch)
             # 3. Free rows refilled: episodes out of rows first (in the order they became
-            # ready), then new ones in queue order, M per call (one batch's per call).
+            # ready), then new ones in queue order, M per call (one batch's per call); only
+            # turns this run may take (`allowed`).
             free = [] if complete else [x for x in range(b) if self.owner[x] is None]
-            while self.resumes and free:
-                take = self._head(self.resumes, len(free))
-                self.resumes = self.resumes[len(take):]
+            while free and (ready := [e for e in self.resumes if self.allowed(e)]):
+                take = self._head(ready, len(free))
+                self.resumes = [e for e in self.resumes if e not in set(take)]
                 self._resume(take, free[:len(take)])
                 free = free[len(take):]
-            while self.queue and free:
+            while self.queue and free and self.allowed(self.queue[0]):
                 take = self._head(self.queue, len(free))
                 for _ in take:
                     self.queue.popleft()
@@ -237,10 +234,11 @@ class Stream:
             if complete:
                 break
             live_B = np.asarray(distributed.to_host(self.state.live_B))
-            if not live_B.any():  # every row waits on a call: on to the next one due
-                if self.deferred:
-                    stream_state.wait_any(self)
-                self.t = self.t + 1 if self.deferred else min(self.due)
+            if not live_B.any():  # every row waits on a call: on to the next one needed
+                needed = [x for x in self.deferred if self.allowed(x[0])]
+                if needed:
+                    stream_state.wait_any(self, needed)
+                self.t = self.t + 1 if needed else min(self.due)
                 continue
             # 4. A chunk of decoding; the rows that stopped in it, handled at boundary t+1.
             self.state = self.s.decode(self.params, self.state, np.int32(k))
@@ -259,9 +257,18 @@ class Stream:
         del self.batches[j]
         record = stream_state.record(self, batch, steps, chunks, live_sum, wall,
                                      self.jobs.call_s[calls_before:])
-        if not self.sch.keep_cache:
-            stream_state.take_out_rows(self)
         return record
+
+    def allowed(self, e: Ep) -> bool:
+        """e's next turn may run now: every turn of batch j's episodes and earlier ones; of
+        batch j + w (1 <= w <= W), the turns up to W + 1 - w (carry.py: the turn levels)."""
+        return e.b.j <= self.j or e.turns <= self.j - e.b.j + self.carry
+
+    def _left(self, batch: Batch) -> bool:
+        """This run has work left: batch j has episodes going on, or a later batch has turns
+        this run must take (what a run takes is then a function of the batches alone)."""
+        return batch.left > 0 or any(not e.ended and self.allowed(e) for x in
+                                     self.batches.values() if x is not batch for e in x.eps)
 
     def _head(self, items, free: int) -> list:
         """The first episodes of `items` that go in one call: at most M and `free`, of one
@@ -338,6 +345,8 @@ class Stream:
         for e, row in zip(take, dest):
             e.row, self.owner[row], e.live = row, e, False
             self.recomputed += int(batch.pmask_N_L[e.i].sum() + e.col)
+            if e.versions[-1][1] != self.version:  # its first turn under these params
+                e.versions.append((e.col, self.version))
 
     def _stopped(self, rows: list, host: dict) -> None:
         """Rows whose turn stopped in the chunk before boundary t: episodes that ended (to
@@ -364,14 +373,18 @@ class Stream:
                     tokens_B_R = np.asarray(distributed.to_host(self.state.tokens_B_R))
                 e.said.append(turn_text(self.tok, tokens_B_R[row, e.start:e.col]))
                 calls.append(e)
-        if calls and self.sch.release:
-            self._copy_out(calls)
-            for e in calls:
+        # Released: the calling rows; always, those whose next turn is a later run's.
+        out = [e for e in calls if self.sch.release or not self.allowed(e)]
+        if out:
+            self._copy_out(out)
+            for e in out:
                 self.owner[e.row], e.row = None, -1
         self._call(calls, self.t + self.sch.call_delay)
 
-    def _call(self, calls: list, due: int) -> None:
-        """Each episode's last call handed to the environment, its reply due at `due`."""
+    def _call(self, calls: list, due: int, issued: bool = True) -> None:
+        """Each episode's last call handed to the environment, its reply due at `due`
+        (`issued`: counted as this run's; a restored stream's calls were the run before's)."""
+        self.due_n += len(calls) if issued else 0
         own = [e for e in calls if e.mine]  # another process steps the others
         futures: dict = {}
         if own and self.jobs.threads == 1:  # one thread: one batch (sessions in parallel)
@@ -428,8 +441,7 @@ class Stream:
         """The stream a `snapshot` saved, its batches added again first (stream_state.py)."""
         stream_state.restore(self, saved)
 
-    def carried(self) -> int:
-        """Episodes started and not ended (carried into the next `run`)."""
+    def carried(self) -> int:  # episodes started and not ended (on in the next `run`)
         return sum(e.started and not e.ended for b in self.batches.values() for e in b.eps)
 
     def close(self) -> None:

@@ -70,16 +70,17 @@ def test_decode_benches_at_toy_sizes():
 @pytest.mark.parametrize("env", ["worlds", "repl"])
 def test_streaming_bench_at_toy_sizes(env):
     """Both environments of the bench; repl: real sandboxed sessions (bubblewrap), its
-    released and carried arms only (the other drivers are the worlds run's)."""
+    released and carried (late calls deferred) arms only (the other drivers are the worlds
+    run's)."""
     if env == "repl" and UNAVAILABLE:
         pytest.skip(f"no sandbox: {UNAVAILABLE}")
     text = _run("experiments/bench/streaming.py", "--episodes", "8", "--steps", "2",
                 "--rows", "4", "--insert", "2", "--new-tokens", "24", "--hidden", "32",
                 "--layers", "1", "--env", env,
-                *(["--arms", "released,carried", "--carry", "2"] if env == "repl" else
+                *(["--arms", "released,carried_deferred", "--carry", "2"] if env == "repl" else
                   ["--call-limit", "0.01"]),  # some calls end as the environment's timeouts
                 "--median", "0.002", "--p99", "0.02", "--repeats", "1", "--cover", "0.01")
     rows = [line for line in text.splitlines() if line.startswith(("| streamed", "| carried"))]
-    assert len(rows) == (4 if env == "repl" else 6), text
+    assert len(rows) == (4 if env == "repl" else 12), text
     assert all(line.endswith("| True |") for line in rows), text
 

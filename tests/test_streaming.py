@@ -271,10 +271,10 @@ def _mesh_sampler(mesh, g):
                              temperature=1.0, group_size=g, prompt_len=L, mesh=mesh)
 
 
-def _carried(n, g, versions, release, keep=False, stop_after=None, latency=0.003, seed=0,
-             mesh=None, rows=5):
-    """Batches streamed through `rows` rows, one batch queued ahead (episodes carried across
-    `run`s), batch j run under params version versions[j] (params scaled by it). With
+def _carried(n, g, versions, release, defer=False, stop_after=None, latency=0.003, seed=0,
+             mesh=None, rows=5, carry=1):
+    """Batches streamed through `rows` rows, `carry` batches queued ahead (episodes carried
+    across `run`s), batch j run under params version versions[j] (params scaled by it). With
     `stop_after` k: the stream saved after batch k, a new stream (and environment)
     restored from the saved JSON runs the rest. `mesh`: rows sharded over its data axis."""
     import json
@@ -288,17 +288,16 @@ def _carried(n, g, versions, release, keep=False, stop_after=None, latency=0.003
         put = lambda x: jax.device_put(x, sharding.batch_sharding(mesh))
         params = jax.device_put(params, sharding.replicated(mesh))
     batches = _batches(n, g, len(versions))
-    sch = streaming.Schedule(rows, 2, 3, 1, release=release, keep_cache=keep)
+    sch = streaming.Schedule(rows, 2, 3, 1, release=release, defer=defer)
     make = lambda env: streaming.Stream(sampler, env, tok, glue, max_turns=4, put=put,
-                                        schedule=sch, group_size=g)
+                                        schedule=sch, group_size=g, carry=carry)
     envs = [EchoEnv()]
     stream, out = make(Delayed(envs[0], latency, 10 * latency, seed=seed)), []
     try:
         for j, v in enumerate(versions):
-            if j == 0:
-                stream.add(0, *batches[0])
-            if j + 1 < len(versions) and j + 1 not in stream.batches:
-                stream.add(j + 1, *batches[j + 1])
+            for k in range(j, min(j + carry + 1, len(versions))):
+                if k not in stream.batches and k >= len(out):
+                    stream.add(k, *batches[k])
             p = jax.tree.map(lambda x: x * (1 + 0.05 * v), params)
             out.append(stream.run(p, v, j))
             if stop_after == j:
@@ -306,7 +305,7 @@ def _carried(n, g, versions, release, keep=False, stop_after=None, latency=0.003
                 stream.close()
                 envs.append(EchoEnv())
                 stream = make(Delayed(envs[-1], latency, 10 * latency, seed=seed + 1))
-                for k in range(j + 1, min(j + 2, len(versions))):
+                for k in range(j + 1, min(j + 1 + carry, len(versions))):
                     stream.add(k, *batches[k])
                 stream.restore(saved)
     finally:
@@ -333,16 +332,18 @@ def test_carried_batches_equal_the_lock_step_driver_per_batch(release):
     assert sum(r.stats["stream/carried_episodes"] for r in got[:-1]) > 0
 
 
-@pytest.mark.parametrize("release,keep", [(False, False), (True, False), (False, True)])
-def test_a_restored_stream_equals_the_uninterrupted_one(release, keep):
+@pytest.mark.parametrize("release,defer,carry", [(False, False, 1), (True, False, 1),
+                                                 (True, True, 2)])
+def test_a_restored_stream_equals_the_uninterrupted_one(release, defer, carry):
     """New params at every batch: carried episodes go on under them (each token's version
-    recorded); the stream saved after batch 1 (a call in flight) and restored in a new process's stead (new
-    environment: sessions reopened, calls replayed) gives the uninterrupted run's records
-    bit for bit (with keep_cache both recompute at the save)."""
+    recorded); the stream saved after batch 1 (a call in flight) and restored in a new
+    process's stead (new environment: sessions reopened, calls replayed; another latency
+    draw, so late calls deferred elsewhere) gives the uninterrupted run's records bit for
+    bit, versions included."""
     n, g = 16, 2
     versions = [0, 1, 2, 3]
-    whole, _ = _carried(n, g, versions, release, keep, stop_after=1 if keep else None)
-    cut, stream = _carried(n, g, versions, release, keep, stop_after=1, seed=5)
+    whole, _ = _carried(n, g, versions, release, defer, carry=carry)
+    cut, stream = _carried(n, g, versions, release, defer, stop_after=1, seed=5, carry=carry)
     assert stream.replayed > 0  # sessions rebuilt by replaying their calls
     for a, b in zip(whole, cut):
         for x, y in zip(a.rollout, b.rollout):
@@ -353,6 +354,8 @@ def test_a_restored_stream_equals_the_uninterrupted_one(release, keep):
     lags = [set(np.unique(r.rollout.version_B_R[r.rollout.loss_mask_B_R > 0]))
             for r in whole]
     assert lags[0] == {0} and any(len(s) > 1 for s in lags[1:]), lags  # carried: mixed
+    # The turn levels: batch j's first turns are run j - W's (all its episodes have one).
+    assert [min(x) for x in lags] == [max(0, j - carry) for j in range(4)], lags
 
 
 def _two_process_worker(out: str, process_id: int, processes: int, port: int) -> None:
@@ -364,7 +367,7 @@ def _two_process_worker(out: str, process_id: int, processes: int, port: int) ->
     from rlvr_jax import sharding
 
     mesh = sharding.make_mesh(data=4, fsdp=1, devices=jax.devices()[:4])
-    got, stream = _carried(16, 2, [0, 1, 2, 3], True, stop_after=1, mesh=mesh, rows=8,
+    got, stream = _carried(16, 2, [0, 1, 2, 3], True, True, stop_after=1, mesh=mesh, rows=8,
                            seed=process_id)
     arrays = {f"{j}_{k}": np.asarray(x) for j, r in enumerate(got)
               for k, x in zip(r.rollout._fields, r.rollout) if x is not None}
@@ -384,25 +387,14 @@ def _two_process_worker(out: str, process_id: int, processes: int, port: int) ->
                    if x is not None})
     arrays["lock_texts"] = np.array(lock.texts)
     arrays["lock_verdicts"] = np.array([[int(v.status), v.fraction] for v in lock.verdicts])
-    # Deferred late calls (on-policy): each process's own latency draw, so its own schedule.
-    defer = streaming.run(_mesh_sampler(mesh, 2), Delayed(EchoEnv(), 0.003, 0.03,
-                                                          seed=7 + process_id),
-                          tok, glue, jax.device_put(params, sharding.replicated(mesh)),
-                          prompt, pmask, jax.random.key(3), max_turns=4, group_size=2,
-                          put=lambda x: jax.device_put(x, sharding.batch_sharding(mesh)),
-                          schedule=streaming.Schedule(8, 2, 3, 0, release=True, defer=True),
-                          contexts=contexts)
-    arrays.update({f"defer_{k}": np.asarray(x) for k, x in zip(defer.rollout._fields,
-                                                               defer.rollout) if x is not None})
-    arrays["defer_texts"] = np.array(defer.texts)
     np.savez(out, **arrays)
 
 
 @pytest.mark.slow
 def test_two_processes_stream_as_one(tmp_path):
-    """Issue 40: streamed episodes, calls overlapped and rows released, carried across
-    updates, saved after batch 1 and restored; on-policy with late calls deferred (another
-    schedule in each process); and the lock-step driver, over 2 processes x
+    """Issue 40: streamed episodes, calls overlapped and rows released, late calls deferred
+    (another schedule in each process), carried across updates, saved after batch 1 and
+    restored, and the lock-step driver, over 2 processes x
     2 devices (each process
     opens, steps, finishes and closes its own episodes, whichever row they decode in; what
     each learns from its environment is shared at the boundaries) == 1 process x 4 devices:
@@ -416,7 +408,6 @@ def test_two_processes_stream_as_one(tmp_path):
     assert int(two[0]["replayed"]) + int(two[1]["replayed"]) == int(one["replayed"])
     want = _lock_step(16, 2, 4)  # one process, one device
     np.testing.assert_array_equal(one["lock_tokens_B_R"], want.rollout.tokens_B_R)
-    np.testing.assert_array_equal(one["defer_tokens_B_R"], want.rollout.tokens_B_R)
     for got in two:
         assert sorted(got.files) == sorted(one.files)
         for k in one.files:

@@ -169,8 +169,8 @@ def main() -> None:
     ap.add_argument("--no-lock", action="store_true",
                     help="leave out lock step (the slowest arm; tokens compared with the first)")
     ap.add_argument("--arms", default="", help="only these arms (comma-separated: lock, held, "
-                    "released, deferred, deferred_released, carried); tokens compared with "
-                    "the first")
+                    "released, deferred, deferred_released, carried, carried_deferred); tokens "
+                    "compared with the first")
     ap.add_argument("--carry", type=int, default=1,
                     help="carried arm: batches queued ahead (rollout.stream.carry_batches)")
     ap.add_argument("--env-threads", type=int, default=8,
@@ -202,11 +202,11 @@ def main() -> None:
                                           group_size=args.group, contexts=ctx)
                             for p, m, key, ctx in batches if _update(args)]
 
-    def carried(delay, release):
+    def carried(delay, release, defer=False):
         def run(env):  # one stream for every step, --carry batches queued ahead
             s = streaming.Stream(sampler, env, tok, glue, max_turns=args.max_turns,
-                                 put=jnp.asarray, schedule=schedule(delay, release),
-                                 group_size=args.group)
+                                 put=jnp.asarray, schedule=schedule(delay, release, defer),
+                                 group_size=args.group, carry=args.carry)
             try:
                 out = []
                 for j in range(args.steps):
@@ -252,7 +252,9 @@ def main() -> None:
             "deferred": ("streamed, rows held, late calls deferred", stream(0, False, True)),
             "deferred_released": ("streamed, rows released, late calls deferred",
                                   stream(0, True, True)),
-            "carried": (f"carried {args.carry} ahead, rows released", carried(d, True))}
+            "carried": (f"carried {args.carry} ahead, rows released", carried(d, True)),
+            "carried_deferred": (f"carried {args.carry} ahead, rows released, late calls "
+                                 "deferred", carried(0, True, True))}
     chosen = args.arms.split(",") if args.arms else list(arms)
     arms = dict(arms[a] for a in chosen if not (args.no_lock and a == "lock"))
     base_tokens: dict = {}
@@ -304,7 +306,7 @@ def main() -> None:
 
 def _late(made) -> float:
     """Calls not back at their boundary in one run of the stream."""
-    return made.stats.get("rollout/late_call_share", 0.0) * made.stats.get("stream/calls_due", 0)
+    return made.stats.get("rollout/late_call_share", 0.0) * made.stats.get("stream/calls_issued", 0)
 
 
 def _update(args) -> bool:

@@ -27,18 +27,16 @@ class StreamConfig:
     # resumes in a free row, its history prefilled again (rows never wait on calls, at the
     # cost of the recompute). false: the row waits for its call, its cache kept.
     release_rows: bool = False
-    # W >= 1: episodes carried across updates (rlvr_jax/carry.py): the rows a step's last
-    # episodes free take episodes of the next W steps' batches, which go on under the next
-    # params; a token's version lag is then at most rollout.off_policy_steps + W (logged)
+    # W >= 1: episodes carried across updates (rlvr_jax/carry.py): while step j's batch
+    # streams, the next W batches' episodes take their first turns in the rows it leaves
+    # (batch j + w up to turn W + 1 - w), and go on under the next params, each resumed
+    # with its history prefilled under them; a token's version lag is then at most
+    # rollout.off_policy_steps + W (logged)
     carry_batches: int = 0
-    # what a carried row's cache is under new params: recompute (its history prefilled again
-    # under them; a resume is bitwise) or keep (the old params' cache; no recompute)
-    carry_cache: str = "recompute"
     # a call not back at its boundary: defer (appended at the first boundary it is back by,
-    # the other rows going on; exact while one params decodes the whole stream), wait (the
-    # rows wait for it; what keeps carried episodes' versions repeatable), auto (defer
-    # unless episodes are carried across updates, then wait)
-    late_calls: str = "auto"
+    # the other rows going on) or wait (the rows wait for it). Either way no episode's
+    # tokens, log-probs or versions depend on when a call comes back (tested)
+    late_calls: str = "defer"
 
     def check(self, key: str = "rollout.stream") -> None:
         _check(self.rows >= 0, f"{key}.rows", "must be >= 0 (0: lock step)")
@@ -50,18 +48,8 @@ class StreamConfig:
         _check(self.carry_batches >= 0, f"{key}.carry_batches", "must be >= 0 (0: none)")
         _check(self.carry_batches == 0 or self.rows > 0, f"{key}.carry_batches",
                f"carries streamed episodes: set {key}.rows > 0")
-        _check(self.carry_cache in ("recompute", "keep"), f"{key}.carry_cache",
-               "must be recompute or keep")
-        _check(self.late_calls in ("auto", "defer", "wait"), f"{key}.late_calls",
-               "must be auto, defer or wait")
-        _check(self.late_calls != "defer" or self.carry_batches == 0, f"{key}.late_calls",
-               "defer gives carried episodes versions that depend on when calls come back: "
-               f"use wait (or auto) with {key}.carry_batches >= 1")
-
-    @property
-    def defers(self) -> bool:
-        return self.late_calls == "defer" or (self.late_calls == "auto" and
-                                              not self.carry_batches)
+        _check(self.late_calls in ("defer", "wait"), f"{key}.late_calls",
+               "must be defer or wait")
 
     @property
     def inserts(self) -> int:
