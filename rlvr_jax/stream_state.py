@@ -118,10 +118,10 @@ def snapshot(stream) -> dict:
     """What a resume rebuilds the stream from, between two `run`s (JSON): every started
     episode's record and counters, the calls in flight (their texts; due how many
     boundaries on) and the order of those waiting for a row. Rows and prompt slots are
-    empty there (with `keep_cache`, the rows are emptied now: a checkpoint's step
-    recomputes them as a resumed run does); the sessions are not saved: `restore` opens
-    them again and replays their calls."""
-    take_out_rows(stream)
+    empty there (a run ends with every carried episode at a turn boundary, out of its row:
+    carry.py); the sessions are not saved: `restore` opens them again and replays their
+    calls."""
+    assert all(e is None for e in stream.owner) and not stream.slot_of, "rows in use"
     out = {"version": stream.version, "queued": sorted(stream.batches), "batches": [],
            "resumes": [[e.b.j, e.i] for e in
                                                                 stream.resumes],
@@ -193,36 +193,6 @@ def restore(stream, st: dict) -> None:
                      stream.t + offset, issued=False)
     stream.resumes = [stream.batches[j].eps[i] for j, i in st["resumes"]]
 
-
-
-# ---------------------------------------------------------------------- across params
-def take_out_rows(stream) -> None:
-    """Every carried episode out of its row (its record copied out), the rows and prompt
-    slots emptied: the next params prefill what they go on with again (`_resume`)."""
-    rows = [e for e in stream.owner if e is not None]
-    if not rows and not stream.slot_of:
-        return  # nothing carried in the rows: their state is not read again
-    if rows:
-        stream._copy_out(rows)
-    for e in rows:
-        stream.owner[e.row], e.row = None, -1
-    # Mid-turn ones go on at once (by batch and index); those waiting on a call resume
-    # when their observation is appended.
-    stream.resumes += sorted((e for e in rows if e.live), key=lambda e: (e.b.j, e.i))
-    stream.state, stream.pc = stream.s.empty(stream.b, stream.q)
-    stream.slot_of = {}
-
-
-def new_version(stream, version: int) -> None:
-    """Each carried episode in a row: its tokens from its next column on are the new
-    params'. One out of rows takes the version it resumes under (`Stream._resume`), from its
-    next turn's first column: where an observation that came back meanwhile ends is not a
-    function of the batches (when the call came back is not)."""
-    in_rows = [e for e in stream.owner if e is not None]
-    if in_rows:
-        col = np.asarray(distributed.to_host(stream.state.col_B))
-        for e in in_rows:
-            e.versions.append((int(col[e.row]), version))
 
 
 # ---------------------------------------------------------------------- what processes share

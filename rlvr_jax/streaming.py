@@ -188,8 +188,6 @@ class Stream:
     def run(self, params, version: int, j: int) -> Generated:
         """Stream until batch j's episodes have all ended; -> its record. `version`: the
         params' (each token records the version it was sampled under)."""
-        if self.version is not None and version != self.version:
-            stream_state.new_version(self, version)
         self.params, self.version, self.j = params, version, j
         self.waits, self.prefills, self.recomputed, self.late, self.due_n = no_waits(), 0, 0, 0, 0
         calls_before, steps_before = len(self.jobs.call_s), int(distributed.to_host(
@@ -345,7 +343,7 @@ class Stream:
         for e, row in zip(take, dest):
             e.row, self.owner[row], e.live = row, e, False
             self.recomputed += int(batch.pmask_N_L[e.i].sum() + e.col)
-            if e.versions[-1][1] != self.version:  # its first turn under these params
+            if e.versions[-1][1] != self.version:  # new params (the run starts out of rows)
                 e.versions.append((e.col, self.version))
 
     def _stopped(self, rows: list, host: dict) -> None:
