@@ -101,8 +101,8 @@ def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, p
     finally:
         env.close_episodes(opened)
     wall = time.perf_counter() - t0
-    row = rollout_stats(clock.wait_s, wall, made.rollout, made.stats.pop("steps"), b,
-                        clock.call_s)
+    row = rollout_stats(clock.wait_s, wall, float(made.rollout.loss_mask_B_R.sum()),
+                        made.stats.pop("steps"), b, clock.call_s)
     return made._replace(stats={**made.stats, **row, **env.stats()})  # sessions after close
 
 
@@ -235,15 +235,15 @@ def gather_verdicts(local: list, mine: slice, b: int) -> list:
     return out
 
 
-def rollout_stats(wait_s: float, wall_s: float, rollout: Rollout, steps: int, rows: int,
+def rollout_stats(wait_s: float, wall_s: float, made: float, steps: int, rows: int,
                   call_s) -> dict:
     """What the devices did while episodes ran (either driver): the share of the wall clock
     the driver waited on the environment (the devices idle), the share of decode row-steps
-    that made a policy token, and each call's seconds (p50 / p99; a batch's calls each count
-    its batch's time)."""
+    that made a policy token (`made` tokens in `steps` x `rows`), and each call's seconds
+    (p50 / p99; a batch's calls each count its batch's time)."""
     call_s = np.asarray(call_s if len(call_s) else [0.0])
     return {"rollout/device_idle_share": wait_s / max(wall_s, 1e-9),
-            "rollout/useful_row_steps": float(rollout.loss_mask_B_R.sum()) / max(steps * rows, 1),
+            "rollout/useful_row_steps": made / max(steps * rows, 1),
             "rollout/decode_steps": float(steps),
             "rollout/env_call_p50_s": float(np.percentile(call_s, 50)),
             "rollout/env_call_p99_s": float(np.percentile(call_s, 99))}

@@ -336,7 +336,8 @@ def record(stream, batch: Batch, steps: int, chunks: int, live_sum: int, wall: f
     row = stats(turns_N, batch.calls_N_T_O, stream.tools, batch.reason_N, rollout,
                 batch.cut_N, batch.pmask_N_L)
     row["episode/turn_reward_mean"] = float(rollout.turn_rewards_B_R.sum() / n)
-    row.update(episodes.rollout_stats(sum(stream.waits.values()), wall, rollout, steps,
+    # Tokens this run made (a carried batch's first turns were earlier runs').
+    row.update(episodes.rollout_stats(sum(stream.waits.values()), wall, stream.made, steps,
                                       stream.b, call_s))
     row.update({f"rollout/wait_{kind}_s": s for kind, s in stream.waits.items()})
     row.update({"stream/chunks": float(chunks),

@@ -193,7 +193,7 @@ class Stream:
         calls_before, steps_before = len(self.jobs.call_s), int(distributed.to_host(
             self.state.steps))
         batch, b, k, o = self.batches[j], self.b, self.sch.chunk_steps, self.s.observation_tokens
-        t0, chunks, live_sum = time.perf_counter(), 0, 0
+        t0, chunks, live_sum, self.made = time.perf_counter(), 0, 0, 0
         for e in list(islice(self.queue, self.sch.insert_rows + 1))[::self.sch.insert_rows]:
             self._open(e)  # the first two opens: their sessions start while rows decode
         while True:
@@ -231,7 +231,8 @@ class Stream:
                                            self.put(len_B), self.put(np.zeros(b, bool)))
             if complete:
                 break
-            live_B = np.asarray(distributed.to_host(self.state.live_B))
+            live_B, col_B = (np.asarray(x) for x in distributed.to_host((self.state.live_B,
+                                                                         self.state.col_B)))
             if not live_B.any():  # every row waits on a call: on to the next one needed
                 needed = [x for x in self.deferred if self.allowed(x[0])]
                 if needed:
@@ -245,6 +246,7 @@ class Stream:
             host = dict(zip(("live", "stop", "col", "start"), (np.asarray(x) for x in (
                 distributed.to_host((self.state.live_B, self.state.stop_B, self.state.col_B,
                                      self.state.turn_start_B))))))
+            self.made += int((host["col"] - col_B)[live_B].sum())  # the tokens sampled
             stopped = [x for x in range(b) if live_B[x] and not host["live"][x]]
             self.t += 1
             if stopped:

@@ -134,6 +134,8 @@ def test_tokens_equal_the_lock_step_drivers(rows, insert, chunk, delay, median_s
     assert sorted(id(e) for e in env.opened) == sorted(id(e) for e in env.closed)
     s = got.stats
     assert 0 < s["rollout/useful_row_steps"] <= 1
+    made = s["rollout/useful_row_steps"] * s["rollout/decode_steps"] * rows  # the run's own
+    assert made == pytest.approx(got.rollout.loss_mask_B_R.sum())
     assert 0 <= s["rollout/device_idle_share"] < 1
     assert s["stream/prefills_per_prompt"] == 1.0  # each group's prompt once
 
@@ -330,6 +332,11 @@ def test_carried_batches_equal_the_lock_step_driver_per_batch(release):
         assert [(v.status, v.detail) for v in record.verdicts] == [
             (v.status, v.detail) for v in want.verdicts]
     assert sum(r.stats["stream/carried_episodes"] for r in got[:-1]) > 0
+    # Row-steps count the tokens each run made (a batch's first turns were the run before's).
+    made = [r.stats["rollout/useful_row_steps"] * r.stats["rollout/decode_steps"] * 5
+            for r in got]
+    assert sum(made) == pytest.approx(sum(r.rollout.loss_mask_B_R.sum() for r in got))
+    assert all(0 < r.stats["rollout/useful_row_steps"] <= 1 for r in got)
 
 
 @pytest.mark.parametrize("release,defer,carry", [(False, False, 1), (True, False, 1),

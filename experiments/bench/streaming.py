@@ -283,8 +283,8 @@ def main() -> None:
             same = all(np.array_equal(m.rollout.tokens_B_R, b) for m, b in zip(made, base))
             wall = [m.stats["rollout/device_idle_share"] for m in made]
             steps = sum(m.stats["rollout/decode_steps"] for m in made)
-            useful = sum(float(m.rollout.loss_mask_B_R.sum()) for m in made)
             rows = n if fn is lock else args.rows
+            useful = sum(_made(m, rows) for m in made)
             late = sum(_late(m) for m in made)
             print(f"| {name} | {label} | {s:.2f} | {s / zero_s:.2f} | "
                   f"{float(np.mean(wall)):.1%} | {useful / max(steps * rows, 1):.2f}"
@@ -295,13 +295,19 @@ def main() -> None:
                 zero_steady = zero_steady or step_s
                 idle = sum(m.stats["rollout/device_idle_share"] * m.stats["bench/step_s"]
                            for m in mid) / sum(m.stats["bench/step_s"] for m in mid)
-                made_tokens = sum(float(m.rollout.loss_mask_B_R.sum()) for m in mid)
+                made_tokens = sum(_made(m, rows) for m in mid)
                 row_steps = sum(m.stats["rollout/decode_steps"] for m in mid) * rows
                 late = sum(_late(m) for m in mid)
                 print(f"| {name}, steps {steady.start}-{steady.stop - 1} | {label} | "
                       f"{step_s:.2f} | {step_s / zero_steady:.2f} | {idle:.1%} | "
                       f"{made_tokens / max(row_steps, 1):.2f} | {late:.0f} | {same} |",
                       flush=True)
+
+
+def _made(made, rows: int) -> float:
+    """Tokens sampled in one run of the stream (a carried batch's first turns were made in
+    the runs before)."""
+    return made.stats["rollout/useful_row_steps"] * made.stats["rollout/decode_steps"] * rows
 
 
 def _late(made) -> float:
