@@ -197,11 +197,11 @@ def restore(stream, st: dict) -> None:
 
 # ---------------------------------------------------------------------- what processes share
 def due_now(stream) -> list:
-    """The replies appended at this boundary, as (episode, `Seen`): the calls due now and,
-    deferring (`Schedule.defer`), those due before and not back then. Waiting, a call not
-    back is waited for (the devices' idle time); deferring, it is left for the first
-    boundary it is back by, and the rows go on. `rollout/late_call_share` counts the calls
-    not back at their boundary."""
+    """The replies appended at this boundary, as (episode, `Seen`): the calls due now and
+    those due before and not taken then. Waiting, a call not back whose episode goes on in
+    this run is waited for (the devices' idle time); deferring (`Schedule.defer`), and for a
+    later run's turn either way, it is left for the first boundary it is back by, and the
+    rows go on. `rollout/late_call_share` counts the calls not back when first needed."""
     entries = stream.deferred + stream.due.pop(stream.t, [])
     for e, f in entries:
         if stream.allowed(e) and e.counted != len(e.said):  # first needed now
