@@ -345,8 +345,8 @@ def record(stream, batch: Batch, steps: int, chunks: int, live_sum: int, wall: f
                 "stream/prefills_per_prompt": stream.prefills / max(-(-n // stream.g), 1),
                 "stream/recomputed_tokens_per_episode": stream.recomputed / n,
                 "stream/carried_episodes": float(stream.carried()),
-                "stream/calls_issued": float(stream.due_n),
-                "rollout/late_call_share": stream.late / max(stream.due_n, 1)})
+                "stream/calls_issued": float(stream.issued),
+                "rollout/late_call_share": stream.late / max(stream.issued, 1)})
     return Generated(rollout, list(batch.finals), verdicts, {**row, **stream.env.stats()})
 
 

@@ -138,7 +138,7 @@ class Stream:
         self.ended: list = []  # episodes that ended since the last boundary (rows to free)
         self.t = 0  # boundaries so far (they go on counting across batches)
         self.params, self.version = None, None
-        self.waits, self.prefills, self.recomputed, self.late, self.due_n = no_waits(), 0, 0, 0, 0
+        self.waits, self.prefills, self.recomputed, self.late, self.issued = no_waits(), 0, 0, 0, 0
         self.open_jobs: list = []  # every open submitted (`close` closes what is left)
         self.replayed = 0  # calls replayed into reopened sessions (a restored stream)
 
@@ -189,7 +189,7 @@ class Stream:
         """Stream until batch j's episodes have all ended; -> its record. `version`: the
         params' (each token records the version it was sampled under)."""
         self.params, self.version, self.j = params, version, j
-        self.waits, self.prefills, self.recomputed, self.late, self.due_n = no_waits(), 0, 0, 0, 0
+        self.waits, self.prefills, self.recomputed, self.late, self.issued = no_waits(), 0, 0, 0, 0
         calls_before, steps_before = len(self.jobs.call_s), int(distributed.to_host(
             self.state.steps))
         batch, b, k, o = self.batches[j], self.b, self.sch.chunk_steps, self.s.observation_tokens
@@ -213,7 +213,7 @@ class Stream:
             free = [] if complete else [x for x in range(b) if self.owner[x] is None]
             while free and (ready := [e for e in self.resumes if self.allowed(e)]):
                 take = self._head(ready, len(free))
-                self.resumes = [e for e in self.resumes if e not in set(take)]
+                self.resumes = [e for e in self.resumes if e not in take]  # take: <= M
                 self._resume(take, free[:len(take)])
                 free = free[len(take):]
             while self.queue and free and self.allowed(self.queue[0]):
@@ -384,7 +384,7 @@ class Stream:
     def _call(self, calls: list, due: int, issued: bool = True) -> None:
         """Each episode's last call handed to the environment, its reply due at `due`
         (`issued`: counted as this run's; a restored stream's calls were the run before's)."""
-        self.due_n += len(calls) if issued else 0
+        self.issued += len(calls) if issued else 0
         own = [e for e in calls if e.mine]  # another process steps the others
         futures: dict = {}
         if own and self.jobs.threads == 1:  # one thread: one batch (sessions in parallel)
