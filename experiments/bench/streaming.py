@@ -189,7 +189,7 @@ def main() -> None:
     def lock(env):
         return [episodes.run(sampler, env, tok, glue, params, p, m, key,
                              max_turns=args.max_turns, put=jnp.asarray, contexts=ctx)
-                for p, m, key, ctx in batches if _update(args)]
+                for p, m, key, ctx in batches[:args.steps] if _update(args)]
 
     def schedule(delay, release, defer=False):
         return streaming.Schedule(args.rows, args.insert, args.chunk, delay, args.env_threads,
@@ -200,7 +200,7 @@ def main() -> None:
                                           max_turns=args.max_turns, put=jnp.asarray,
                                           schedule=schedule(delay, release, defer),
                                           group_size=args.group, contexts=ctx)
-                            for p, m, key, ctx in batches if _update(args)]
+                            for p, m, key, ctx in batches[:args.steps] if _update(args)]
 
     def carried(delay, release, defer=False):
         def run(env):  # one stream for every step, --carry batches queued ahead
