@@ -17,7 +17,7 @@ import numpy as np
 
 from rlvr_jax.envs.base import SANDBOX_ERROR
 from rlvr_jax import distributed, episodes
-from rlvr_jax.episodes import OUTCOMES, stats
+from rlvr_jax.episodes import OUTCOMES, REASONS, stats
 from rlvr_jax.types import Generated, Rollout, Status, Verdict
 
 
@@ -112,6 +112,15 @@ class Timed:
 def why(e: Ep) -> str:
     """Why e's sandbox failed ("" if it did not)."""
     return (e.episode.failed if e.episode is not None else "") or e.why
+
+
+def carried(stream) -> int:
+    """Episodes started and not ended at one of their turns' stops (on in the next `run`).
+    One that ended on a call's reply (no room for it, a sandbox error) still counts: when a
+    deferred reply is back, in this run or the next, is timing."""
+    turn_ends = [REASONS.index(r) for r in ("eos", "budget", "max_turns")]
+    return sum(e.started and not (e.ended and e.b.reason_N[e.i] in turn_ends)
+               for b in stream.batches.values() for e in b.eps)
 
 
 def snapshot(stream) -> dict:
@@ -344,7 +353,7 @@ def record(stream, batch: Batch, steps: int, chunks: int, live_sum: int, wall: f
                 "stream/live_rows_mean": live_sum / max(chunks, 1),
                 "stream/prefills_per_prompt": stream.prefills / max(-(-n // stream.g), 1),
                 "stream/recomputed_tokens_per_episode": stream.recomputed / n,
-                "stream/carried_episodes": float(stream.carried()),
+                "stream/carried_episodes": float(carried(stream)),
                 "stream/calls_issued": float(stream.issued),
                 "rollout/late_call_share": stream.late / max(stream.issued, 1)})
     return Generated(rollout, list(batch.finals), verdicts, {**row, **stream.env.stats()})

@@ -441,9 +441,6 @@ class Stream:
         """The stream a `snapshot` saved, its batches added again first (stream_state.py)."""
         stream_state.restore(self, saved)
 
-    def carried(self) -> int:  # episodes started and not ended (on in the next `run`)
-        return sum(e.started and not e.ended for b in self.batches.values() for e in b.eps)
-
     def close(self) -> None:
         """Jobs not started dropped, those running waited for; every episode opened and not
         closed, closed."""

@@ -358,6 +358,10 @@ def test_a_restored_stream_equals_the_uninterrupted_one(release, defer, carry):
         assert a.texts == b.texts
         assert [(v.status, v.detail) for v in a.verdicts] == [
             (v.status, v.detail) for v in b.verdicts]
+        # Every metric but the schedule's and the clock's (carried episodes included).
+        same = lambda r: {k: v for k, v in r.stats.items() if not k.startswith("rollout/")
+                          and k not in ("stream/chunks", "stream/live_rows_mean")}
+        assert same(a) == same(b)
     lags = [set(np.unique(r.rollout.version_B_R[r.rollout.loss_mask_B_R > 0]))
             for r in whole]
     assert lags[0] == {0} and any(len(s) > 1 for s in lags[1:]), lags  # carried: mixed

@@ -183,7 +183,10 @@ def test_epochs_over_minibatches_equal_sequential_updates():
         perm = np.asarray(jax.random.permutation(jax.random.fold_in(key, e), B))
         for rows in perm.reshape(2, B // 2):
             state, m_last = single(state, ref, jax.tree.map(lambda x: x[rows], batch), key, 1.0)
-    _close(fused.params, state.params, rtol=1e-4, atol=1e-6)
+    # Adam's m / sqrt(v) turns a last-bit difference in a near-zero gradient into a visible
+    # one in that weight (seen: 3e-6 in 1 of 4096 under other compiler settings); wrong
+    # rows or order move weights by ~lr = 1e-2.
+    _close(fused.params, state.params, rtol=1e-4, atol=1e-5)
     assert int(fused.step) == 4
     # Later updates see a moved policy against fixed old log-probs.
     assert float(m_last["approx_kl_old"]) != float(m["approx_kl_old"])
