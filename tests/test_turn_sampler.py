@@ -145,8 +145,9 @@ def test_a_turn_decode_step_moves_no_whole_cache():
     column with one scatter into each layer's cache as it is laid out: in the compiled
     chunk loop (XLA:CPU, float32) the only instructions the size of a layer's whole cache are
     the loop's own buffers and the in-place scatters (keys, values), or, where the compiler
-    expands a scatter into a loop over the rows, its in-place writes of one slot each. The vmapped per-row
-    write before moved the whole cache to rows-first and back at every step (2x slower)."""
+    expands a scatter into a loop over the rows, its in-place writes of one slot each. The
+    vmapped per-row write before moved the whole cache to rows-first and back at every step
+    (2x slower)."""
     cfg = ModelConfig(hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2,
                       intermediate_size=128)
     model = Decoder(cfg, 97)
