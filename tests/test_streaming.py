@@ -414,9 +414,10 @@ def test_two_processes_stream_as_one(tmp_path):
     from tests.helpers import one_and_two_processes
 
     one, two = one_and_two_processes("tests.test_streaming:_two_process_worker", tmp_path, 4)
-    # Sessions rebuilt by replaying their calls, each by its own process.
-    assert int(one["replayed"]) > 0
-    assert int(two[0]["replayed"]) + int(two[1]["replayed"]) == int(one["replayed"])
+    # Sessions rebuilt by replaying their calls, each by its own process. How many is not a
+    # run's fixed number: a deferred reply back by the save is replayed, one not back is
+    # issued again (timing; the records are equal either way, as checked below).
+    assert int(one["replayed"]) > 0 and int(two[0]["replayed"]) + int(two[1]["replayed"]) > 0
     want = _lock_step(16, 2, 4)  # one process, one device
     np.testing.assert_array_equal(one["lock_tokens_B_R"], want.rollout.tokens_B_R)
     for got in two:
