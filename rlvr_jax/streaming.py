@@ -86,9 +86,7 @@ class Schedule:
     # A call not back at its boundary: False, the rows wait for it; True, it is appended at
     # the first boundary it is back by, the other rows going on
     defer: bool = False
-    # L: runs between two turns of a carried episode (carry.py's turn levels, spaced): a
-    # call issued in run r is needed in run r + L at the earliest, so it has L - 1 whole
-    # runs (and the updates between them) to come back
+    # L: runs between two turns of a carried episode (carry.py: the turn levels, spaced)
     call_runs: int = 1
 
 
@@ -265,8 +263,7 @@ class Stream:
 
     def allowed(self, e: Ep) -> bool:
         """e's next turn may run now: every turn of batch j's episodes and earlier ones; of
-        batch j + w (1 <= w <= W), turn t + 1 if L t <= W - w (carry.py: the turn levels,
-        L runs apart)."""
+        batch j + w (1 <= w <= W), turn t + 1 if L t <= W - w (carry.py: the turn levels)."""
         return e.b.j <= self.j or self.sch.call_runs * e.turns <= self.j - e.b.j + self.carry
 
     def _left(self, batch: Batch) -> bool:

@@ -163,7 +163,8 @@ def main() -> None:
                     "ends as a timeout there); default none")
     ap.add_argument("--update-s", type=float, default=0.0,
                     help="seconds an update takes between steps (the devices busy: sleep)")
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="timed runs after one that compiles (0: that one only)")
     ap.add_argument("--env", choices=("worlds", "repl"), default="worlds",
                     help="repl: real sandboxed python_repl sessions (bubblewrap)")
     ap.add_argument("--no-lock", action="store_true",
@@ -218,7 +219,7 @@ def main() -> None:
                         s.add(k, *batches[k])
                     _update(args)
                     t0 = time.perf_counter()
-                    out.append(s.run(params, 0, j))
+                    out.append(s.run(params, j, j))  # the same params, run j's version
                     out[-1].stats["bench/step_s"] = time.perf_counter() - t0
                 return out
             finally:
@@ -235,7 +236,9 @@ def main() -> None:
                 times.append(time.perf_counter() - t0)
             finally:
                 getattr(env, "close", lambda: None)()
-        return statistics.median(times[1:]) / args.steps, made
+        # --repeats 0: one run, its first steps compiling (the carried arms' steady steps
+        # are not among them)
+        return statistics.median(times[1:] or times) / args.steps, made
 
     if args.env == "repl":  # real sessions; zero: no wait inside them
         zero = lambda: ReplCalls(0.0, 0.0)
@@ -305,6 +308,11 @@ def main() -> None:
                       f"{step_s:.2f} | {step_s / zero_steady:.2f} | {idle:.1%} | "
                       f"{made_tokens / max(row_steps, 1):.2f} | {late:.0f} | {same} |",
                       flush=True)
+                if label == "zero":  # runs between a token's sampling and its batch's run
+                    lag = np.concatenate([(j - m.rollout.version_B_R)[m.rollout.loss_mask_B_R > 0]
+                                          for j, m in enumerate(made)])
+                    print(f"|   (version lag in runs: mean {lag.mean():.2f}, max {lag.max()}) "
+                          "|||||||", flush=True)
 
 
 def _made(made, rows: int) -> float:
