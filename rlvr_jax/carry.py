@@ -11,11 +11,8 @@ turn levels, never by when calls come back:
 
 So every token's version is a function of its batch and turn: tokens of batch j's turn t
 are theta_{j-W+t-1}'s (theta_j's from turn W + 1 on), whatever the latencies, the row
-count or the schedule. Spaced levels (`rollout.stream.call_runs` L, Schedule.call_runs):
-turn t + 1 in run j - W + L t (theta_j's once that reaches j), so a call issued in one run
-is needed L runs later, not in the next: against calls slower than a run's decoding, at
-the same lag bound (ceil(W / L) + 1 levels instead of W + 1). Late calls can be
-deferred (streaming.py) with carried episodes too. At the end of a run every carried episode sits at a turn boundary, out of its row,
+count or the schedule, and late calls can be deferred (streaming.py) with carried episodes
+too. At the end of a run every carried episode sits at a turn boundary, out of its row,
 waiting for its call or for its turn; it resumes under the next params with its history
 prefilled under them (`Stream._resume`: the recompute, logged), its first turn there
 recorded under the new version.

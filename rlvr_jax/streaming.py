@@ -86,8 +86,6 @@ class Schedule:
     # A call not back at its boundary: False, the rows wait for it; True, it is appended at
     # the first boundary it is back by, the other rows going on
     defer: bool = False
-    # L: runs between two turns of a carried episode (carry.py: the turn levels, spaced)
-    call_runs: int = 1
 
 
 def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, prompt_N_L,
@@ -263,8 +261,8 @@ class Stream:
 
     def allowed(self, e: Ep) -> bool:
         """e's next turn may run now: every turn of batch j's episodes and earlier ones; of
-        batch j + w (1 <= w <= W), turn t + 1 if L t <= W - w (carry.py: the turn levels)."""
-        return e.b.j <= self.j or self.sch.call_runs * e.turns <= self.j - e.b.j + self.carry
+        batch j + w (1 <= w <= W), the turns up to W + 1 - w (carry.py: the turn levels)."""
+        return e.b.j <= self.j or e.turns <= self.j - e.b.j + self.carry
 
     def _left(self, batch: Batch) -> bool:
         """This run has work left: batch j has episodes going on, or a later batch has turns

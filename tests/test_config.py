@@ -149,8 +149,6 @@ def test_bad_value_names_the_key(override, key):
      "rollout.stream.chunk_steps"),
     (["+experiment=calc_agent", "rollout.stream.rows=8", "rollout.stream.late_calls=soon"],
      "rollout.stream.late_calls"),
-    (["+experiment=calc_agent", "rollout.stream.rows=8", "rollout.stream.carry_batches=1",
-      "rollout.off_policy_steps=1", "rollout.stream.call_runs=2"], "rollout.stream.call_runs"),
 ])
 def test_bad_ppo_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):

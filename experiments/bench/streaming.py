@@ -174,9 +174,6 @@ def main() -> None:
                     "compared with the first")
     ap.add_argument("--carry", type=int, default=1,
                     help="carried arm: batches queued ahead (rollout.stream.carry_batches)")
-    ap.add_argument("--call-runs", type=int, default=1,
-                    help="carried arm: runs between a carried episode's turns "
-                    "(rollout.stream.call_runs)")
     ap.add_argument("--env-threads", type=int, default=8,
                     help="environment threads (a call's latency is slept on one)")
     args = ap.parse_args()
@@ -197,7 +194,7 @@ def main() -> None:
 
     def schedule(delay, release, defer=False):
         return streaming.Schedule(args.rows, args.insert, args.chunk, delay, args.env_threads,
-                                  release, defer=defer, call_runs=args.call_runs)
+                                  release, defer=defer)
 
     def stream(delay, release, defer=False):
         return lambda env: [streaming.run(sampler, env, tok, glue, params, p, m, key,

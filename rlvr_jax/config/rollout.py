@@ -33,10 +33,6 @@ class StreamConfig:
     # with its history prefilled under them; a token's version lag is then at most
     # rollout.off_policy_steps + W (logged)
     carry_batches: int = 0
-    # L >= 1 (with carry_batches W >= L): runs between two turns of a carried episode, so a
-    # call has L - 1 whole runs (and the updates between them) to come back before a run
-    # needs it: batch j + w takes turn t + 1 in run j - W + L t (its later turns in run j)
-    call_runs: int = 1
     # a call not back at its boundary: defer (appended at the first boundary it is back by,
     # the other rows going on) or wait (the rows wait for it). Either way no episode's
     # tokens, log-probs or versions depend on when a call comes back (tested)
@@ -52,8 +48,6 @@ class StreamConfig:
         _check(self.carry_batches >= 0, f"{key}.carry_batches", "must be >= 0 (0: none)")
         _check(self.carry_batches == 0 or self.rows > 0, f"{key}.carry_batches",
                f"carries streamed episodes: set {key}.rows > 0")
-        _check(1 <= self.call_runs <= max(self.carry_batches, 1), f"{key}.call_runs",
-               f"must be in [1, {key}.carry_batches] (runs between a carried episode's turns)")
         _check(self.late_calls in ("defer", "wait"), f"{key}.late_calls",
                "must be defer or wait")
 
