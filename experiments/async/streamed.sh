@@ -6,7 +6,8 @@
 # and curves (experiments/async/README.md).
 # calc_agent: about 65 minutes on a 2-core CPU; repl_agent (real python_repl sessions,
 # bubblewrap): about 60.
-# Usage: [EVERY=10] [SEEDS="0 1 2"] [EXTRA="num_steps=20 ..."] bash experiments/async/streamed.sh [PRESET [ROWS [OUT_DIR]]]
+# Usage: [EVERY=10] [SEEDS="0 1 2"] [EXTRA="num_steps=20 ..."]
+#          bash experiments/async/streamed.sh [PRESET [ROWS [OUT_DIR]]]
 #        (defaults: calc_agent, 64 rows; EVERY: steps between held-out evaluations; EXTRA:
 #        overrides for every arm)
 set -euo pipefail

@@ -306,8 +306,8 @@ def main() -> None:
                       f"{made_tokens / max(row_steps, 1):.2f} | {late:.0f} | {same} |",
                       flush=True)
                 if label == "zero":  # runs between a token's sampling and its batch's run
-                    lag = np.concatenate([(j - m.rollout.version_B_R)[m.rollout.loss_mask_B_R > 0]
-                                          for j, m in enumerate(made)])
+                    lag = np.concatenate([(j - m.rollout.version_B_R)[
+                        m.rollout.loss_mask_B_R > 0] for j, m in enumerate(made)])
                     print(f"|   (version lag in runs: mean {lag.mean():.2f}, max {lag.max()}) "
                           "|||||||", flush=True)
 
