@@ -149,6 +149,9 @@ class Stream:
                        len(self.tools), self.tok.pad_token_id)
         self.batches[j] = batch
         self.queue.extend(batch.eps)
+        if hasattr(self.env, "prepare"):  # its sandboxes start now, not as rows free up
+            self.jobs.submit(self.env.prepare, [batch.contexts[e.i] for e in batch.eps
+                                                if e.mine])
 
     def _open(self, e: Ep) -> None:
         """Open (on the environment's thread) the batch of M episodes of e's batch that holds

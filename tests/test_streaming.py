@@ -34,6 +34,11 @@ class EchoEnv:
 
     def __init__(self):
         self.opened, self.closed, self.lock = [], [], threading.Lock()
+        self.prepared = []  # the contexts announced (`prepare`), before any open
+
+    def prepare(self, contexts):
+        with self.lock:
+            self.prepared += list(contexts)
 
     def open(self, contexts):
         out = [Episode(dict(c), failed="boom" if c["id"] == 5 else "",
@@ -132,6 +137,9 @@ def test_tokens_equal_the_lock_step_drivers(rows, insert, chunk, delay, median_s
     assert want.stats["episode/turns_mean"] > 1.2 and want.stats["episode/ended_no_room"] > 0
     assert want.stats["episode/ended_sandbox_error"] > 0
     assert sorted(id(e) for e in env.opened) == sorted(id(e) for e in env.closed)
+    # The batch announced once, as it was queued (a session environment starts its
+    # sandboxes then, not as rows free up).
+    assert [c["id"] for c in env.prepared] == list(range(n))
     s = got.stats
     assert 0 < s["rollout/useful_row_steps"] <= 1
     made = s["rollout/useful_row_steps"] * s["rollout/decode_steps"] * rows  # the run's own

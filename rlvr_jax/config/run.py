@@ -196,7 +196,7 @@ class SessionConfig:
     output_bytes: int = 16384  # a call's output kept (the rest cut, said so)
     max_live: int = 256  # live sessions per trainer process (each ~20-30 MB; bench/sessions)
     # Sandboxes started ahead, at least (they grow to the largest batch of episodes opened,
-    # so each batch opens from ready ones: ~1 ms a session, bench/sessions.py)
+    # or queued by a stream, so each batch opens from ready ones: ~1 ms a session)
     spares: int = 2
     check_timeout_s: float = 30.0  # the final-state check's wall clock
 

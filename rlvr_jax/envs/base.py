@@ -70,6 +70,9 @@ class Environment(Protocol):
         """Release each episode's state (its session); idempotent."""
         ...
 
+    # Optional: `prepare(contexts)`, these episodes open soon (a stream calls it as it
+    # queues a batch, on an environment thread): start what their opens need, e.g. sandboxes.
+
     def stats(self) -> dict:
         """Metrics since the last call (session/* for a stateful environment)."""
         ...

@@ -51,6 +51,14 @@ class RoutedEnvironment:
             raise
         return out
 
+    def prepare(self, contexts: Sequence[dict]) -> None:
+        groups = defaultdict(list)
+        for c in contexts:
+            groups[self._route(c)].append(c)
+        for name, cs in groups.items():
+            if hasattr(self.routes[name], "prepare"):
+                self.routes[name].prepare(cs)
+
     def step(self, episodes: Sequence[Episode], turns: Sequence[str]) -> list[Reply]:
         out: list = [None] * len(episodes)
         for name, rows in self._by_route(episodes):

@@ -88,6 +88,10 @@ class SessionEnvironment:
                         observation=_text(s.observation))
                 for c, s in zip(contexts, sessions)]
 
+    def prepare(self, contexts: Sequence[dict]) -> None:
+        """These episodes open soon (a stream's next batch): their sandboxes start now."""
+        self._sessions.keep_ready(len(contexts))
+
     def step(self, episodes: Sequence[Episode], turns: Sequence[str]) -> list[Reply]:
         replies: list = [turn_reading.read(self.format, t, self.tools, self.world.schemas)
                          for t in turns]

@@ -208,6 +208,9 @@ class SessionActor:
     def collect(self, ids: list, paths: list) -> list:
         return self.pool.collect([self.sessions[i] for i in ids], paths)
 
+    def keep_ready(self, count: int) -> None:
+        self.pool.keep_ready(count)
+
     def close(self, ids: list) -> None:
         self.pool.close([self.sessions.pop(i) for i in ids if i in self.sessions])
 
@@ -301,6 +304,12 @@ class RaySessionPool(_Actors):
             for j, (sid, state, error, observation) in zip(mine, self._get(ref, lost, a)):
                 out[j] = RemoteSession(a, handles[a], sid, state, error, observation)
         return out
+
+    def keep_ready(self, count: int) -> None:
+        """Opens go round robin over the actors: each keeps its share started ahead."""
+        k = len(self.actors)
+        for a in range(k):
+            self._get(self.actors[a].keep_ready.remote(-(-count // k)), None, a)
 
     def _gone(self, s: RemoteSession) -> bool:
         """Its actor was replaced (lost with its sessions): the session is failed."""

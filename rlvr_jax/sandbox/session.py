@@ -18,7 +18,8 @@ forked world) takes tens of milliseconds to start, so the pool keeps `spares` sa
 started ahead, each loaded and waiting for an episode (no episode's state is in it): opening
 a session takes a spare and sends it the episode's `setup` context; new spares are started
 when sessions close (an episode batch ends: the update runs next) and become ready in the
-background. Size `spares` to the rows a process opens at once.
+background. Spares grow to the largest batch opened at once, or announced (`keep_ready`: a
+stream opens its batch a few episodes at a time, streaming.py); `spares` is the floor.
 
 What is whose. Everything the world does (loops, exits, runs out of memory, kills itself,
 garbles its pipe) is the agent's doing: the server reports it (`timeout`, `died`,
@@ -146,7 +147,9 @@ class SessionPool:
         self._spares: list[Session] = []
         self._all: list[Session] = []  # every session made and not yet reaped
         self._made = 0
-        self._want = 0  # the largest batch opened so far
+        self._want = 0  # the largest batch opened so far (or announced: `keep_ready`)
+        self._starting = 0  # spares being spawned by a refill, not yet in _spares
+        self._down = False  # shut down: a refill in flight closes what it made
         self.samples = {"start_s": [], "call_s": []}
         self.counts = {"opened": 0, "failed": 0, "calls": 0, "peak": 0}
         self._refill()
@@ -238,6 +241,20 @@ class SessionPool:
     def close(self, sessions: Sequence[Session]) -> None:
         """Kill each session's sandbox and remove its cgroup; idempotent. Every sandbox is
         signalled first, so their teardowns overlap."""
+        self._close(sessions)
+        # New spares start now, when episodes end (the update runs next), so the next
+        # batch's sessions open from ready ones without starting sandboxes on its clock.
+        self._refill()
+
+    def keep_ready(self, count: int) -> None:
+        """From now on keep at least `count` sandboxes started ahead. A stream opens a batch's
+        episodes a few at a time as rows free up; announced, the batch opens from ready
+        sandboxes as a lock-step batch does, not from ones started on its clock."""
+        with self._books:
+            self._want = max(self._want, count)
+        self._refill()
+
+    def _close(self, sessions: Sequence[Session]) -> None:
         todo = [s for s in sessions if s.state != "closed"]
         for s in todo:
             if s.proc is not None:
@@ -245,13 +262,11 @@ class SessionPool:
         for s in todo:
             self._kill(s, s.error)
             s.state = "closed"
-        # New spares start now, when episodes end (the update runs next), so the next
-        # batch's sessions open from ready ones without starting sandboxes on its clock.
-        self._refill()
 
     def shutdown(self) -> None:
-        """Close every session of this pool, spares included."""
+        """Close every session of this pool, spares included; no spares start after it."""
         with self._books:
+            self._down = True
             every = list(self._all)
         self.close(every)
         with self._books:
@@ -328,11 +343,25 @@ class SessionPool:
             raise ValueError(first.error)
 
     def _refill(self) -> None:
+        # Spawned outside the books' lock: a refill of many spares (each a process start)
+        # must not hold up an `open` on another thread, which only takes ready ones.
         with self._books:
             self._all = [s for s in self._all if s.state != "closed"]
             want = min(max(self.spares, self._want), max(self.max_live - SessionPool._live, 0))
-            while len(self._spares) < want:
-                self._spares.append(self._spawn())
+            n = 0 if self._down else max(want - len(self._spares) - self._starting, 0)
+            self._starting += n
+        made: list[Session] = []
+        try:
+            for _ in range(n):
+                made.append(self._spawn())
+        finally:
+            with self._books:
+                self._starting -= n
+                down = self._down
+                if not down:
+                    self._spares += made
+            if down and made:  # shut down meanwhile: these never became spares
+                self._close(made)
 
     def _await_ready(self, sessions: Sequence[Session], deadline: float) -> None:
         waiting = {s.fd: s for s in sessions if s.state == "starting"}

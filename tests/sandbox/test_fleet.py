@@ -83,6 +83,8 @@ def test_episode_sessions_on_the_fleet_equal_local_and_a_lost_machine_fails_its_
     codes = [[f"x = {k}" for k in range(6)], [f"x * 10 + {k}" for k in range(6)]]
     local = _repl()
     try:
+        local.prepare([{} for _ in range(6)])
+        assert len(local._sessions._spares) == 6
         eps = local.open([{} for _ in range(6)])
         want = [[(r.text, r.outcome) for r in _calls(local, eps, c)] for c in codes]
         local.close_episodes(eps)
@@ -92,6 +94,7 @@ def test_episode_sessions_on_the_fleet_equal_local_and_a_lost_machine_fails_its_
     env = _repl(FleetConfig(address=cluster, namespace="rlvr-test", actors=2))
     pool = env._sessions
     try:
+        env.prepare([{} for _ in range(6)])  # each actor starts its share ahead (3 each)
         eps = env.open([{} for _ in range(6)])
         assert [e.failed for e in eps] == [""] * 6
         got = [[(r.text, r.outcome) for r in _calls(env, eps, c)] for c in codes]

@@ -196,3 +196,39 @@ def test_threads_open_call_and_close_their_own_sessions_at_once(pool):
     row = pool.stats()
     assert row["session/opened"] == 32 and row["session/failure_rate"] == 0, row
     assert row["session/leaked"] == 0 and session_lib.SessionPool._live == live
+
+
+def test_spares_announced_start_off_the_lock_and_none_outlive_shutdown(monkeypatch):
+    """`keep_ready` (a stream announcing its next batch) starts that many spares; a refill
+    busy starting sandboxes holds up no open of ready ones; after shutdown no sandbox of the
+    pool is alive (close used to start spares again inside shutdown)."""
+    import threading
+
+    p = SessionPool(Spec(REPL, ("python",)), max_live=SessionPool._live + 16, spares=1)
+    try:
+        p.keep_ready(4)
+        assert len(p._spares) == 4
+        gate, real = threading.Event(), session_lib.bwrap.spawn
+        monkeypatch.setattr(session_lib.bwrap, "spawn", lambda **kw: (gate.wait(30),
+                                                                      real(**kw))[1])
+        refill = threading.Thread(target=p.keep_ready, args=(7,))
+        refill.start()
+        while p._starting == 0:  # the refill is inside a spawn now, waiting on the gate
+            time.sleep(0.01)
+        box = {}
+        opener = threading.Thread(target=lambda: box.update(s=p.open([{}] * 3)))
+        opener.start()
+        opener.join(timeout=20)
+        stuck = opener.is_alive()
+        gate.set()
+        refill.join()
+        opener.join()
+        assert not stuck, "an open waited for a refill's sandboxes to start"
+        assert [s.state for s in box["s"]] == ["open"] * 3
+        monkeypatch.undo()
+        p.close(box["s"])
+    finally:
+        gate.set()
+        p.shutdown()
+    time.sleep(0.2)
+    assert p._spares == [] and not [s for s in p._all if s.proc.poll() is None]
