@@ -54,7 +54,8 @@ def verdict(job: dict, reply: dict) -> Verdict:
         return Verdict(got.status, f"the final-state check: {got.detail}")
     out = reply.get("outputs", [{}])[0]
     if "error" in out:
-        return Verdict(Status.WRONG, f"the final-state check failed: {code.short(out['error'], 300)}")
+        return Verdict(Status.WRONG,
+                       f"the final-state check failed: {code.short(out['error'], 300)}")
     score, parts = out.get("value"), ()
     if isinstance(score, dict):
         score, parts = score.get("score"), _parts(score.get("parts"))

@@ -242,14 +242,11 @@ class SessionPool:
         """Kill each session's sandbox and remove its cgroup; idempotent. Every sandbox is
         signalled first, so their teardowns overlap."""
         self._close(sessions)
-        # New spares start now, when episodes end (the update runs next), so the next
-        # batch's sessions open from ready ones without starting sandboxes on its clock.
-        self._refill()
+        self._refill()  # new spares start now, off the next batch's clock
 
     def keep_ready(self, count: int) -> None:
-        """From now on keep at least `count` sandboxes started ahead. A stream opens a batch's
-        episodes a few at a time as rows free up; announced, the batch opens from ready
-        sandboxes as a lock-step batch does, not from ones started on its clock."""
+        """Keep `count` sandboxes started ahead from now on (a stream's batch, announced as
+        it is queued, then opens from ready ones, not from ones started on its clock)."""
         with self._books:
             self._want = max(self._want, count)
         self._refill()
@@ -343,25 +340,20 @@ class SessionPool:
             raise ValueError(first.error)
 
     def _refill(self) -> None:
-        # Spawned outside the books' lock: a refill of many spares (each a process start)
-        # must not hold up an `open` on another thread, which only takes ready ones.
+        # Started outside the lock: a refill of many holds up no `open` of ready spares.
         with self._books:
             self._all = [s for s in self._all if s.state != "closed"]
             want = min(max(self.spares, self._want), max(self.max_live - SessionPool._live, 0))
             n = 0 if self._down else max(want - len(self._spares) - self._starting, 0)
             self._starting += n
-        made: list[Session] = []
         try:
-            for _ in range(n):
-                made.append(self._spawn())
+            made = [self._spawn() for _ in range(n)]
         finally:
             with self._books:
                 self._starting -= n
-                down = self._down
-                if not down:
-                    self._spares += made
-            if down and made:  # shut down meanwhile: these never became spares
-                self._close(made)
+        with self._books:
+            made, self._spares = (made, self._spares) if self._down else ([], self._spares + made)
+        self._close(made)  # shut down meanwhile: these never became spares
 
     def _await_ready(self, sessions: Sequence[Session], deadline: float) -> None:
         waiting = {s.fd: s for s in sessions if s.state == "starting"}
