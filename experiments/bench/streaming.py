@@ -93,6 +93,9 @@ class ReplCalls:
                                       max_live=256, spares=2)
         self.median_s, self.p99_s, self.seed = median_s, p99_s, seed
 
+    def prepare(self, contexts):  # a stream's batch announced: its sandboxes start now
+        self.env.prepare(contexts)
+
     def open(self, contexts):
         return self.env.open(contexts)
 

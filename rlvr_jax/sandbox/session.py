@@ -14,12 +14,10 @@ shared between sessions: two rows of one group get two sandboxes.
     pool.close(sessions)                                    # idempotent, every path
 
 Start-up. A sandbox (bwrap, the system interpreter, the environment's module loaded into a
-forked world) takes tens of milliseconds to start, so the pool keeps `spares` sandboxes
-started ahead, each loaded and waiting for an episode (no episode's state is in it): opening
-a session takes a spare and sends it the episode's `setup` context; new spares are started
-when sessions close (an episode batch ends: the update runs next) and become ready in the
-background. Spares grow to the largest batch opened at once, or announced (`keep_ready`: a
-stream opens its batch a few episodes at a time, streaming.py); `spares` is the floor.
+forked world) takes tens of milliseconds to start, so the pool keeps sandboxes started ahead
+(spares: loaded, no episode's state in them); an open takes one and sends it the episode's
+`setup` context. Spares start when sessions close (the update runs next), up to the largest
+batch opened or announced (`keep_ready`: a stream's, streaming.py), `spares` at least.
 
 What is whose. Everything the world does (loops, exits, runs out of memory, kills itself,
 garbles its pipe) is the agent's doing: the server reports it (`timeout`, `died`,
@@ -346,14 +344,17 @@ class SessionPool:
             want = min(max(self.spares, self._want), max(self.max_live - SessionPool._live, 0))
             n = 0 if self._down else max(want - len(self._spares) - self._starting, 0)
             self._starting += n
+        left = n
         try:
-            made = [self._spawn() for _ in range(n)]
+            while left:  # each a spare as soon as it is made
+                s = self._spawn()
+                with self._books:
+                    left, self._starting, keep = left - 1, self._starting - 1, not self._down
+                    self._spares += [s] if keep else []
+                self._close([] if keep else [s])  # shut down meanwhile: never a spare
         finally:
             with self._books:
-                self._starting -= n
-        with self._books:
-            made, self._spares = (made, self._spares) if self._down else ([], self._spares + made)
-        self._close(made)  # shut down meanwhile: these never became spares
+                self._starting -= left
 
     def _await_ready(self, sessions: Sequence[Session], deadline: float) -> None:
         waiting = {s.fd: s for s in sessions if s.state == "starting"}
