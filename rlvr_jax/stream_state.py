@@ -307,6 +307,13 @@ def no_waits() -> dict:
     return {"open": 0.0, "call": 0.0, "verdict": 0.0}
 
 
+def new_counts(stream) -> None:
+    """A run's counts from zero: waits by kind, prompts prefilled, tokens recomputed, calls
+    late and issued, seconds blocked on the devices."""
+    stream.waits, stream.prefills, stream.recomputed = no_waits(), 0, 0
+    stream.late, stream.issued, stream.synced = 0, 0, 0.0
+
+
 def verdict_json(v) -> Optional[list]:
     return None if v is None else [int(v.status), v.detail, v.fraction,
                                    [list(p) for p in v.parts]]
@@ -349,7 +356,9 @@ def record(stream, batch: Batch, steps: int, chunks: int, live_sum: int, wall: f
     row.update(episodes.rollout_stats(sum(stream.waits.values()), wall, stream.made, steps,
                                       stream.b, call_s))
     row.update({f"rollout/wait_{kind}_s": s for kind, s in stream.waits.items()})
-    row.update({"stream/chunks": float(chunks),
+    host_s = wall - stream.synced - sum(stream.waits.values())  # neither devices nor waits
+    row.update({"stream/chunks": float(chunks), "rollout/device_s": stream.synced,
+                "rollout/host_ms_per_chunk": 1e3 * host_s / max(chunks, 1),
                 "stream/live_rows_mean": live_sum / max(chunks, 1),
                 "stream/prefills_per_prompt": stream.prefills / max(-(-n // stream.g), 1),
                 "stream/recomputed_tokens_per_episode": stream.recomputed / n,

@@ -59,13 +59,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable
 
-import jax.numpy as jnp
 import numpy as np
 
 from rlvr_jax import distributed, stream_state
 from rlvr_jax.envs.base import SANDBOX_ERROR, Environment
 from rlvr_jax.episodes import OUTCOMES, REASONS, Glue, _text, turn_text
-from rlvr_jax.stream_state import Batch, Ep, Seen, Timed, item, no_waits
+from rlvr_jax.stream_state import Batch, Ep, Seen, Timed, item
 from rlvr_jax.turn_sampler import STOP_BUDGET, STOP_CALL, STOP_EOS, TurnSampler
 from rlvr_jax.types import Generated
 
@@ -98,8 +97,7 @@ def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, p
     try:
         stream.add(0, prompt_N_L, pmask_N_L, key, contexts, rows_N)
         made = stream.run(params, 0, 0)
-        # One batch under one params: its tokens are of the caller's version (the stream's
-        # own count starts at 0 here; per-token versions are a carried stream's).
+        # One batch, one params: the caller's version (per-token versions: a carried stream)
         return made._replace(rollout=made.rollout._replace(version_B_R=None))
     finally:
         stream.close()
@@ -118,8 +116,7 @@ class Stream:
         self.s, self.env, self.tok, self.glue, self.put = sampler, env, tokenizer, glue, put
         self.carry, self.j = carry, 0  # W (carry.py: the turn levels), the batch being run
         self.max_turns, self.sch, self.g = max_turns, schedule, max(group_size, 1)
-        threads = schedule.env_threads if getattr(env, "concurrent_episodes", False) else 1
-        self.jobs = Timed(threads)
+        self.jobs = Timed(schedule.env_threads if getattr(env, "concurrent_episodes", False) else 1)
         self.tools = tuple(env.tools)
         m, b = schedule.insert_rows, schedule.rows
         self.b = b
@@ -138,7 +135,7 @@ class Stream:
         self.ended: list = []  # episodes that ended since the last boundary (rows to free)
         self.t = 0  # boundaries so far (they go on counting across batches)
         self.params, self.version = None, None
-        self.waits, self.prefills, self.recomputed, self.late, self.issued = no_waits(), 0, 0, 0, 0
+        stream_state.new_counts(self)
         self.open_jobs: list = []  # every open submitted (`close` closes what is left)
         self.replayed = 0  # calls replayed into reopened sessions (a restored stream)
 
@@ -181,6 +178,13 @@ class Stream:
         self.waits[kind] += time.perf_counter() - t0
         return out
 
+    def _host(self, tree) -> list:
+        """Device values as numpy; seconds blocked here: `rollout/device_s` (queued work done)."""
+        t0 = time.perf_counter()
+        out = [np.asarray(x) for x in distributed.to_host(tree)]
+        self.synced += time.perf_counter() - t0
+        return out
+
     def _end(self, e: Ep, reason: str, failed: bool = False) -> None:
         e.b.reason_N[e.i] = REASONS.index(reason)
         e.failed |= failed
@@ -192,7 +196,7 @@ class Stream:
         """Stream until batch j's episodes have all ended; -> its record. `version`: the
         params' (each token records the version it was sampled under)."""
         self.params, self.version, self.j = params, version, j
-        self.waits, self.prefills, self.recomputed, self.late, self.issued = no_waits(), 0, 0, 0, 0
+        stream_state.new_counts(self)
         calls_before, steps_before = len(self.jobs.call_s), int(distributed.to_host(
             self.state.steps))
         batch, b, k, o = self.batches[j], self.b, self.sch.chunk_steps, self.s.observation_tokens
@@ -234,8 +238,7 @@ class Stream:
                                            self.put(len_B), self.put(np.zeros(b, bool)))
             if complete:
                 break
-            live_B, col_B = (np.asarray(x) for x in distributed.to_host((self.state.live_B,
-                                                                         self.state.col_B)))
+            live_B, col_B = self._host((self.state.live_B, self.state.col_B))
             if not live_B.any():  # every row waits on a call: on to the next one needed
                 needed = [x for x in self.deferred if self.allowed(x[0])]
                 if needed:
@@ -246,9 +249,8 @@ class Stream:
             self.state = self.s.decode(self.params, self.state, np.int32(k))
             chunks += 1
             live_sum += int(live_B.sum())
-            host = dict(zip(("live", "stop", "col", "start"), (np.asarray(x) for x in (
-                distributed.to_host((self.state.live_B, self.state.stop_B, self.state.col_B,
-                                     self.state.turn_start_B))))))
+            host = dict(zip(("live", "stop", "col", "start"), self._host((
+                self.state.live_B, self.state.stop_B, self.state.col_B, self.state.turn_start_B))))
             self.made += int((host["col"] - col_B)[live_B].sum())  # the tokens sampled
             stopped = [x for x in range(b) if live_B[x] and not host["live"][x]]
             self.t += 1
@@ -258,9 +260,8 @@ class Stream:
         stream_state.verdicts(batch, partial(self._wait, kind="verdict"))
         wall = time.perf_counter() - t0  # the final verdicts' wait is the rollout's too
         del self.batches[j]
-        record = stream_state.record(self, batch, steps, chunks, live_sum, wall,
-                                     self.jobs.call_s[calls_before:])
-        return record
+        return stream_state.record(self, batch, steps, chunks, live_sum, wall,
+                                   self.jobs.call_s[calls_before:])
 
     def allowed(self, e: Ep) -> bool:
         """e's next turn may run now: every turn of batch j's episodes and earlier ones; of
@@ -317,14 +318,14 @@ class Stream:
             first = [p * g for p in new] + [new[0] * g] * (q - len(new))
             slots = [self.slot_of[batch.j, p] for p in new] + [q] * (q - len(new))  # q: dropped
             self.pc = self.s.prompts(self.params, self.pc,
-                                     jnp.asarray(batch.prompt_N_L[first]),
-                                     jnp.asarray(batch.pmask_N_L[first]), jnp.int32(slots))
+                                     batch.prompt_N_L[first], batch.pmask_N_L[first],
+                                     np.int32(slots))
             self.prefills += len(new)
         src_M = [self.slot_of[batch.j, e.i // g] for e in take] + [0] * (m - len(take))
         dest_M = dest + [b] * (m - len(take))  # B: the write is dropped
         seq_M = [batch.seq_N[e.i] for e in take] + [0] * (m - len(take))
-        self.state = self.s.insert(self.state, self.pc, jnp.int32(src_M), jnp.int32(dest_M),
-                                   jnp.int32(seq_M), batch.key)
+        self.state = self.s.insert(self.state, self.pc, np.int32(src_M), np.int32(dest_M),
+                                   np.int32(seq_M), batch.key)
         for e, row in zip(take, dest):
             e.row, self.owner[row], e.started = row, e, True
             e.versions.append((0, self.version))
@@ -340,7 +341,7 @@ class Stream:
         start = [e.start for e in take] + [take[0].start] * (m - len(take))
         # M rows (any M): whole on every device, as the prompt slots are; the rows' layout
         # is the piece's out_shardings.
-        self.state = self.s.resume(self.params, self.state, *(jnp.asarray(x) for x in (
+        self.state = self.s.resume(self.params, self.state, *(np.asarray(x) for x in (
             batch.prompt_N_L[pick], batch.pmask_N_L[pick], batch.res.tokens_B_R[pick],
             batch.res.logp_B_R[pick], batch.res.mask_B_R[pick], batch.res.loss_mask_B_R[pick],
             np.int32(col), np.int32(start), np.int32(dest + [b] * (m - len(take))),
@@ -402,14 +403,12 @@ class Stream:
 
     def _copy_out(self, eps: list) -> None:
         """These episodes' rows into their records (host), with where each is."""
-        host = distributed.to_host((self.state.tokens_B_R, self.state.logp_B_R,
-                                    self.state.mask_B_R, self.state.loss_mask_B_R,
-                                    self.state.col_B, self.state.turn_start_B,
-                                    self.state.live_B))
-        arrays, (col, start, live) = host[:4], [np.asarray(x) for x in host[4:]]
+        *arrays, col, start, live = self._host((
+            self.state.tokens_B_R, self.state.logp_B_R, self.state.mask_B_R,
+            self.state.loss_mask_B_R, self.state.col_B, self.state.turn_start_B, self.state.live_B))
         for e in eps:
             for dst, src in zip(e.b.res[:4], arrays):
-                dst[e.i] = np.asarray(src)[e.row]
+                dst[e.i] = src[e.row]
             e.col, e.start, e.live = int(col[e.row]), int(start[e.row]), bool(live[e.row])
 
     def _leave(self, ended: list) -> None:
@@ -445,6 +444,5 @@ class Stream:
         stream_state.restore(self, saved)
 
     def close(self) -> None:
-        """Jobs not started dropped, those running waited for; every episode opened and not
-        closed, closed."""
+        """Jobs not started dropped, those running waited for; every open episode closed."""
         stream_state.close(self)

@@ -232,6 +232,11 @@ def test_calls_overlap_decoding_and_the_wait_is_measured():
     waits = {k: slow.stats[f"rollout/wait_{k}_s"] for k in ("open", "call", "verdict")}
     assert waits["call"] >= 0.04 and waits["call"] > waits["open"] + waits["verdict"]
     assert 0.2 < slow.stats["rollout/device_idle_share"] <= 1
+    # The rest: the devices' work (blocked on) and the driver's own, disjoint from the waits.
+    wall = sum(waits.values()) / slow.stats["rollout/device_idle_share"]
+    host_s = slow.stats["rollout/host_ms_per_chunk"] * slow.stats["stream/chunks"] / 1e3
+    assert slow.stats["rollout/device_s"] > 0 and host_s > 0
+    assert sum(waits.values()) + slow.stats["rollout/device_s"] + host_s == pytest.approx(wall)
     fast = run(EchoEnv())
     # One batch under one params (an on-policy stream at step 7): its tokens are that
     # step's, lag 0 (the stream's own version count is not the run's).

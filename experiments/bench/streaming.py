@@ -275,8 +275,8 @@ def main() -> None:
           f"calls, response mask {probe.rollout.mask_B_R.sum(1).mean():.0f} tokens mean, "
           f"{np.percentile(probe.rollout.mask_B_R.sum(1), 90):.0f} p90\n")
     print("| driver | latency | step s | x zero latency | device idle | useful row-steps |"
-          " late calls | waits open / call / verdict s | tokens = lock step |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          " late calls | waits open / call / verdict s | host ms a chunk | tokens = lock step |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     steady = range(args.carry, args.steps - args.carry)  # carried: neither filling nor draining
     for name, fn in arms.items():
         zero_s = zero_steady = None
@@ -294,7 +294,7 @@ def main() -> None:
             late = sum(_late(m) for m in made)
             print(f"| {name} | {label} | {s:.2f} | {s / zero_s:.2f} | "
                   f"{float(np.mean(wall)):.1%} | {useful / max(steps * rows, 1):.2f}"
-                  f" | {late:.0f} | {_waits(made)} | {same} |", flush=True)
+                  f" | {late:.0f} | {_waits(made)} | {_host(made)} | {same} |", flush=True)
             if name.startswith("carried") and len(steady):  # the steady state's steps alone
                 mid = [made[j] for j in steady]
                 step_s = statistics.median(m.stats["bench/step_s"] for m in mid)
@@ -307,13 +307,13 @@ def main() -> None:
                 print(f"| {name}, steps {steady.start}-{steady.stop - 1} | {label} | "
                       f"{step_s:.2f} | {step_s / zero_steady:.2f} | {idle:.1%} | "
                       f"{made_tokens / max(row_steps, 1):.2f} | {late:.0f} | {_waits(mid)} | "
-                      f"{same} |",
+                      f"{_host(mid)} | {same} |",
                       flush=True)
                 if label == "zero":  # runs between a token's sampling and its batch's run
                     lag = np.concatenate([(j - m.rollout.version_B_R)[
                         m.rollout.loss_mask_B_R > 0] for j, m in enumerate(made)])
                     print(f"|   (version lag in runs: mean {lag.mean():.2f}, max {lag.max()}) "
-                          "||||||||", flush=True)
+                          "|||||||||", flush=True)
 
 
 def _made(made, rows: int) -> float:
@@ -334,6 +334,13 @@ def _waits(made) -> str:
         return "-"
     return " / ".join(f"{sum(m.stats[f'rollout/wait_{k}_s'] for m in made) / len(made):.2f}"
                       for k in ("open", "call", "verdict"))
+
+
+def _host(made) -> str:
+    """The stream driver's own time a chunk (neither the devices' work nor a wait), ms."""
+    if "rollout/host_ms_per_chunk" not in made[0].stats:
+        return "-"
+    return f"{statistics.median(m.stats['rollout/host_ms_per_chunk'] for m in made):.2f}"
 
 
 def _update(args) -> bool:
