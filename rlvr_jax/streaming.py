@@ -13,18 +13,18 @@ then runs the whole batch's calls while the devices wait; here each row goes its
 
 Reproducible by construction: no decision depends on wall-clock time. An episode's tokens
 depend on its prompt, its sequence's random stream (sampling.sequence_uniforms), the params
-and its observations only: the lock-step sampler's for the same params, whatever k, d and
-the latencies (tested); a row's numbers do not depend on the other rows of its fixed-shape
-call. Across row counts B they agree as far as the backend's matmuls round a row alike in
-batches of other sizes (bitwise at the tests' sizes; at larger ones ~1e-6 in the logits, so
-a near tie can draw otherwise: experiments/async/README.md, inventory_agent). Rows are refilled in queue order. A call issued at boundary t is appended at boundary
-t+d at the earliest; one not back by then is deferred (`Schedule.defer`, the config's
-default: appended at the first boundary it is back by, the other rows going on) or waited
-for (the rows wait: `rollout/device_idle_share`). Only the schedule (which row, which chunk)
-can depend on timing: which turns a run takes, so each token's params, is fixed by the
-batches (carry.py's turn levels), and no token or log-prob depends on the schedule (tested
-bitwise across latency draws). When no row is live the driver waits for the first call it
-needs (deferring) or skips to the next boundary something is due at.
+and its observations only: the lock-step sampler's for the same params, whatever k, d and the
+latencies (tested); a row's numbers do not depend on the other rows of its fixed-shape call.
+Across row counts B they agree as far as the backend's matmuls round a row alike in batches of
+other sizes (bitwise at the tests' sizes; at larger ones a near tie can draw otherwise:
+experiments/async/README.md). Rows are refilled in queue order. A call issued at boundary t is
+appended at boundary t+d at the earliest; one not back by then is deferred (`Schedule.defer`,
+the config's default: appended at the first boundary it is back by, the other rows going on)
+or waited for (the rows wait: `rollout/device_idle_share`). Only the schedule (which row,
+which chunk) can depend on timing: which turns a run takes, so each token's params, is fixed
+by the batches (carry.py's turn levels), and no token or log-prob depends on the schedule
+(tested bitwise across latency draws). When no row is live the driver waits for the first call
+it needs (deferring) or skips to the next boundary something is due at.
 
 Environment work (open, calls, finish, close) runs on worker threads, never on the thread
 that drives the devices: one thread, in the order issued, unless the environment says its
