@@ -16,8 +16,9 @@ shared between sessions: two rows of one group get two sandboxes.
 Start-up. A sandbox (bwrap, the system interpreter, the environment's module loaded into a
 forked world) takes tens of milliseconds to start, so the pool keeps sandboxes started ahead
 (spares: loaded, no episode's state in them); an open takes one and sends it the episode's
-`setup` context. Spares start when sessions close (the update runs next), up to the largest
-batch opened or announced (`keep_ready`: a stream's, streaming.py), `spares` at least.
+`setup` context. Spares start when sessions close, on the pool's own thread (the caller and
+the update go on), up to the largest batch opened or announced (`keep_ready`: a stream's,
+streaming.py), `spares` at least.
 
 What is whose. Everything the world does (loops, exits, runs out of memory, kills itself,
 garbles its pipe) is the agent's doing: the server reports it (`timeout`, `died`,
@@ -44,6 +45,7 @@ import select
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Sequence
 
 from rlvr_jax.sandbox import bwrap
@@ -71,11 +73,9 @@ class SessionLimits:
     file_bytes: int = 1 << 20  # a collected file's cap
     total_bytes: int = 4 << 20  # all collected files' cap
 
-    def server(self) -> dict:
-        return {"call_s": self.call_s, "start_s": self.start_s, "memory_mb": self.memory_mb,
-                "cpu_s": self.cpu_s, "processes": self.processes, "file_mb": self.file_mb,
-                "open_files": self.open_files, "output_bytes": self.output_bytes,
-                "file_bytes": self.file_bytes, "total_bytes": self.total_bytes}
+    def server(self) -> dict:  # what the session's server enforces (the rest: the host)
+        host = ("episode_s", "workspace_mb", "session_memory_mb", "session_pids")
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in host}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,18 +97,12 @@ class Session:
         """`proc` None: a sandbox that could not start (`error` says why)."""
         self.proc, self.cgroup = proc, cgroup
         self.fd = proc.stdout.fileno() if proc is not None else -1
-        self.buf = bytearray()
+        self.buf, self.error = bytearray(), error
         self.state = "starting" if proc is not None else "failed"
-        self.error = error
         self.counted = False  # in the live count (an opened session's, until closed)
-        self.spawned = time.monotonic()
         self.deadline = float("inf")  # the episode's wall clock, set at open
         self.observation = None  # what the episode's setup returned (its first observation)
         self._next = 0
-
-    @property
-    def alive(self) -> bool:
-        return self.state in ("starting", "spare", "open")
 
     def send(self, msg: dict) -> int:
         self._next += 1
@@ -148,6 +142,7 @@ class SessionPool:
         self._want = 0  # the largest batch opened so far (or announced: `keep_ready`)
         self._starting = 0  # spares being spawned by a refill, not yet in _spares
         self._down = False  # shut down: a refill in flight closes what it made
+        self._refiller = ThreadPoolExecutor(1, thread_name_prefix="spares")  # after a close
         self.samples = {"start_s": [], "call_s": []}
         self.counts = {"opened": 0, "failed": 0, "calls": 0, "peak": 0}
         self._refill()
@@ -240,7 +235,9 @@ class SessionPool:
         """Kill each session's sandbox and remove its cgroup; idempotent. Every sandbox is
         signalled first, so their teardowns overlap."""
         self._close(sessions)
-        self._refill()  # new spares start now, off the next batch's clock
+        with self._books:  # new spares start now on the pool's thread, off the caller's clock
+            if not self._down:
+                self._refiller.submit(self._refill)
 
     def keep_ready(self, count: int) -> None:
         """Keep `count` sandboxes started ahead from now on (a stream's batch, announced as
@@ -263,6 +260,7 @@ class SessionPool:
         with self._books:
             self._down = True
             every = list(self._all)
+        self._refiller.shutdown(wait=True, cancel_futures=True)  # a refill in flight ends
         self.close(every)
         with self._books:
             self._spares = []
@@ -351,7 +349,9 @@ class SessionPool:
                 with self._books:
                     left, self._starting, keep = left - 1, self._starting - 1, not self._down
                     self._spares += [s] if keep else []
-                self._close([] if keep else [s])  # shut down meanwhile: never a spare
+                if not keep:  # shut down meanwhile: never a spare, and no more started
+                    self._close([s])
+                    break
         finally:
             with self._books:
                 self._starting -= left
