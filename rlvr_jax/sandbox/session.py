@@ -240,8 +240,7 @@ class SessionPool:
                 self._refiller.submit(self._refill)
 
     def keep_ready(self, count: int) -> None:
-        """Keep `count` sandboxes started ahead from now on (a stream's batch, announced as
-        it is queued, then opens from ready ones, not from ones started on its clock)."""
+        """Keep `count` sandboxes started ahead from now on (a stream's batch, announced)."""
         with self._books:
             self._want = max(self._want, count)
         self._refill()
@@ -347,9 +346,10 @@ class SessionPool:
             while left:  # each a spare as soon as it is made
                 s = self._spawn()
                 with self._books:
-                    left, self._starting, keep = left - 1, self._starting - 1, not self._down
+                    left, self._starting = left - 1, self._starting - 1
+                    keep = not self._down and s.state != "failed"
                     self._spares += [s] if keep else []
-                if not keep:  # shut down meanwhile: never a spare, and no more started
+                if not keep:  # shut down meanwhile, or it could not start: no more now
                     self._close([s])
                     break
         finally:
