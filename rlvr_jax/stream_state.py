@@ -93,11 +93,15 @@ class Batch:
 
 
 class Timed:
-    """Environment jobs on worker threads, each job's seconds recorded."""
+    """Environment jobs on worker threads, each call's seconds recorded. With several
+    threads, calls and the episodes' other work (prepare, open, finish and close) have a
+    pool each, so no session's open waits for a thread behind slow calls."""
 
     def __init__(self, threads: int):
         self.threads = threads
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="env")
+        self.calls = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="env-call") \
+            if threads > 1 else self.pool  # one thread: every job in the order issued
         self.call_s: list[float] = []  # per call: its batch's seconds
 
     def submit(self, fn: Callable, *args, calls: int = 0) -> Future:
@@ -106,7 +110,12 @@ class Timed:
             out = fn(*args)
             self.call_s.extend([time.perf_counter() - t0] * calls)
             return out
-        return self.pool.submit(job)
+        return (self.calls if calls else self.pool).submit(job)
+
+    def shutdown(self) -> None:
+        """Jobs not started dropped, those running waited for."""
+        for pool in dict.fromkeys((self.calls, self.pool)):
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def why(e: Ep) -> str:
@@ -327,7 +336,7 @@ def verdict_of(x) -> Optional[Verdict]:
 def close(stream) -> None:
     """Jobs not started are dropped; every job running is waited for; every episode
     opened and not closed is closed."""
-    stream.jobs.pool.shutdown(wait=True, cancel_futures=True)
+    stream.jobs.shutdown()
     leftover = []
     for f in stream.open_jobs:
         if f.cancelled():

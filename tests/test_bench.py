@@ -84,3 +84,21 @@ def test_streaming_bench_at_toy_sizes(env):
     assert len(rows) == (4 if env == "repl" else 12), text
     assert all(line.endswith("| True |") for line in rows), text
 
+
+
+def test_the_stall_bound_against_hand_computed_runs():
+    """stall_bound.py's model, with fixed latencies (median = p99): calls of 3 s needed one run
+    on, runs decoding 1 s and updates of 0.5 s: run 0 ends at 1, run 1 starts at 1.5 and waits
+    for run 0's calls until 3, run 2 runs 3.5 .. 4.5 (run 1's calls are back at 4.5), and so
+    on: steps of 1.5 and 1.0 s in turn (1.25x, 20% of the time waiting); a call limit under
+    the slack never waits; slower calls or less slack never shorten a step."""
+    from experiments.bench.stall_bound import bound
+
+    kw = dict(calls=4, decode_s=1.0, update_s=0.5, runs=400, seed=0)
+    mean, _, idle = bound(1, median_s=3.0, p99_s=3.0, limit_s=float("inf"), **kw)
+    assert mean == pytest.approx(1.25, abs=1e-2)
+    assert idle == pytest.approx(0.2, abs=1e-2)
+    assert bound(1, median_s=0.2, p99_s=5.0, limit_s=1.5, **kw) == (1.0, 1.0, 0.0)
+    tail = [bound(s, median_s=0.2, p99_s=p99, limit_s=float("inf"), **kw)[0]
+            for s in (1, 2) for p99 in (5.0, 20.0)]
+    assert tail[1] > tail[0] > 1.0 and tail[3] > tail[2] and tail[0] > tail[2]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from experiments.bench.env_latency import Delayed
-from rlvr_jax import episodes, rollouts, streaming
+from rlvr_jax import episodes, rollouts, stream_state, streaming
 from rlvr_jax.envs.base import OK, SANDBOX_ERROR, Episode, Reply
 from rlvr_jax.turn_sampler import make_turn_sampler
 from rlvr_jax.types import Status, Verdict
@@ -210,6 +210,22 @@ def test_every_episode_closed_when_a_call_raises():
                       max_turns=3, put=jnp.asarray,
                       schedule=streaming.Schedule(3, 1, 2, 1), contexts=contexts)
     assert env.opened and all(e.closed for e in env.opened)
+
+
+def test_opens_never_wait_behind_slow_calls():
+    """The environment's jobs: with every call thread held by a slow call, an open (or a
+    final verdict) still runs at once, on threads of its own; one thread (an environment
+    without concurrent episodes) keeps every job in the order issued."""
+    jobs, gate = stream_state.Timed(2), threading.Event()
+    held = [jobs.submit(gate.wait, 10, calls=1) for _ in range(2)]
+    assert jobs.submit(lambda: "opened").result(timeout=5) == "opened"
+    gate.set()
+    assert all(f.result() for f in held) and len(jobs.call_s) == 2
+    jobs.shutdown()
+    one, order = stream_state.Timed(1), []
+    [f.result() for f in [one.submit(order.append, k, calls=k % 2) for k in range(4)]]
+    one.shutdown()
+    assert order == [0, 1, 2, 3]
 
 
 def test_calls_overlap_decoding_and_the_wait_is_measured():

@@ -33,6 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere
 
+from experiments.bench import stall_bound  # noqa: E402
 from experiments.bench.env_latency import Delayed  # noqa: E402
 from rlvr_jax import episodes, streaming  # noqa: E402
 from rlvr_jax.config import ModelConfig  # noqa: E402
@@ -309,6 +310,13 @@ def main() -> None:
                       f"{made_tokens / max(row_steps, 1):.2f} | {late:.0f} | {_waits(mid)} | "
                       f"{_host(mid)} | {same} |",
                       flush=True)
+                if label == "lognormal" and args.median > 0:  # what no such schedule beats
+                    ratio, _, idle = stall_bound.bound(
+                        1, calls=round(np.mean([_issued(m) for m in mid])), runs=2000,
+                        decode_s=zero_steady, update_s=args.update_s, median_s=args.median,
+                        p99_s=args.p99, limit_s=args.call_limit, seed=0)
+                    print(f"|   (stall_bound.py, 1 run of slack: at least {ratio:.2f}x, "
+                          f"idle {idle:.1%}) |||||||||", flush=True)
                 if label == "zero":  # runs between a token's sampling and its batch's run
                     lag = np.concatenate([(j - m.rollout.version_B_R)[
                         m.rollout.loss_mask_B_R > 0] for j, m in enumerate(made)])
@@ -322,9 +330,13 @@ def _made(made, rows: int) -> float:
     return made.stats["rollout/useful_row_steps"] * made.stats["rollout/decode_steps"] * rows
 
 
+def _issued(made) -> float:
+    return made.stats.get("stream/calls_issued", 0)
+
+
 def _late(made) -> float:
     """Calls not back at their boundary in one run of the stream."""
-    return made.stats.get("rollout/late_call_share", 0.0) * made.stats.get("stream/calls_issued", 0)
+    return made.stats.get("rollout/late_call_share", 0.0) * _issued(made)
 
 
 def _waits(made) -> str:

@@ -20,8 +20,9 @@ class StreamConfig:
     insert_rows: int = 0  # episodes inserted (prefilled) per call; 0: rows // 8, at least 1
     chunk_steps: int = 16  # decode steps between boundaries
     call_delay_chunks: int = 1  # boundaries between a call's issue and its observation
-    # worker threads for an environment whose episodes may be stepped concurrently
-    # (`concurrent_episodes`); any other's work runs on one thread, in the order issued
+    # worker threads for the calls of an environment whose episodes may be stepped
+    # concurrently (`concurrent_episodes`), and as many for its opens, finishes and closes;
+    # any other's work runs on one thread, in the order issued
     env_threads: int = 8
     # true: a row whose turn ends on a call takes another episode meanwhile; the episode
     # resumes in a free row, its history prefilled again (rows never wait on calls, at the
