@@ -32,10 +32,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 
-Z99 = 2.3263478740408408  # the standard normal's 99th percentile
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere
+
+from experiments.bench.env_latency import Z99  # noqa: E402
 
 
 def latencies(rng, shape, median_s: float, p99_s: float, limit_s: float) -> np.ndarray:
