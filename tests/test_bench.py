@@ -85,7 +85,6 @@ def test_streaming_bench_at_toy_sizes(env):
     assert all(line.endswith("| True |") for line in rows), text
 
 
-
 def test_the_stall_bound_against_hand_computed_runs():
     """stall_bound.py's model, with fixed latencies (median = p99): calls of 3 s needed one run
     on, runs decoding 1 s and updates of 0.5 s: run 0 ends at 1, run 1 starts at 1.5 and waits

@@ -223,7 +223,8 @@ def test_opens_never_wait_behind_slow_calls():
     assert all(f.result() for f in held) and len(jobs.call_s) == 2
     jobs.shutdown()
     one, order = stream_state.Timed(1), []
-    [f.result() for f in [one.submit(order.append, k, calls=k % 2) for k in range(4)]]
+    for f in [one.submit(order.append, k, calls=k % 2) for k in range(4)]:
+        f.result()
     one.shutdown()
     assert order == [0, 1, 2, 3]
 

@@ -82,9 +82,9 @@ def main(argv=None) -> None:
     print("| slack (runs) | step x zero latency, at least: mean | median | device idle, at least |")
     print("|---|---|---|---|")
     for slack in (int(s) for s in a.slack.split(",")):
-        ratio, median, idle = bound(slack, calls=a.calls, decode_s=a.decode_s, update_s=a.update_s,
-                            median_s=a.median, p99_s=a.p99, limit_s=a.limit, runs=a.runs,
-                            seed=a.seed)
+        ratio, median, idle = bound(slack, calls=a.calls, decode_s=a.decode_s,
+                                    update_s=a.update_s, median_s=a.median, p99_s=a.p99,
+                                    limit_s=a.limit, runs=a.runs, seed=a.seed)
         print(f"| {slack} | {ratio:.2f} | {median:.2f} | {idle:.1%} |")
 
 
