@@ -137,12 +137,15 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
                       eos_id: int, pad_id: int, stops: Sequence[Sequence[int]],
                       temperature: float, top_k: int = 0, top_p: float = 1.0,
                       group_size: int = 1, prompt_len: int = 0, mesh=None,
+                      resume_columns: int = 64,
                       on_trace: Callable[[str], None] = lambda name: None) -> TurnSampler:
     """The jitted pieces above; `on_trace(name)` runs each time one of them is traced.
     `group_size` G > 1: rows come in groups of G identical prompts, each prefilled once
     (sampling.prefill_groups). `prompt_len` L: the prompts' length for `empty` / `insert`
     (streamed episodes; 0: those pieces are not made), their rows split over `mesh`'s
-    data-parallel axes (None: one device)."""
+    data-parallel axes (None: one device). `resume_columns`: the columns of a resumed
+    record prefilled per step of `resume`'s loop (its work is the longest history rounded up
+    to them, not the whole budget R)."""
     r, o = max_new_tokens, max(observation_tokens, 1)
     table_M_W, lengths_M = (jnp.asarray(x) for x in stop_table(stops))
 
@@ -204,17 +207,37 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
     def resume(params, s: TurnState, prompt_M_L, pmask_M_L, tokens_M_R, logp_M_R, mask_M_R,
                loss_mask_M_R, col_M, start_M, dest_M, seq_M, key) -> TurnState:
         """M episodes that left their rows back into rows dest_M (B: dropped), their
-        histories (prompt ++ the response record so far) prefilled whole under `params`: the
+        histories (prompt ++ the response record so far) prefilled under `params`: the
         recompute a released row costs (its observation appended), or a carried episode's
         under new params (streaming.py). Each goes on at column col_M in a turn that began
-        at start_M (= col_M: a new one)."""
+        at start_M (= col_M: a new one). The prompt is prefilled as `prompts` does, then the
+        record in chunks of `resume_columns` columns through `extend` (the path the decode
+        and the observations take), only as many chunks as the longest record needs: a
+        whole-budget prefill spent most of its work on empty columns (a history of 100
+        columns in a budget of 384)."""
         on_trace("turn_resume")
-        seq_T = jnp.concatenate([prompt_M_L, tokens_M_R], axis=1)
-        valid_T = jnp.concatenate([pmask_M_L.astype(bool), mask_M_R > 0], axis=1)
-        logits_M_V, new = apply(params, "prefill", seq_T, valid_T, prompt_len + r + o,
-                                prompt_len + col_M - 1)
-        return start_rows(s, dest_M, new, logits_M_V, col_M,
-                          jnp.sum(pmask_M_L.astype(jnp.int32), axis=-1), tokens_M_R, logp_M_R,
+        c = min(resume_columns, r)
+        logits_M_V, cache = apply(params, "prefill", prompt_M_L, pmask_M_L, prompt_len + r + o)
+        position_M = jnp.sum(pmask_M_L.astype(jnp.int32), axis=-1)
+        weights = decode_weights(params, model.cfg)  # cast and split once, not per chunk
+        pad = ((0, 0), (0, -r % c))  # whole chunks: a slice never moves back
+        tokens = jnp.pad(tokens_M_R, pad, constant_values=pad_id)
+        valid = jnp.pad(mask_M_R > 0, pad)
+        cut = lambda x, at: jax.lax.dynamic_slice_in_dim(x, at, c, 1)
+
+        def chunk(carry):
+            at, cache, x_M_D = carry
+            h_M_C_D, cache = apply(weights, "extend", cut(tokens, at), cut(valid, at), cache,
+                                   prompt_len + at + jnp.zeros_like(col_M), position_M + at)
+            j_M = col_M - 1 - at  # the last column's hidden, if this chunk holds it
+            here = jnp.take_along_axis(h_M_C_D, jnp.clip(j_M, 0, c - 1)[:, None, None], 1)[:, 0]
+            return at + c, cache, jnp.where(((j_M >= 0) & (j_M < c))[:, None], here, x_M_D)
+
+        x0 = jnp.zeros((col_M.shape[0], model.cfg.hidden_size), model.cfg.compute_dtype)
+        _, cache, x_M_D = jax.lax.while_loop(lambda carry: carry[0] < jnp.max(col_M), chunk,
+                                             (jnp.int32(0), cache, x0))
+        logits_M_V = jnp.where((col_M > 0)[:, None], apply(weights, "head", x_M_D), logits_M_V)
+        return start_rows(s, dest_M, cache, logits_M_V, col_M, position_M, tokens_M_R, logp_M_R,
                           mask_M_R, loss_mask_M_R, sequence_uniforms(key, seq_M, r), start_M)
 
     def forward(params, s: TurnState, tokens_B_O, valid_B_O):

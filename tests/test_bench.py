@@ -1,7 +1,7 @@
 """The benchmark scripts run (experiments/bench/): gpu.py at toy sizes on CPU writes its JSON
 with every field a GPU session reads; efficiency.py prints its tables; update.py,
-decode_phases.py, turn_decode.py and streaming.py (its repl arm: real sessions) run at toy sizes; fleet.py
-runs in tests/sandbox/test_fleet.py, on its cluster. Numbers are not asserted: they are
+decode_phases.py, turn_decode.py, resume.py and streaming.py (its repl arm: real sessions) run
+at toy sizes; fleet.py runs in tests/sandbox/test_fleet.py, on its cluster. Numbers are not asserted: they are
 measurements, not tests."""
 
 import json
@@ -83,6 +83,16 @@ def test_streaming_bench_at_toy_sizes(env):
     rows = [line for line in text.splitlines() if line.startswith(("| streamed", "| carried"))]
     assert len(rows) == (4 if env == "repl" else 12), text
     assert all(line.endswith("| True |") for line in rows), text
+
+
+def test_resume_bench_at_toy_sizes():
+    """resume.py: the whole-budget resume against chunks of 16 columns; the episodes equal."""
+    text = _run("experiments/bench/resume.py", "--episodes", "16", "--rows", "4",
+                "--new-tokens", "48", "--hidden", "32", "--layers", "1", "--columns", "0,16",
+                "--repeats", "1", "--call-boost", "4")
+    rows = [line for line in text.splitlines() if line.startswith(("| 48 ", "| 16 "))]
+    assert len(rows) == 2 and all(line.endswith("| True |") for line in rows), text
+    assert int(rows[0].split("|")[3]) > 0, text  # some resumes ran
 
 
 def test_the_stall_bound_against_hand_computed_runs():

@@ -80,7 +80,8 @@ def _pieces(n, g):
     sampler = make_turn_sampler(model, max_new_tokens=R, observation_tokens=O,
                                 eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
                                 stops=[tok.encode("#", add_special_tokens=False)],
-                                temperature=1.0, group_size=g, prompt_len=L)
+                                temperature=1.0, group_size=g, prompt_len=L,
+                                resume_columns=16)  # R = 40: resumes of 1-3 chunks, padded
     glue = episodes.Glue.of(tok, "[", "]")
     digits = [tok.convert_tokens_to_ids(str(d)) for d in range(10)]
     prompt = np.stack([np.full(L, digits[(i // g) % 10], np.int32) for i in range(n)])
@@ -300,7 +301,8 @@ def _mesh_sampler(mesh, g):
     return make_turn_sampler(model, max_new_tokens=R, observation_tokens=O,
                              eos_id=tok.eos_token_id, pad_id=tok.pad_token_id,
                              stops=[tok.encode("#", add_special_tokens=False)],
-                             temperature=1.0, group_size=g, prompt_len=L, mesh=mesh)
+                             temperature=1.0, group_size=g, prompt_len=L, mesh=mesh,
+                             resume_columns=16)
 
 
 def _carried(n, g, versions, release, defer=False, stop_after=None, latency=0.003, seed=0,
