@@ -1,8 +1,8 @@
 """The benchmark scripts run (experiments/bench/): gpu.py at toy sizes on CPU writes its JSON
 with every field a GPU session reads; efficiency.py prints its tables; update.py,
 decode_phases.py, turn_decode.py, resume.py and streaming.py (its repl arm: real sessions) run
-at toy sizes; fleet.py runs in tests/sandbox/test_fleet.py, on its cluster. Numbers are not asserted: they are
-measurements, not tests."""
+at toy sizes; fleet.py runs in tests/sandbox/test_fleet.py, on its cluster. Numbers are not
+asserted: they are measurements, not tests."""
 
 import json
 import subprocess
