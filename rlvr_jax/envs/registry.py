@@ -22,7 +22,7 @@ import os
 from importlib import metadata
 
 from rlvr_jax.config.choices import ConfigError
-from rlvr_jax.envs import world as world_module
+from rlvr_jax.envs import checked, world as world_module
 
 BUILTIN = ("none", "tools", "routed")
 _WORLDS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worlds")
@@ -68,7 +68,8 @@ def check_kind(kind: str, key: str = "env.kind") -> None:
 
 
 def factory(kind: str, key: str = "env.kind"):
-    """The host-side factory named `package.module:factory`."""
+    """The host-side factory named `package.module:factory`; what it makes is held to the
+    lifecycle's contract (envs/checked.py)."""
     module, _, attr = kind.partition(":")
     try:
         fn = getattr(importlib.import_module(module), attr)
@@ -77,4 +78,4 @@ def factory(kind: str, key: str = "env.kind"):
                           f"({type(e).__name__}: {e})") from None
     except AttributeError:
         raise ConfigError(f"config key '{key}': module {module!r} has no {attr!r}") from None
-    return fn
+    return lambda *args: checked.Checked(fn(*args), key, kind)
