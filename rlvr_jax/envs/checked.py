@@ -81,6 +81,8 @@ class Checked:
         return out
 
     def __getattr__(self, attr):  # close_episodes, stats, prepare, tools, ...: env's own
+        if attr in _OWN:  # not set yet (a copy being made): no recursion through self.env
+            raise AttributeError(attr)
         return getattr(self.env, attr)
 
     def __setattr__(self, attr, value):  # a wrapper's patch reaches the environment

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 
@@ -91,6 +92,7 @@ def test_a_sound_environment_passes_through_unchanged():
     assert env.tools == ("calculator",) and not hasattr(env, "prepare")
     env.observation_suffix = ">"
     assert inner.observation_suffix == ">" and env.observation_suffix == ">"
+    assert copy.copy(env).step(eps, ["x"]) == env.step(eps, ["x"])
     for bad in ({"tools": "calculator"}, {"stop_texts": None}, {"observation_prefix": 1}):
         with pytest.raises(ContractError, match=f"{next(iter(bad))} must be"):
             Checked(type("Bad", (Broken,), bad)(), "env.kind", "m:f")
