@@ -17,38 +17,33 @@ and its observations only: the lock-step sampler's for the same params, whatever
 latencies (tested); a row's numbers do not depend on the other rows of its fixed-shape call.
 Across row counts B they agree as far as the backend's matmuls round a row alike in batches of
 other sizes (bitwise at the tests' sizes; at larger ones a near tie can draw otherwise:
-experiments/async/README.md). Rows are refilled in queue order. A call issued at boundary t is
-appended at boundary t+d at the earliest; one not back by then is deferred (`Schedule.defer`,
-the config's default: appended at the first boundary it is back by, the other rows going on)
-or waited for (the rows wait: `rollout/device_idle_share`). Only the schedule (which row,
-which chunk) can depend on timing: which turns a run takes, so each token's params, is fixed
-by the batches (carry.py's turn levels), and no token or log-prob depends on the schedule
-(tested bitwise across latency draws). When no row is live the driver waits for the first call
-it needs (deferring) or skips to the next boundary something is due at.
+experiments/async/README.md). Rows are refilled in queue order. A call issued at boundary t
+is appended at t+d at the earliest; one not back then is deferred (`Schedule.defer`, the
+default: appended once back, the other rows going on) or waited for (device idle). Only the
+schedule (which row, which chunk) can depend on timing: which turns a run takes, so each
+token's params, is fixed by the batches (carry.py's turn levels); no token or log-prob
+depends on the schedule (tested bitwise across latency draws). With no row live the driver
+waits for the first call it needs (deferring) or skips to the next boundary one is due at.
 
-Environment work (open, calls, finish, close) runs on worker threads, never on the thread
-that drives the devices: one thread, in the order issued, unless the environment says its
-episodes may be stepped concurrently (`concurrent_episodes = True`: disjoint episodes from
-several threads). Every episode opened is closed, on every path (an exception included).
+Environment work (open, calls, finish, close) runs on worker threads, never the one that
+drives the devices: one, in the order issued, unless the environment's episodes may be
+stepped concurrently (`concurrent_episodes = True`). Every episode opened is closed, on
+every path (an exception included). Rows go to the host a gather of a few at a time.
 
-What a call costs the rows: held (the default), a row waits for its call (d chunks of k
-steps at least) with its cache kept (`rollout/useful_row_steps` counts the loss); released
-(`Schedule.release`), the row takes another episode and the caller resumes in a free row
-once its observation is appended, its history prefilled again (`turn_sampler.resume`: the
-recompute, counted in `stream/recomputed_tokens_per_episode`). Either way the tokens are
-the lock-step driver's (tested; a resumed row's log-probs to float rounding).
+A call held (the default) keeps its row waiting, cache kept (`rollout/useful_row_steps`
+counts the loss); released (`Schedule.release`), the row takes another episode and the
+caller resumes in a free row once answered, its history prefilled again (`turn_sampler.
+resume`; `stream/recomputed_tokens_per_episode`). Either way the tokens are the lock-step
+driver's (tested; a resumed row's log-probs to float rounding).
 
-Several processes: every process runs this driver over every row (the same SPMD pieces),
-and each opens, steps, finishes and closes the episodes of its own block of each batch
-(distributed.owners), whichever row they decode in. What a process learns from its
-environment (a session that failed to open, a reply's ids, outcome and reward, a final
-verdict) is shared at the boundary it is due (`distributed.from_owners`, one all-gather),
-so every process makes the same refills and the run equals one process's (tested).
+Several processes each run this driver over every row (SPMD) and own the episodes of their
+block of each batch (distributed.owners) in any row. What one learns from its environment
+(a failed open, a reply, a verdict) is shared at the boundary it is due (one all-gather),
+so all make the same refills and the run equals one process's (tested).
 
-A `Stream` keeps its queue and the calls in flight from one batch to the next: episodes of
-later batches take their first turns in the rows a batch leaves, and go on in the next `run`s
-under their params (carry.py: the turn levels; each token's params version recorded;
-stream_state.py: what a checkpoint keeps).
+A `Stream` keeps its queue and calls in flight from batch to batch: later batches' episodes
+take first turns in the rows a batch leaves, and go on in the next `run`s under their params
+(carry.py: turn levels; each token's version recorded; stream_state.py: checkpoints).
 """
 
 from __future__ import annotations
@@ -184,7 +179,8 @@ class Stream:
         """Device values as numpy; seconds blocked here: `rollout/device_s` (queued work done)."""
         t0 = time.perf_counter()
         out = [np.asarray(x) for x in distributed.to_host(tree)]
-        self.synced += time.perf_counter() - t0
+        self.synced, self.fetched = self.synced + time.perf_counter() - t0, self.fetched + sum(
+            x.nbytes for x in out)
         return out
 
     def _end(self, e: Ep, reason: str, failed: bool = False) -> None:
@@ -359,7 +355,6 @@ class Stream:
         leave at t), calls issued (due at t + d); with `release`, the calling rows freed
         (their records copied out)."""
         calls = []
-        tokens_B_R = None
         for row in rows:
             e = self.owner[row]
             e.turns += 1
@@ -375,16 +370,14 @@ class Stream:
                 self._end(e, "sandbox_error")
             else:
                 assert stop == STOP_CALL, stop
-                if tokens_B_R is None:
-                    tokens_B_R = np.asarray(distributed.to_host(self.state.tokens_B_R))
-                e.said.append(turn_text(self.tok, tokens_B_R[row, e.start:e.col]))
                 calls.append(e)
+        got = self._rows([e.row for e in calls])
+        for e, (tokens_R, *_) in zip(calls, got):
+            e.said.append(turn_text(self.tok, tokens_R[e.start:e.col]))
         # Released: the calling rows; always, those whose next turn is a later run's.
-        out = [e for e in calls if self.sch.release or not self.allowed(e)]
+        out = [k for k, e in enumerate(calls) if self.sch.release or not self.allowed(e)]
         if out:
-            self._copy_out(out)
-            for e in out:
-                self.owner[e.row], e.row = None, -1
+            self._copy_out([calls[k] for k in out], [got[k] for k in out])
         self._call(calls, self.t + self.sch.call_delay)
 
     def _call(self, calls: list, due: int, issued: bool = True) -> None:
@@ -403,15 +396,24 @@ class Stream:
         if calls:
             self.due.setdefault(due, []).extend((e, futures.get(e)) for e in calls)
 
-    def _copy_out(self, eps: list) -> None:
-        """These episodes' rows into their records (host), with where each is."""
-        *arrays, col, start, live = self._host((
-            self.state.tokens_B_R, self.state.logp_B_R, self.state.mask_B_R,
-            self.state.loss_mask_B_R, self.state.col_B, self.state.turn_start_B, self.state.live_B))
-        for e in eps:
+    def _rows(self, rows: list) -> list:
+        """Each row's (tokens, logp, mask, loss mask, col, turn start, live) on the host, a
+        fixed number of rows a gather (one compile), never the whole [B, R] arrays."""
+        m, out = min(self.b, max(self.sch.insert_rows, 8)), []
+        for at in range(0, len(rows), m):
+            pick = rows[at:at + m]
+            got = self._host(self.s.rows(self.state, np.int32(pick + [0] * (m - len(pick)))))
+            out += [[x[k] for x in got] for k in range(len(pick))]
+        return out
+
+    def _copy_out(self, eps: list, got=None) -> None:
+        """These episodes' rows (`got`: fetched already) into their records (host), with
+        where each is; the rows freed."""
+        for e, (*arrays, col, start, live) in zip(eps, got or self._rows([e.row for e in eps])):
             for dst, src in zip(e.b.res[:4], arrays):
-                dst[e.i] = src[e.row]
-            e.col, e.start, e.live = int(col[e.row]), int(start[e.row]), bool(live[e.row])
+                dst[e.i] = src
+            e.col, e.start, e.live = int(col), int(start), bool(live)
+            self.owner[e.row], e.row = None, -1
 
     def _leave(self, ended: list) -> None:
         """Ended episodes' rows copied out and freed (one out of rows has its record on the
@@ -420,8 +422,6 @@ class Stream:
         in_rows = [e for e in ended if e.row >= 0]
         if in_rows:
             self._copy_out(in_rows)
-            for e in in_rows:
-                self.owner[e.row], e.row = None, -1
         for e in ended:
             e.b.finals[e.i] = _text(self.tok, e.b.res.tokens_B_R[e.i, e.start:e.col],
                                     self.tok.eos_token_id)

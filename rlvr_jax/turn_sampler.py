@@ -88,6 +88,9 @@ class TurnSampler(NamedTuple):
     # (params, state, prompt_M_L, pmask_M_L, tokens_M_R, logp_M_R, mask_M_R, loss_mask_M_R,
     #  col_M, start_M, dest_M, seq_M, key) -> state: episodes back, their histories prefilled
     resume: Callable = None
+    # (state, rows_M) -> (tokens, logp, mask, loss_mask [M, R], col, turn_start, live [M]):
+    # M rows' records and places, to the host without the other rows'
+    rows: Callable = None
 
 
 def stop_table(stops: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -240,6 +243,13 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
         return start_rows(s, dest_M, cache, logits_M_V, col_M, position_M, tokens_M_R, logp_M_R,
                           mask_M_R, loss_mask_M_R, sequence_uniforms(key, seq_M, r), start_M)
 
+    def take_rows(s: TurnState, rows_M):
+        """Rows rows_M's records and places (a streamed episode's copy-out, a call's text)."""
+        on_trace("turn_rows")
+        return tuple(jnp.take(x, rows_M, axis=0) for x in (
+            s.tokens_B_R, s.logp_B_R, s.mask_B_R, s.loss_mask_B_R, s.col_B, s.turn_start_B,
+            s.live_B))
+
     def forward(params, s: TurnState, tokens_B_O, valid_B_O):
         """The new tokens at each row's column into the cache; -> (hidden_B_O_D, cache)."""
         l = s.cache.valid_B_S.shape[1] - r - o
@@ -320,11 +330,13 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
             repl = sharding.replicated(mesh)  # a few prompts: on every device
             out = {"empty": {"out_shardings": (rows, Prompts(*[repl] * 3))},
                    "prompts": {"out_shardings": Prompts(*[repl] * 3)},
-                   "insert": {"out_shardings": rows}, "resume": {"out_shardings": rows}}
+                   "insert": {"out_shardings": rows}, "resume": {"out_shardings": rows},
+                   "rows": {"out_shardings": repl}}
         streamed = {"empty": jax.jit(empty, static_argnums=(0, 1), **out.get("empty", {})),
                     # Donated: the prompt slots and the rows' cache written in place.
                     "prompts": jax.jit(prompts, donate_argnums=(1,), **out.get("prompts", {})),
                     "insert": jax.jit(insert, donate_argnums=(0,), **out.get("insert", {})),
-                    "resume": jax.jit(resume, donate_argnums=(1,), **out.get("resume", {}))}
+                    "resume": jax.jit(resume, donate_argnums=(1,), **out.get("resume", {})),
+                    "rows": jax.jit(take_rows, **out.get("rows", {}))}
     return TurnSampler(jax.jit(start), jax.jit(decode, donate_argnums=(1,)),
                        jax.jit(extend, donate_argnums=(1,)), jax.jit(rollout), o, **streamed)

@@ -99,7 +99,7 @@ def test_resume_is_exact(tmp_path, extra):
         assert any(r["episode/tool_calls_mean"] > 0 for r in steps), "no tool was called"
         # (extend: only for observations appended in place, which released rows never are)
         for piece in ("turn_empty", "turn_prompts", "turn_insert", "turn_decode",
-                      "turn_resume"):
+                      "turn_resume", "turn_rows"):
             counts = [r[f"compiles/sampler_{piece}"] for r in steps
                       if f"compiles/sampler_{piece}" in r]  # extend: once a call was made
             assert counts and set(counts) == {1}, (piece, counts)

@@ -111,7 +111,8 @@ def _same_episodes(got, want):
 
 @pytest.mark.parametrize("rows,insert,chunk,delay,median_s,release", [
     (16, 16, 50, 0, 0.0, False), (5, 2, 3, 1, 0.002, False), (3, 1, 1, 2, 0.004, False),
-    (7, 3, 4, 0, 0.003, True), (4, 2, 2, 3, 0.003, True)])
+    (7, 3, 4, 0, 0.003, True), (4, 2, 2, 3, 0.003, True),
+    (16, 4, 50, 0, 0.0, True)])  # 16 rows stop at once: copied out 8 a gather
 def test_tokens_equal_the_lock_step_drivers(rows, insert, chunk, delay, median_s, release):
     n, g, max_turns = 16, 2, 4
     want = _lock_step(n, g, max_turns)

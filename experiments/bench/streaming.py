@@ -276,7 +276,8 @@ def main() -> None:
           f"calls, response mask {probe.rollout.mask_B_R.sum(1).mean():.0f} tokens mean, "
           f"{np.percentile(probe.rollout.mask_B_R.sum(1), 90):.0f} p90\n")
     print("| driver | latency | step s | x zero latency | device idle | useful row-steps |"
-          " late calls | waits open / call / verdict s | host ms a chunk | tokens = lock step |")
+          " late calls | waits open / call / verdict s | host ms / kB a chunk |"
+          " tokens = lock step |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     steady = range(args.carry, args.steps - args.carry)  # carried: neither filling nor draining
     for name, fn in arms.items():
@@ -349,10 +350,12 @@ def _waits(made) -> str:
 
 
 def _host(made) -> str:
-    """The stream driver's own time a chunk (neither the devices' work nor a wait), ms."""
+    """The stream driver's own time a chunk (neither the devices' work nor a wait), ms, and
+    what it read back from the devices, kB."""
     if "rollout/host_ms_per_chunk" not in made[0].stats:
         return "-"
-    return f"{statistics.median(m.stats['rollout/host_ms_per_chunk'] for m in made):.2f}"
+    med = lambda k: statistics.median(m.stats[f"rollout/host_{k}_per_chunk"] for m in made)
+    return f"{med('ms'):.2f} / {med('kb'):.0f}"
 
 
 def _update(args) -> bool:
