@@ -24,8 +24,7 @@ from typing import Callable
 import numpy as np
 
 from rlvr_jax import distributed
-from rlvr_jax.envs.base import (MALFORMED, OK, SANDBOX_ERROR, TOOL_ERROR, UNKNOWN_TOOL,
-                                  Environment)
+from rlvr_jax.envs.base import OUTCOMES, SANDBOX_ERROR, TOOL_ERROR, Environment
 from rlvr_jax.turn_sampler import STOP_BUDGET, STOP_CALL, STOP_EOS, TurnSampler
 from rlvr_jax.types import Generated, Rollout, Status, Verdict
 
@@ -77,7 +76,6 @@ def turn_text(tokenizer, ids) -> str:
 
 
 REASONS = ("", "eos", "budget", "max_turns", "no_room", "sandbox_error")  # why episodes end
-OUTCOMES = (OK, TOOL_ERROR, MALFORMED, UNKNOWN_TOOL, SANDBOX_ERROR)
 
 
 def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, prompt_B_L,

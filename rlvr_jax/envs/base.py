@@ -10,6 +10,7 @@ from rlvr_jax.types import Verdict
 # Reply outcomes (each counted per step: rlvr_jax/episodes.py).
 OK, TOOL_ERROR, MALFORMED, UNKNOWN_TOOL, SANDBOX_ERROR = (
     "ok", "tool_error", "malformed", "unknown_tool", "sandbox_error")
+OUTCOMES = (OK, TOOL_ERROR, MALFORMED, UNKNOWN_TOOL, SANDBOX_ERROR)  # metrics index them
 
 
 @dataclass(frozen=True)

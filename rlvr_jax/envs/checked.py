@@ -13,11 +13,9 @@ from numbers import Real
 from typing import Sequence
 
 from rlvr_jax.config.choices import ConfigError
-from rlvr_jax.envs.base import (MALFORMED, OK, SANDBOX_ERROR, TOOL_ERROR, UNKNOWN_TOOL,
-                                Episode, Reply)
+from rlvr_jax.envs.base import OUTCOMES, Episode, Reply
 from rlvr_jax.types import Status, Verdict
 
-_OUTCOMES = (OK, TOOL_ERROR, MALFORMED, UNKNOWN_TOOL, SANDBOX_ERROR)
 _OWN = ("env", "where")
 
 
@@ -63,8 +61,8 @@ class Checked:
         for r in out:
             if not isinstance(r, Reply):
                 self._fail(f"step returned {r!r}, not a Reply")
-            if r.outcome not in _OUTCOMES:
-                self._fail(f"step returned outcome {r.outcome!r} (one of {_OUTCOMES})")
+            if r.outcome not in OUTCOMES:
+                self._fail(f"step returned outcome {r.outcome!r} (one of {OUTCOMES})")
             if not (isinstance(r.text, str) and isinstance(r.tool, str)):
                 self._fail(f"step returned a reply whose text or tool is not a string: {r!r}")
             if not isinstance(r.reward, Real) or not math.isfinite(r.reward):
