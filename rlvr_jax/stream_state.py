@@ -20,6 +20,9 @@ from rlvr_jax import distributed, episodes
 from rlvr_jax.episodes import OUTCOMES, REASONS, stats
 from rlvr_jax.types import Generated, Rollout, Status, Verdict
 
+# `Timed(0)`'s pools: threads are made as jobs wait for one, so this only bounds a runaway.
+UNCAPPED = 4096
+
 
 @dataclass(eq=False)
 class Ep:
@@ -93,24 +96,40 @@ class Batch:
 
 
 class Timed:
-    """Environment jobs on worker threads, each call's seconds recorded. With several
-    threads, calls and the episodes' other work (prepare, open, finish and close) have a
-    pool each, so no session's open waits for a thread behind slow calls."""
+    """Environment jobs on worker threads, each call's seconds recorded, and the seconds it
+    waited for a free thread. With several threads, calls and the episodes' other work
+    (prepare, open, finish and close) have a pool each, so no session's open waits for a
+    thread behind slow calls. `threads`: 0, no cap (a thread for every job in flight, made
+    as needed: the calls of a stream run as many at once as lock step's, which hands a
+    turn's calls over together); n, at most n at once; 1, every job in the order issued."""
 
     def __init__(self, threads: int):
         self.threads = threads
-        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="env")
-        self.calls = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="env-call") \
-            if threads > 1 else self.pool  # one thread: every job in the order issued
+        cap = threads or UNCAPPED
+        self.pool = ThreadPoolExecutor(max_workers=cap, thread_name_prefix="env")
+        self.calls = ThreadPoolExecutor(max_workers=cap, thread_name_prefix="env-call") \
+            if threads != 1 else self.pool  # one thread: every job in the order issued
         self.call_s: list[float] = []  # per call: its batch's seconds
+        self.queued_s: list[float] = []  # per call: seconds from its submit to a thread
 
     def submit(self, fn: Callable, *args, calls: int = 0) -> Future:
+        issued = time.perf_counter()
+
         def job():
             t0 = time.perf_counter()
             out = fn(*args)
             self.call_s.extend([time.perf_counter() - t0] * calls)
+            self.queued_s.extend([t0 - issued] * calls)
             return out
         return (self.calls if calls else self.pool).submit(job)
+
+    def mark(self) -> tuple[int, int]:
+        """Where the calls' records stand now (`since`)."""
+        return len(self.call_s), len(self.queued_s)
+
+    def since(self, mark: tuple[int, int]) -> tuple[list, list]:
+        """The seconds of the calls done since `mark`, and their waits for a thread."""
+        return self.call_s[mark[0]:], self.queued_s[mark[1]:]
 
     def shutdown(self) -> None:
         """Jobs not started dropped, those running waited for."""
@@ -350,8 +369,10 @@ def close(stream) -> None:
 
 
 def record(stream, batch: Batch, steps: int, chunks: int, live_sum: int, wall: float,
-           call_s) -> Generated:
-    """Batch's record once its episodes have all ended (the stream's metrics of its run)."""
+           calls: tuple[list, list]) -> Generated:
+    """Batch's record once its episodes have all ended (the stream's metrics of its run;
+    `calls`: the run's calls' seconds and their waits for a thread, `Timed.since`)."""
+    call_s, queued_s = calls
     n = batch.n
     verdicts = [Verdict(Status.SANDBOX_ERROR,
                         f"the episode's sandbox failed: {why(e)}"[:300])
@@ -374,7 +395,9 @@ def record(stream, batch: Batch, steps: int, chunks: int, live_sum: int, wall: f
                 "stream/recomputed_tokens_per_episode": stream.recomputed / n,
                 "stream/carried_episodes": float(carried(stream)),
                 "stream/calls_issued": float(stream.issued),
-                "rollout/late_call_share": stream.late / max(stream.issued, 1)})
+                "rollout/late_call_share": stream.late / max(stream.issued, 1),
+                # > 0: calls waited for a thread (rollout.stream.env_threads caps them)
+                "rollout/env_call_queued_p99_s": float(np.percentile(queued_s or [0.0], 99))})
     return Generated(rollout, list(batch.finals), verdicts, {**row, **stream.env.stats()})
 
 

@@ -74,7 +74,7 @@ class Schedule:
     insert_rows: int  # M: episodes inserted per insert call (static shape)
     chunk_steps: int  # k: decode steps between boundaries
     call_delay: int  # d: a call issued at boundary t is appended at boundary t + d
-    env_threads: int = 4  # worker threads for an environment with concurrent episodes
+    env_threads: int = 0  # calls at once, of an environment with concurrent episodes (0: any)
     # True: a row whose turn ended on a call takes another episode while the call runs; its
     # own resumes in a free row once the observation is appended, its history (prompt ++
     # response so far ++ observation) prefilled again. False: the row waits for its call.
@@ -195,8 +195,7 @@ class Stream:
         params' (each token records the version it was sampled under)."""
         self.params, self.version, self.j = params, version, j
         stream_state.new_counts(self)
-        calls_before, steps_before = len(self.jobs.call_s), int(distributed.to_host(
-            self.state.steps))
+        since, steps_before = self.jobs.mark(), int(distributed.to_host(self.state.steps))
         batch, b, k, o = self.batches[j], self.b, self.sch.chunk_steps, self.s.observation_tokens
         t0, chunks, live_sum, self.made = time.perf_counter(), 0, 0, 0
         for e in list(islice(self.queue, self.sch.insert_rows + 1))[::self.sch.insert_rows]:
@@ -259,7 +258,7 @@ class Stream:
         wall = time.perf_counter() - t0  # the final verdicts' wait is the rollout's too
         del self.batches[j]
         return stream_state.record(self, batch, steps, chunks, live_sum, wall,
-                                   self.jobs.call_s[calls_before:])
+                                   self.jobs.since(since))
 
     def allowed(self, e: Ep) -> bool:
         """e's next turn may run now: every turn of batch j's episodes and earlier ones; of

@@ -149,6 +149,8 @@ def test_bad_value_names_the_key(override, key):
      "rollout.stream.chunk_steps"),
     (["+experiment=calc_agent", "rollout.stream.rows=8", "rollout.stream.late_calls=soon"],
      "rollout.stream.late_calls"),
+    (["+experiment=calc_agent", "rollout.stream.rows=8", "rollout.stream.env_threads=-1"],
+     "rollout.stream.env_threads"),
 ])
 def test_bad_ppo_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):

@@ -231,6 +231,25 @@ def test_opens_never_wait_behind_slow_calls():
     assert order == [0, 1, 2, 3]
 
 
+def test_calls_run_at_once_unless_capped_and_a_wait_for_a_thread_is_recorded():
+    """Timed(0), the default: every call in flight has a thread, as lock step hands a turn's
+    calls over together (six calls that each wait for all six end); Timed(2): a third call
+    waits for a thread, and `queued_s` says how long (rollout/env_call_queued_p99_s)."""
+    free, barrier = stream_state.Timed(0), threading.Barrier(6, timeout=10)
+    assert sorted(f.result() for f in [free.submit(barrier.wait, calls=1)
+                                       for _ in range(6)]) == list(range(6))
+    assert len(free.since((0, 0))[1]) == 6
+    free.shutdown()
+    capped, gate = stream_state.Timed(2), threading.Event()
+    held = [capped.submit(gate.wait, 10, calls=1) for _ in range(3)]
+    time.sleep(0.3)
+    gate.set()
+    assert all(f.result() for f in held)
+    call_s, queued_s = capped.since((0, 0))
+    assert len(call_s) == 3 and sorted(queued_s)[-1] >= 0.25 > sorted(queued_s)[1]
+    capped.shutdown()
+
+
 def test_calls_overlap_decoding_and_the_wait_is_measured():
     """A call slower than the run's decoding: the driver waits for it at its boundary only
     (the idle share says how long); with zero latency almost nothing waits."""

@@ -178,8 +178,9 @@ def main() -> None:
                     "compared with the first")
     ap.add_argument("--carry", type=int, default=1,
                     help="carried arm: batches queued ahead (rollout.stream.carry_batches)")
-    ap.add_argument("--env-threads", type=int, default=8,
-                    help="environment threads (a call's latency is slept on one)")
+    ap.add_argument("--env-threads", type=int, default=0,
+                    help="the most calls at once (a call's latency is slept on a thread; "
+                         "0: no cap, rollout.stream.env_threads' default)")
     args = ap.parse_args()
     tok, model, params, prompt, pmask, _ = setup(args)
     sampler = make_turn_sampler(model, max_new_tokens=args.new_tokens, observation_tokens=16,
@@ -276,7 +277,8 @@ def main() -> None:
           f"calls, response mask {probe.rollout.mask_B_R.sum(1).mean():.0f} tokens mean, "
           f"{np.percentile(probe.rollout.mask_B_R.sum(1), 90):.0f} p90\n")
     print("| driver | latency | step s | x zero latency | device idle | useful row-steps |"
-          " late calls | waits open / call / verdict s | host ms / kB a chunk |"
+          " late calls | waits open / call / verdict s (a call's wait for a thread, p99) |"
+          " host ms / kB a chunk |"
           " tokens = lock step |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     steady = range(args.carry, args.steps - args.carry)  # carried: neither filling nor draining
@@ -345,8 +347,9 @@ def _waits(made) -> str:
     whole batch at once, counted in device idle only)."""
     if "rollout/wait_open_s" not in made[0].stats:
         return "-"
+    queued = max(m.stats["rollout/env_call_queued_p99_s"] for m in made)
     return " / ".join(f"{sum(m.stats[f'rollout/wait_{k}_s'] for m in made) / len(made):.2f}"
-                      for k in ("open", "call", "verdict"))
+                      for k in ("open", "call", "verdict")) + f" ({queued:.2f})"
 
 
 def _host(made) -> str:

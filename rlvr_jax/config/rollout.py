@@ -20,10 +20,12 @@ class StreamConfig:
     insert_rows: int = 0  # episodes inserted (prefilled) per call; 0: rows // 8, at least 1
     chunk_steps: int = 16  # decode steps between boundaries
     call_delay_chunks: int = 1  # boundaries between a call's issue and its observation
-    # worker threads for the calls of an environment whose episodes may be stepped
-    # concurrently (`concurrent_episodes`), and as many for its opens, finishes and closes;
-    # any other's work runs on one thread, in the order issued
-    env_threads: int = 8
+    # the most calls at once of an environment whose episodes may be stepped concurrently
+    # (`concurrent_episodes`), each on a worker thread, and as many opens, finishes and
+    # closes; 0: no cap (every call in flight runs at once, as lock step hands a turn's calls
+    # over together). A call that waited for a thread shows in rollout/env_call_queued_p99_s.
+    # Any other environment's work runs on one thread, in the order issued
+    env_threads: int = 0
     # true: a row whose turn ends on a call takes another episode meanwhile; the episode
     # resumes in a free row, its history prefilled again (rows never wait on calls, at the
     # cost of the recompute). false: the row waits for its call, its cache kept.
@@ -45,7 +47,7 @@ class StreamConfig:
                f"must be in [0, {key}.rows] (0: rows // 8)")
         _check(self.chunk_steps >= 1, f"{key}.chunk_steps", "must be >= 1")
         _check(self.call_delay_chunks >= 0, f"{key}.call_delay_chunks", "must be >= 0")
-        _check(self.env_threads >= 1, f"{key}.env_threads", "must be >= 1")
+        _check(self.env_threads >= 0, f"{key}.env_threads", "must be >= 0 (0: no cap)")
         _check(self.carry_batches >= 0, f"{key}.carry_batches", "must be >= 0 (0: none)")
         _check(self.carry_batches == 0 or self.rows > 0, f"{key}.carry_batches",
                f"carries streamed episodes: set {key}.rows > 0")
