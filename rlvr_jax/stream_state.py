@@ -337,9 +337,9 @@ def no_waits() -> dict:
 
 def new_counts(stream) -> None:
     """A run's counts from zero: waits by kind, prompts prefilled, tokens recomputed, calls
-    late and issued, seconds blocked on the devices, bytes fetched from them."""
+    late and issued, seconds blocked on the devices, reads of them and bytes read."""
     stream.waits, stream.prefills, stream.recomputed = no_waits(), 0, 0
-    stream.late, stream.issued, stream.synced, stream.fetched = 0, 0, 0.0, 0
+    stream.late, stream.issued, stream.synced, stream.fetched, stream.reads = 0, 0, 0.0, 0, 0
 
 
 def verdict_json(v) -> Optional[list]:
@@ -390,6 +390,7 @@ def record(stream, batch: Batch, steps: int, chunks: int, live_sum: int, wall: f
     row.update({"stream/chunks": float(chunks), "rollout/device_s": stream.synced,
                 "rollout/host_ms_per_chunk": 1e3 * host_s / max(chunks, 1),
                 "rollout/host_kb_per_chunk": stream.fetched / 1024 / max(chunks, 1),
+                "rollout/host_reads_per_chunk": stream.reads / max(chunks, 1),
                 "stream/live_rows_mean": live_sum / max(chunks, 1),
                 "stream/prefills_per_prompt": stream.prefills / max(-(-n // stream.g), 1),
                 "stream/recomputed_tokens_per_episode": stream.recomputed / n,

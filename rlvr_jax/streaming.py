@@ -176,11 +176,12 @@ class Stream:
         return out
 
     def _host(self, tree) -> list:
-        """Device values as numpy; seconds blocked here: `rollout/device_s` (queued work done)."""
+        """Device values as numpy; seconds blocked here: `rollout/device_s` (queued work done);
+        each call one read (`rollout/host_reads_per_chunk`: a wait for the devices)."""
         t0 = time.perf_counter()
         out = [np.asarray(x) for x in distributed.to_host(tree)]
-        self.synced, self.fetched = self.synced + time.perf_counter() - t0, self.fetched + sum(
-            x.nbytes for x in out)
+        self.synced += time.perf_counter() - t0
+        self.fetched, self.reads = self.fetched + sum(x.nbytes for x in out), self.reads + 1
         return out
 
     def _end(self, e: Ep, reason: str, failed: bool = False) -> None:
@@ -235,19 +236,19 @@ class Stream:
                                            self.put(len_B), self.put(np.zeros(b, bool)))
             if complete:
                 break
-            live_B, col_B = self._host((self.state.live_B, self.state.col_B))
+            # 4. A chunk of decoding, read with the rows' live and col before it: one read.
+            self.state, before = self.s.chunk(self.params, self.state, np.int32(k))
+            live_B, col_B, *after = self._host((*before, self.state.live_B, self.state.stop_B,
+                                                self.state.col_B, self.state.turn_start_B))
             if not live_B.any():  # every row waits on a call: on to the next one needed
                 needed = [x for x in self.deferred if self.allowed(x[0])]
                 if needed:
                     stream_state.wait_any(self, needed)
                 self.t = self.t + 1 if needed else min(self.due)
                 continue
-            # 4. A chunk of decoding; the rows that stopped in it, handled at boundary t+1.
-            self.state = self.s.decode(self.params, self.state, np.int32(k))
             chunks += 1
             live_sum += int(live_B.sum())
-            host = dict(zip(("live", "stop", "col", "start"), self._host((
-                self.state.live_B, self.state.stop_B, self.state.col_B, self.state.turn_start_B))))
+            host = dict(zip(("live", "stop", "col", "start"), after))
             self.made += int((host["col"] - col_B)[live_B].sum())  # the tokens sampled
             stopped = [x for x in range(b) if live_B[x] and not host["live"][x]]
             self.t += 1

@@ -91,6 +91,9 @@ class TurnSampler(NamedTuple):
     # (state, rows_M) -> (tokens, logp, mask, loss_mask [M, R], col, turn_start, live [M]):
     # M rows' records and places, to the host without the other rows'
     rows: Callable = None
+    # (params, state, max_steps) -> (state, (live_B, col_B) before): `decode`, and what it
+    # started from, read back with what it did (one sync a chunk)
+    chunk: Callable = None
 
 
 def stop_table(stops: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -290,6 +293,12 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
         end = s.steps + max_steps
         return jax.lax.while_loop(lambda s: jnp.any(s.live_B) & (s.steps < end), body, s)
 
+    def chunk(params, s: TurnState, max_steps):
+        """`decode`'s chunk and the rows' live and col before it: the streamed driver reads
+        both once the chunk is done, so the pieces of a boundary queue behind one another
+        with no read (no wait for the devices) between them. No row live: no step."""
+        return decode(params, s, max_steps), (s.live_B, s.col_B)
+
     def extend(params, s: TurnState, obs_B_O, obs_len_B, end_B) -> TurnState:
         """Rows with obs_len_B > 0 get those observation ids appended and decode again; rows
         with end_B end their episode (the host said so: a final answer, a budget). Before
@@ -331,12 +340,14 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
             out = {"empty": {"out_shardings": (rows, Prompts(*[repl] * 3))},
                    "prompts": {"out_shardings": Prompts(*[repl] * 3)},
                    "insert": {"out_shardings": rows}, "resume": {"out_shardings": rows},
+                   "chunk": {"out_shardings": (rows, (rows0, rows0))},
                    "rows": {"out_shardings": repl}}
         streamed = {"empty": jax.jit(empty, static_argnums=(0, 1), **out.get("empty", {})),
                     # Donated: the prompt slots and the rows' cache written in place.
                     "prompts": jax.jit(prompts, donate_argnums=(1,), **out.get("prompts", {})),
                     "insert": jax.jit(insert, donate_argnums=(0,), **out.get("insert", {})),
                     "resume": jax.jit(resume, donate_argnums=(1,), **out.get("resume", {})),
-                    "rows": jax.jit(take_rows, **out.get("rows", {}))}
+                    "rows": jax.jit(take_rows, **out.get("rows", {})),
+                    "chunk": jax.jit(chunk, donate_argnums=(1,), **out.get("chunk", {}))}
     return TurnSampler(jax.jit(start), jax.jit(decode, donate_argnums=(1,)),
                        jax.jit(extend, donate_argnums=(1,)), jax.jit(rollout), o, **streamed)

@@ -250,6 +250,29 @@ def test_calls_run_at_once_unless_capped_and_a_wait_for_a_thread_is_recorded():
     capped.shutdown()
 
 
+@pytest.mark.parametrize("release", [False, True])
+def test_a_boundary_reads_the_devices_once(release):
+    """The pieces of a boundary (extend, insert, resume, the chunk) queue behind each other:
+    the driver reads the devices once for each chunk (what it began from and what it did),
+    and otherwise only to gather the rows that stopped or ended (`rows`)."""
+    n = 8
+    tok, sampler, glue, params, prompt, pmask, contexts = _pieces(n, 1)
+    calls = {"chunk": 0, "rows": 0}
+
+    def counted(name):
+        def piece(*args):
+            calls[name] += 1
+            return getattr(sampler, name)(*args)
+        return piece
+    out = streaming.run(
+        sampler._replace(chunk=counted("chunk"), rows=counted("rows")), EchoEnv(), tok, glue,
+        params, prompt, pmask, jax.random.key(3), max_turns=3, put=jnp.asarray,
+        schedule=streaming.Schedule(4, 2, 3, 1, release=release), contexts=contexts)
+    reads = out.stats["rollout/host_reads_per_chunk"] * out.stats["stream/chunks"]
+    assert calls["rows"] > 0 and out.stats["stream/chunks"] > 4
+    assert reads == pytest.approx(calls["chunk"] + calls["rows"])
+
+
 def test_calls_overlap_decoding_and_the_wait_is_measured():
     """A call slower than the run's decoding: the driver waits for it at its boundary only
     (the idle share says how long); with zero latency almost nothing waits."""

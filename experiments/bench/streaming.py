@@ -278,7 +278,7 @@ def main() -> None:
           f"{np.percentile(probe.rollout.mask_B_R.sum(1), 90):.0f} p90\n")
     print("| driver | latency | step s | x zero latency | device idle | useful row-steps |"
           " late calls | waits open / call / verdict s (a call's wait for a thread, p99) |"
-          " host ms / kB a chunk |"
+          " host ms / kB / reads a chunk |"
           " tokens = lock step |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     steady = range(args.carry, args.steps - args.carry)  # carried: neither filling nor draining
@@ -353,12 +353,12 @@ def _waits(made) -> str:
 
 
 def _host(made) -> str:
-    """The stream driver's own time a chunk (neither the devices' work nor a wait), ms, and
-    what it read back from the devices, kB."""
+    """The stream driver's own time a chunk (neither the devices' work nor a wait), ms, what
+    it read back from the devices, kB, and in how many reads (each a wait for them)."""
     if "rollout/host_ms_per_chunk" not in made[0].stats:
         return "-"
     med = lambda k: statistics.median(m.stats[f"rollout/host_{k}_per_chunk"] for m in made)
-    return f"{med('ms'):.2f} / {med('kb'):.0f}"
+    return f"{med('ms'):.2f} / {med('kb'):.0f} / {med('reads'):.1f}"
 
 
 def _update(args) -> bool:
