@@ -289,8 +289,8 @@ def generators(policy: Policy, setup: TaskSetup, sampling: SamplingConfig, env=N
     glue = episodes.Glue.of(tok, prefix, suffix)
     schedule = streaming.Schedule(
         stream.rows, stream.inserts, stream.chunk_steps, stream.call_delay_chunks,
-        stream.env_threads, stream.release_rows,
-        stream.late_calls == "defer") if stream is not None and stream.rows else None
+        stream.env_threads, stream.release_rows, stream.late_calls == "defer",
+        stream.lookahead_steps) if stream is not None and stream.rows else None
 
     def make(name: str, temperature: float, top_k: int = 0, top_p: float = 1.0,
              every_row: bool = True, group_size: int = 1, carry_batches: int = 0):

@@ -226,8 +226,8 @@ def restore(stream, st: dict) -> None:
         for e, f in zip(going, failed):
             e.failed = bool(f)
     for offset in sorted({o for o, _, _ in st["due"]}):  # counted when first issued
-        stream._call([stream.batches[j].eps[i] for o, j, i in st["due"] if o == offset],
-                     stream.t + offset, issued=False)
+        call(stream, [stream.batches[j].eps[i] for o, j, i in st["due"] if o == offset],
+             stream.t + offset, issued=False)
     stream.resumes = [stream.batches[j].eps[i] for j, i in st["resumes"]]
 
 
@@ -249,6 +249,33 @@ def due_now(stream) -> list:
     block = [not stream.sch.defer and stream.allowed(e) for e, _ in entries]
     replies, stream.deferred = replies_due(stream, entries, block)
     return replies
+
+
+def call(stream, calls: list, due: int, issued: bool = True) -> None:
+    """Each episode's last call handed to the environment, its reply due at boundary `due`
+    (`issued`: counted as this run's; a restored stream's calls were the run before's)."""
+    stream.issued += len(calls) if issued else 0
+    own = [e for e in calls if e.mine]  # another process steps the others
+    futures: dict = {}
+    if own and stream.jobs.threads == 1:  # one thread: one batch (sessions in parallel)
+        f = stream.jobs.submit(stream.env.step, [e.episode for e in own],
+                               [e.said[-1] for e in own], calls=len(own))
+        futures = {e: item(f, j) for j, e in enumerate(own)}
+    elif own:  # each call on its own: a slow one holds up no other
+        futures = {e: item(stream.jobs.submit(stream.env.step, [e.episode], [e.said[-1]],
+                                              calls=1), 0) for e in own}
+    if calls:
+        stream.due.setdefault(due, []).extend((e, futures.get(e)) for e in calls)
+
+
+def chunk_places(got: list) -> tuple:
+    """A boundary's chunk read back (`TurnSampler.chunk`'s places before and after each
+    part: the steps queued ahead of the boundary's pieces, then the rest) as (the rows live
+    in any part, the tokens sampled, the rows' live, stop, col and turn start after it)."""
+    parts = [got[at:at + 6] for at in range(0, len(got), 6)]
+    made = sum(int((col_B - col0_B)[live0_B].sum()) for live0_B, col0_B, _, _, col_B, _ in parts)
+    return (np.any([p[0] for p in parts], axis=0), made,
+            dict(zip(("live", "stop", "col", "start"), parts[-1][2:])))
 
 
 def wait_any(stream, needed: list) -> None:

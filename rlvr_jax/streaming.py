@@ -28,7 +28,9 @@ waits for the first call it needs (deferring) or skips to the next boundary one 
 Environment work (open, calls, finish, close) runs on worker threads, never the one that
 drives the devices: one, in the order issued, unless the environment's episodes may be
 stepped concurrently (`concurrent_episodes = True`). Every episode opened is closed, on
-every path (an exception included). Rows go to the host a gather of a few at a time.
+every path (an exception included). Rows go to the host a gather of a few at a time; the
+rows' places once a chunk (before and after it: one read). With `Schedule.lookahead` a, a
+chunk's first a steps are queued before the boundary is handled: the rows decode meanwhile.
 
 A call held (the default) keeps its row waiting, cache kept (`rollout/useful_row_steps`
 counts the loss); released (`Schedule.release`), the row takes another episode and the
@@ -61,7 +63,7 @@ import numpy as np
 from rlvr_jax import distributed, stream_state
 from rlvr_jax.envs.base import SANDBOX_ERROR, Environment
 from rlvr_jax.episodes import OUTCOMES, REASONS, Glue, _text, turn_text
-from rlvr_jax.stream_state import Batch, Ep, Seen, Timed, item
+from rlvr_jax.stream_state import Batch, Ep, Seen, Timed
 from rlvr_jax.turn_sampler import STOP_BUDGET, STOP_CALL, STOP_EOS, TurnSampler
 from rlvr_jax.types import Generated
 
@@ -82,6 +84,9 @@ class Schedule:
     # A call not back at its boundary: False, the rows wait for it; True, it is appended at
     # the first boundary it is back by, the other rows going on
     defer: bool = False
+    # a: a chunk's first a steps queued before the driver handles its boundary (the live rows
+    # decode them meanwhile; what it refills and appends starts a steps later). 0: none
+    lookahead: int = 0
 
 
 def run(sampler: TurnSampler, env: Environment, tokenizer, glue: Glue, params, prompt_N_L,
@@ -199,6 +204,7 @@ class Stream:
         since, steps_before = self.jobs.mark(), int(distributed.to_host(self.state.steps))
         batch, b, k, o = self.batches[j], self.b, self.sch.chunk_steps, self.s.observation_tokens
         t0, chunks, live_sum, self.made = time.perf_counter(), 0, 0, 0
+        queued = []  # the chunk's first steps, queued before this boundary's pieces
         for e in list(islice(self.queue, self.sch.insert_rows + 1))[::self.sch.insert_rows]:
             self._open(e)  # the first two opens: their sessions start while rows decode
         while True:
@@ -234,26 +240,31 @@ class Stream:
             if len_B.any():
                 self.state = self.s.extend(self.params, self.state, self.put(obs_B_O),
                                            self.put(len_B), self.put(np.zeros(b, bool)))
-            if complete:
+            if complete:  # (nothing queued: steps are queued ahead only while rows are live)
                 break
-            # 4. A chunk of decoding, read with the rows' live and col before it: one read.
-            self.state, before = self.s.chunk(self.params, self.state, np.int32(k))
-            live_B, col_B, *after = self._host((*before, self.state.live_B, self.state.stop_B,
-                                                self.state.col_B, self.state.turn_start_B))
+            # 4. The boundary's chunk of k steps (`lookahead` of them queued before its
+            # pieces), read with the rows' places before and after each part: one read.
+            self.state, *rest = self.s.chunk(self.params, self.state, np.int32(
+                k - self.sch.lookahead if queued else k))
+            parts, queued = queued + [rest], []
+            live_B, made, host = stream_state.chunk_places(self._host(
+                [x for part in parts for half in part for x in half]))
             if not live_B.any():  # every row waits on a call: on to the next one needed
                 needed = [x for x in self.deferred if self.allowed(x[0])]
                 if needed:
                     stream_state.wait_any(self, needed)
                 self.t = self.t + 1 if needed else min(self.due)
                 continue
-            chunks += 1
-            live_sum += int(live_B.sum())
-            host = dict(zip(("live", "stop", "col", "start"), after))
-            self.made += int((host["col"] - col_B)[live_B].sum())  # the tokens sampled
+            chunks, live_sum, self.made = chunks + 1, live_sum + int(live_B.sum()), self.made + made
             stopped = [x for x in range(b) if live_B[x] and not host["live"][x]]
             self.t += 1
+            got = self._gather(stopped)  # queued before the next steps, not behind them
+            if self.sch.lookahead and host["live"].any():  # they decode while the host works
+                self.state, *part = self.s.chunk(self.params, self.state,
+                                                 np.int32(self.sch.lookahead))
+                queued = [part]
             if stopped:
-                self._stopped(stopped, host)
+                self._stopped(stopped, host, self._rows(got))
         steps = int(distributed.to_host(self.state.steps)) - steps_before
         stream_state.verdicts(batch, partial(self._wait, kind="verdict"))
         wall = time.perf_counter() - t0  # the final verdicts' wait is the rollout's too
@@ -350,7 +361,7 @@ class Stream:
             if e.versions[-1][1] != self.version:  # new params (the run starts out of rows)
                 e.versions.append((e.col, self.version))
 
-    def _stopped(self, rows: list, host: dict) -> None:
+    def _stopped(self, rows: list, host: dict, got: list) -> None:
         """Rows whose turn stopped in the chunk before boundary t: episodes that ended (to
         leave at t), calls issued (due at t + d); with `release`, the calling rows freed
         (their records copied out)."""
@@ -371,45 +382,34 @@ class Stream:
             else:
                 assert stop == STOP_CALL, stop
                 calls.append(e)
-        got = self._rows([e.row for e in calls])
-        for e, (tokens_R, *_) in zip(calls, got):
-            e.said.append(turn_text(self.tok, tokens_R[e.start:e.col]))
-        # Released: the calling rows; always, those whose next turn is a later run's.
-        out = [k for k, e in enumerate(calls) if self.sch.release or not self.allowed(e)]
+        got = dict(zip(rows, got))  # each row's record, gathered (`_gather`)
+        for e in calls:
+            e.said.append(turn_text(self.tok, got[e.row][0][e.start:e.col]))
+        # Copied out: the ended rows; the calling rows released, and always those whose
+        # next turn is a later run's.
+        out = [e for e in self.ended if e.row in got] + [
+            e for e in calls if self.sch.release or not self.allowed(e)]
         if out:
-            self._copy_out([calls[k] for k in out], [got[k] for k in out])
-        self._call(calls, self.t + self.sch.call_delay)
+            self._copy_out(out, [got[e.row] for e in out])
+        stream_state.call(self, calls, self.t + self.sch.call_delay)
 
-    def _call(self, calls: list, due: int, issued: bool = True) -> None:
-        """Each episode's last call handed to the environment, its reply due at `due`
-        (`issued`: counted as this run's; a restored stream's calls were the run before's)."""
-        self.issued += len(calls) if issued else 0
-        own = [e for e in calls if e.mine]  # another process steps the others
-        futures: dict = {}
-        if own and self.jobs.threads == 1:  # one thread: one batch (sessions in parallel)
-            f = self.jobs.submit(self.env.step, [e.episode for e in own],
-                                 [e.said[-1] for e in own], calls=len(own))
-            futures = {e: item(f, j) for j, e in enumerate(own)}
-        elif own:  # each call on its own: a slow one holds up no other
-            futures = {e: item(self.jobs.submit(self.env.step, [e.episode], [e.said[-1]],
-                                                calls=1), 0) for e in own}
-        if calls:
-            self.due.setdefault(due, []).extend((e, futures.get(e)) for e in calls)
+    def _gather(self, rows: list) -> list:
+        """Rows `rows` gathered on the devices (queued, not read), a fixed number of rows a
+        gather (one compile), never the whole [B, R] arrays."""
+        m = min(self.b, max(self.sch.insert_rows, 8))
+        return [(len(pick), self.s.rows(self.state, np.int32(pick + [0] * (m - len(pick)))))
+                for pick in (rows[at:at + m] for at in range(0, len(rows), m))]
 
-    def _rows(self, rows: list) -> list:
-        """Each row's (tokens, logp, mask, loss mask, col, turn start, live) on the host, a
-        fixed number of rows a gather (one compile), never the whole [B, R] arrays."""
-        m, out = min(self.b, max(self.sch.insert_rows, 8)), []
-        for at in range(0, len(rows), m):
-            pick = rows[at:at + m]
-            got = self._host(self.s.rows(self.state, np.int32(pick + [0] * (m - len(pick)))))
-            out += [[x[k] for x in got] for k in range(len(pick))]
-        return out
+    def _rows(self, gathered: list) -> list:
+        """Each gathered row's (tokens, logp, mask, loss mask, col, turn start, live), host."""
+        got = [self._host(arrays) for _, arrays in gathered]
+        return [[x[k] for x in g] for (n, _), g in zip(gathered, got) for k in range(n)]
 
     def _copy_out(self, eps: list, got=None) -> None:
         """These episodes' rows (`got`: fetched already) into their records (host), with
         where each is; the rows freed."""
-        for e, (*arrays, col, start, live) in zip(eps, got or self._rows([e.row for e in eps])):
+        got = got or self._rows(self._gather([e.row for e in eps]))
+        for e, (*arrays, col, start, live) in zip(eps, got):
             for dst, src in zip(e.b.res[:4], arrays):
                 dst[e.i] = src
             e.col, e.start, e.live = int(col), int(start), bool(live)

@@ -91,8 +91,8 @@ class TurnSampler(NamedTuple):
     # (state, rows_M) -> (tokens, logp, mask, loss_mask [M, R], col, turn_start, live [M]):
     # M rows' records and places, to the host without the other rows'
     rows: Callable = None
-    # (params, state, max_steps) -> (state, (live_B, col_B) before): `decode`, and what it
-    # started from, read back with what it did (one sync a chunk)
+    # (params, state, max_steps) -> (state, (live_B, col_B) before, (live_B, stop_B, col_B,
+    # turn_start_B) after): `decode`, and its rows' places before and after, read at once
     chunk: Callable = None
 
 
@@ -294,10 +294,13 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
         return jax.lax.while_loop(lambda s: jnp.any(s.live_B) & (s.steps < end), body, s)
 
     def chunk(params, s: TurnState, max_steps):
-        """`decode`'s chunk and the rows' live and col before it: the streamed driver reads
-        both once the chunk is done, so the pieces of a boundary queue behind one another
-        with no read (no wait for the devices) between them. No row live: no step."""
-        return decode(params, s, max_steps), (s.live_B, s.col_B)
+        """`decode`'s chunk, and the rows' live and col before it and places after it (their
+        own buffers: the state goes on to the next pieces before they are read). The
+        streamed driver reads them once the chunk is done, so the pieces of a boundary
+        queue behind one another with no read (no wait for the devices) between them, and a
+        chunk may be queued ahead of them. No row live: no step."""
+        out = decode(params, s, max_steps)
+        return out, (s.live_B, s.col_B), (out.live_B, out.stop_B, out.col_B, out.turn_start_B)
 
     def extend(params, s: TurnState, obs_B_O, obs_len_B, end_B) -> TurnState:
         """Rows with obs_len_B > 0 get those observation ids appended and decode again; rows
@@ -340,7 +343,7 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
             out = {"empty": {"out_shardings": (rows, Prompts(*[repl] * 3))},
                    "prompts": {"out_shardings": Prompts(*[repl] * 3)},
                    "insert": {"out_shardings": rows}, "resume": {"out_shardings": rows},
-                   "chunk": {"out_shardings": (rows, (rows0, rows0))},
+                   "chunk": {"out_shardings": (rows, (rows0,) * 2, (rows0,) * 4)},
                    "rows": {"out_shardings": repl}}
         streamed = {"empty": jax.jit(empty, static_argnums=(0, 1), **out.get("empty", {})),
                     # Donated: the prompt slots and the rows' cache written in place.

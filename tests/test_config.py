@@ -151,6 +151,8 @@ def test_bad_value_names_the_key(override, key):
      "rollout.stream.late_calls"),
     (["+experiment=calc_agent", "rollout.stream.rows=8", "rollout.stream.env_threads=-1"],
      "rollout.stream.env_threads"),
+    (["+experiment=calc_agent", "rollout.stream.rows=8", "rollout.stream.chunk_steps=4",
+      "rollout.stream.lookahead_steps=5"], "rollout.stream.lookahead_steps"),
 ])
 def test_bad_ppo_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):

@@ -109,11 +109,12 @@ def _same_episodes(got, want):
     assert got.texts == want.texts
 
 
-@pytest.mark.parametrize("rows,insert,chunk,delay,median_s,release", [
-    (16, 16, 50, 0, 0.0, False), (5, 2, 3, 1, 0.002, False), (3, 1, 1, 2, 0.004, False),
-    (7, 3, 4, 0, 0.003, True), (4, 2, 2, 3, 0.003, True),
-    (16, 4, 50, 0, 0.0, True)])  # 16 rows stop at once: copied out 8 a gather
-def test_tokens_equal_the_lock_step_drivers(rows, insert, chunk, delay, median_s, release):
+@pytest.mark.parametrize("rows,insert,chunk,delay,median_s,release,ahead", [
+    (16, 16, 50, 0, 0.0, False, 0), (5, 2, 3, 1, 0.002, False, 1),
+    (3, 1, 1, 2, 0.004, False, 0), (7, 3, 4, 0, 0.003, True, 4), (4, 2, 2, 3, 0.003, True, 0),
+    (16, 4, 50, 0, 0.0, True, 0)])  # 16 rows stop at once: copied out 8 a gather
+def test_tokens_equal_the_lock_step_drivers(rows, insert, chunk, delay, median_s, release,
+                                            ahead):
     n, g, max_turns = 16, 2, 4
     want = _lock_step(n, g, max_turns)
     tok, sampler, glue, params, prompt, pmask, contexts = _pieces(n, g)
@@ -127,7 +128,7 @@ def test_tokens_equal_the_lock_step_drivers(rows, insert, chunk, delay, median_s
                         tok, glue, params, prompt, pmask, jax.random.key(3),
                         max_turns=max_turns, put=jnp.asarray, group_size=g,
                         schedule=streaming.Schedule(rows, insert, chunk, delay,
-                                                    release=release),
+                                                    release=release, lookahead=ahead),
                         contexts=contexts)
     _same_episodes(got, want)
     assert [(v.status, v.detail) for v in got.verdicts] == [
@@ -250,27 +251,37 @@ def test_calls_run_at_once_unless_capped_and_a_wait_for_a_thread_is_recorded():
     capped.shutdown()
 
 
-@pytest.mark.parametrize("release", [False, True])
-def test_a_boundary_reads_the_devices_once(release):
+@pytest.mark.parametrize("release,ahead", [(False, 0), (True, 0), (True, 1), (False, 3)])
+def test_a_boundary_reads_the_devices_once(release, ahead):
     """The pieces of a boundary (extend, insert, resume, the chunk) queue behind each other:
-    the driver reads the devices once for each chunk (what it began from and what it did),
-    and otherwise only to gather the rows that stopped or ended (`rows`)."""
+    the driver reads the devices once for each chunk (what it began from and what it did;
+    with `lookahead`, the steps queued before the pieces too), and otherwise only to gather
+    the rows that stopped or ended (`rows`). The steps queued ahead are those of rows live
+    at the boundary: no more chunks than the rows' turns need."""
     n = 8
     tok, sampler, glue, params, prompt, pmask, contexts = _pieces(n, 1)
-    calls = {"chunk": 0, "rows": 0}
+    calls = {"chunk": [], "rows": 0}
 
-    def counted(name):
-        def piece(*args):
-            calls[name] += 1
-            return getattr(sampler, name)(*args)
-        return piece
+    def chunk(params, state, steps):
+        calls["chunk"].append(int(steps))
+        return sampler.chunk(params, state, steps)
+
+    def rows(*args):
+        calls["rows"] += 1
+        return sampler.rows(*args)
     out = streaming.run(
-        sampler._replace(chunk=counted("chunk"), rows=counted("rows")), EchoEnv(), tok, glue,
+        sampler._replace(chunk=chunk, rows=rows), EchoEnv(), tok, glue,
         params, prompt, pmask, jax.random.key(3), max_turns=3, put=jnp.asarray,
-        schedule=streaming.Schedule(4, 2, 3, 1, release=release), contexts=contexts)
+        schedule=streaming.Schedule(4, 2, 3, 1, release=release, lookahead=ahead),
+        contexts=contexts)
     reads = out.stats["rollout/host_reads_per_chunk"] * out.stats["stream/chunks"]
     assert calls["rows"] > 0 and out.stats["stream/chunks"] > 4
-    assert reads == pytest.approx(calls["chunk"] + calls["rows"])
+    # A boundary's chunk: 3 steps, or its steps queued ahead then the rest (0 at ahead 3).
+    pairs = list(zip(calls["chunk"], calls["chunk"][1:]))
+    queued = sum(1 for a, b in pairs if ahead and (a, b) == (ahead, 3 - ahead))
+    assert (queued > 0) == (ahead > 0)
+    assert set(calls["chunk"]) <= {3, ahead, 3 - ahead} - ({0} if ahead < 3 else set())
+    assert reads == pytest.approx(len(calls["chunk"]) - queued + calls["rows"])
 
 
 def test_calls_overlap_decoding_and_the_wait_is_measured():
@@ -324,7 +335,8 @@ def test_streamed_rows_split_over_eight_devices_equal_lock_step():
     got = streaming.run(sampler, Delayed(EchoEnv(), 0.002, 0.02, seed=1), tok, glue,
                         jax.device_put(params, sharding.replicated(mesh)), prompt, pmask,
                         jax.random.key(3), max_turns=max_turns, put=put, group_size=g,
-                        schedule=streaming.Schedule(8, 8, 4, 1, release=True, defer=True),
+                        schedule=streaming.Schedule(8, 8, 4, 1, release=True, defer=True,
+                                                    lookahead=2),
                         contexts=contexts)
     _same_episodes(got, want)
 
@@ -349,7 +361,7 @@ def _mesh_sampler(mesh, g):
 
 
 def _carried(n, g, versions, release, defer=False, stop_after=None, latency=0.003, seed=0,
-             mesh=None, rows=5, carry=1):
+             mesh=None, rows=5, carry=1, ahead=0):
     """Batches streamed through `rows` rows, `carry` batches queued ahead (episodes carried
     across `run`s), batch j run under params version versions[j] (params scaled by it). With
     `stop_after` k: the stream saved after batch k, a new stream (and environment)
@@ -365,7 +377,7 @@ def _carried(n, g, versions, release, defer=False, stop_after=None, latency=0.00
         put = lambda x: jax.device_put(x, sharding.batch_sharding(mesh))
         params = jax.device_put(params, sharding.replicated(mesh))
     batches = _batches(n, g, len(versions))
-    sch = streaming.Schedule(rows, 2, 3, 1, release=release, defer=defer)
+    sch = streaming.Schedule(rows, 2, 3, 1, release=release, defer=defer, lookahead=ahead)
     make = lambda env: streaming.Stream(sampler, env, tok, glue, max_turns=4, put=put,
                                         schedule=sch, group_size=g, carry=carry)
     envs = [EchoEnv()]
@@ -414,9 +426,9 @@ def test_carried_batches_equal_the_lock_step_driver_per_batch(release):
     assert all(0 < r.stats["rollout/useful_row_steps"] <= 1 for r in got)
 
 
-@pytest.mark.parametrize("release,defer,carry", [(False, False, 1), (True, False, 1),
-                                                 (True, True, 2)])
-def test_a_restored_stream_equals_the_uninterrupted_one(release, defer, carry):
+@pytest.mark.parametrize("release,defer,carry,ahead", [(False, False, 1, 0), (True, False, 1, 3),
+                                                       (True, True, 2, 1)])
+def test_a_restored_stream_equals_the_uninterrupted_one(release, defer, carry, ahead):
     """New params at every batch: carried episodes go on under them (each token's version
     recorded); the stream saved after batch 1 (a call in flight) and restored in a new
     process's stead (new environment: sessions reopened, calls replayed; another latency
@@ -424,8 +436,9 @@ def test_a_restored_stream_equals_the_uninterrupted_one(release, defer, carry):
     bit, versions included."""
     n, g = 16, 2
     versions = [0, 1, 2, 3]
-    whole, _ = _carried(n, g, versions, release, defer, carry=carry)
-    cut, stream = _carried(n, g, versions, release, defer, stop_after=1, seed=5, carry=carry)
+    whole, _ = _carried(n, g, versions, release, defer, carry=carry, ahead=ahead)
+    cut, stream = _carried(n, g, versions, release, defer, stop_after=1, seed=5, carry=carry,
+                           ahead=ahead)
     assert stream.replayed > 0  # sessions rebuilt by replaying their calls
     for a, b in zip(whole, cut):
         for x, y in zip(a.rollout, b.rollout):

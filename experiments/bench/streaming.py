@@ -178,6 +178,9 @@ def main() -> None:
                     "compared with the first")
     ap.add_argument("--carry", type=int, default=1,
                     help="carried arm: batches queued ahead (rollout.stream.carry_batches)")
+    ap.add_argument("--lookahead", type=int, default=0,
+                    help="steps of each chunk queued before a boundary is handled "
+                         "(rollout.stream.lookahead_steps)")
     ap.add_argument("--env-threads", type=int, default=0,
                     help="the most calls at once (a call's latency is slept on a thread; "
                          "0: no cap, rollout.stream.env_threads' default)")
@@ -199,7 +202,7 @@ def main() -> None:
 
     def schedule(delay, release, defer=False):
         return streaming.Schedule(args.rows, args.insert, args.chunk, delay, args.env_threads,
-                                  release, defer=defer)
+                                  release, defer=defer, lookahead=args.lookahead)
 
     def stream(delay, release, defer=False):
         return lambda env: [streaming.run(sampler, env, tok, glue, params, p, m, key,

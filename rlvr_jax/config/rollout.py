@@ -19,6 +19,10 @@ class StreamConfig:
     rows: int = 0  # decode rows the step's episodes flow through; 0: lock step (episodes.py)
     insert_rows: int = 0  # episodes inserted (prefilled) per call; 0: rows // 8, at least 1
     chunk_steps: int = 16  # decode steps between boundaries
+    # the first steps of each chunk, queued before the driver handles the boundary: the live
+    # rows decode them while it appends replies, refills rows and issues calls (which then
+    # start that many steps later). 0: the devices wait for the driver at every boundary
+    lookahead_steps: int = 0
     call_delay_chunks: int = 1  # boundaries between a call's issue and its observation
     # the most calls at once of an environment whose episodes may be stepped concurrently
     # (`concurrent_episodes`), each on a worker thread, and as many opens, finishes and
@@ -46,6 +50,8 @@ class StreamConfig:
         _check(0 <= self.insert_rows <= max(self.rows, 1), f"{key}.insert_rows",
                f"must be in [0, {key}.rows] (0: rows // 8)")
         _check(self.chunk_steps >= 1, f"{key}.chunk_steps", "must be >= 1")
+        _check(0 <= self.lookahead_steps <= self.chunk_steps, f"{key}.lookahead_steps",
+               f"must be in [0, {key}.chunk_steps]")
         _check(self.call_delay_chunks >= 0, f"{key}.call_delay_chunks", "must be >= 0")
         _check(self.env_threads >= 0, f"{key}.env_threads", "must be >= 0 (0: no cap)")
         _check(self.carry_batches >= 0, f"{key}.carry_batches", "must be >= 0 (0: none)")
