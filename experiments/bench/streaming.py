@@ -178,9 +178,10 @@ def main() -> None:
                     "compared with the first")
     ap.add_argument("--carry", type=int, default=1,
                     help="carried arm: batches queued ahead (rollout.stream.carry_batches)")
-    ap.add_argument("--lookahead", type=int, default=0,
+    ap.add_argument("--lookahead", default="0",
                     help="steps of each chunk queued before a boundary is handled "
-                         "(rollout.stream.lookahead_steps)")
+                         "(rollout.stream.lookahead_steps); several (0,2): each streamed "
+                         "arm once for each, in one run")
     ap.add_argument("--env-threads", type=int, default=0,
                     help="the most calls at once (a call's latency is slept on a thread; "
                          "0: no cap, rollout.stream.env_threads' default)")
@@ -200,21 +201,21 @@ def main() -> None:
                              max_turns=args.max_turns, put=jnp.asarray, contexts=ctx)
                 for p, m, key, ctx in batches[:args.steps] if _update(args)]
 
-    def schedule(delay, release, defer=False):
+    def schedule(delay, release, defer=False, ahead=0):
         return streaming.Schedule(args.rows, args.insert, args.chunk, delay, args.env_threads,
-                                  release, defer=defer, lookahead=args.lookahead)
+                                  release, defer=defer, lookahead=ahead)
 
-    def stream(delay, release, defer=False):
+    def stream(delay, release, defer=False, ahead=0):
         return lambda env: [streaming.run(sampler, env, tok, glue, params, p, m, key,
                                           max_turns=args.max_turns, put=jnp.asarray,
-                                          schedule=schedule(delay, release, defer),
+                                          schedule=schedule(delay, release, defer, ahead),
                                           group_size=args.group, contexts=ctx)
                             for p, m, key, ctx in batches[:args.steps] if _update(args)]
 
-    def carried(delay, release, defer=False):
+    def carried(delay, release, defer=False, ahead=0):
         def run(env):  # one stream for every step, --carry batches queued ahead
             s = streaming.Stream(sampler, env, tok, glue, max_turns=args.max_turns,
-                                 put=jnp.asarray, schedule=schedule(delay, release, defer),
+                                 put=jnp.asarray, schedule=schedule(delay, release, defer, ahead),
                                  group_size=args.group, carry=args.carry)
             try:
                 out = []
@@ -258,16 +259,20 @@ def main() -> None:
     probe = probe[0]
     chunk_s = probe_s / max(probe.stats["stream/chunks"], 1)
     d = max(1, math.ceil(args.cover / chunk_s))
-    arms = {"lock": ("lock step", lock), "held": ("streamed, rows held", stream(d, False)),
-            "released": ("streamed, rows released", stream(d, True)),
-            "deferred": ("streamed, rows held, late calls deferred", stream(0, False, True)),
-            "deferred_released": ("streamed, rows released, late calls deferred",
-                                  stream(0, True, True)),
-            "carried": (f"carried {args.carry} ahead, rows released", carried(d, True)),
-            "carried_deferred": (f"carried {args.carry} ahead, rows released, late calls "
-                                 "deferred", carried(0, True, True))}
-    chosen = args.arms.split(",") if args.arms else list(arms)
-    arms = dict(arms[a] for a in chosen if not (args.no_lock and a == "lock"))
+    specs = {"held": ("streamed, rows held", stream, (d, False)),
+             "released": ("streamed, rows released", stream, (d, True)),
+             "deferred": ("streamed, rows held, late calls deferred", stream, (0, False, True)),
+             "deferred_released": ("streamed, rows released, late calls deferred", stream,
+                                   (0, True, True)),
+             "carried": (f"carried {args.carry} ahead, rows released", carried, (d, True)),
+             "carried_deferred": (f"carried {args.carry} ahead, rows released, late calls "
+                                  "deferred", carried, (0, True, True))}
+    chosen = args.arms.split(",") if args.arms else ["lock", *specs]
+    arms = {} if args.no_lock or "lock" not in chosen else {"lock step": lock}
+    for key in (a for a in chosen if a != "lock"):
+        label, make, how = specs[key]
+        for ahead in (int(a) for a in args.lookahead.split(",")):
+            arms[label + (f", {ahead} steps queued ahead" if ahead else "")] = make(*how, ahead)
     base_tokens: dict = {}
     print(f"{args.steps} steps of {n} episodes (groups of {args.group}), {args.rows} streamed "
           f"rows, chunks of {args.chunk} steps ({chunk_s * 1e3:.0f} ms each), call delay d = "
