@@ -269,9 +269,9 @@ def call(stream, calls: list, due: int, issued: bool = True) -> None:
 
 
 def chunk_places(got: list) -> tuple:
-    """A boundary's chunk read back (`TurnSampler.chunk`'s places before and after each
-    part: the steps queued ahead of the boundary's pieces, then the rest) as (the rows live
-    in any part, the tokens sampled, the rows' live, stop, col and turn start after it)."""
+    """A boundary's chunk read back (`TurnSampler.chunk`'s six places of each part: the
+    steps queued ahead of the boundary's pieces, then the rest) as (the rows live in any
+    part, the tokens sampled, the rows' live, stop, col and turn start after it)."""
     parts = [got[at:at + 6] for at in range(0, len(got), 6)]
     made = sum(int((col_B - col0_B)[live0_B].sum()) for live0_B, col0_B, _, _, col_B, _ in parts)
     return (np.any([p[0] for p in parts], axis=0), made,

@@ -244,11 +244,11 @@ class Stream:
                 break
             # 4. The boundary's chunk of k steps (`lookahead` of them queued before its
             # pieces), read with the rows' places before and after each part: one read.
-            self.state, *rest = self.s.chunk(self.params, self.state, np.int32(
+            self.state, places = self.s.chunk(self.params, self.state, np.int32(
                 k - self.sch.lookahead if queued else k))
-            parts, queued = queued + [rest], []
+            parts, queued = queued + [places], []
             live_B, made, host = stream_state.chunk_places(self._host(
-                [x for part in parts for half in part for x in half]))
+                [x for part in parts for x in part]))
             if not live_B.any():  # every row waits on a call: on to the next one needed
                 needed = [x for x in self.deferred if self.allowed(x[0])]
                 if needed:
@@ -256,13 +256,13 @@ class Stream:
                 self.t = self.t + 1 if needed else min(self.due)
                 continue
             chunks, live_sum, self.made = chunks + 1, live_sum + int(live_B.sum()), self.made + made
-            stopped = [x for x in range(b) if live_B[x] and not host["live"][x]]
+            stopped = np.flatnonzero(live_B & ~host["live"]).tolist()
             self.t += 1
             got = self._gather(stopped)  # queued before the next steps, not behind them
             if self.sch.lookahead and host["live"].any():  # they decode while the host works
-                self.state, *part = self.s.chunk(self.params, self.state,
-                                                 np.int32(self.sch.lookahead))
-                queued = [part]
+                self.state, places = self.s.chunk(self.params, self.state,
+                                                  np.int32(self.sch.lookahead))
+                queued = [places]
             if stopped:
                 self._stopped(stopped, host, self._rows(got))
         steps = int(distributed.to_host(self.state.steps)) - steps_before
@@ -362,9 +362,9 @@ class Stream:
                 e.versions.append((e.col, self.version))
 
     def _stopped(self, rows: list, host: dict, got: list) -> None:
-        """Rows whose turn stopped in the chunk before boundary t: episodes that ended (to
-        leave at t), calls issued (due at t + d); with `release`, the calling rows freed
-        (their records copied out)."""
+        """Rows whose turn stopped in the chunk before boundary t (`got`: their records,
+        gathered): episodes that ended, copied out (to leave at t), calls issued (due at
+        t + d); with `release`, the calling rows copied out too (the rows freed)."""
         calls = []
         for row in rows:
             e = self.owner[row]

@@ -91,8 +91,8 @@ class TurnSampler(NamedTuple):
     # (state, rows_M) -> (tokens, logp, mask, loss_mask [M, R], col, turn_start, live [M]):
     # M rows' records and places, to the host without the other rows'
     rows: Callable = None
-    # (params, state, max_steps) -> (state, (live_B, col_B) before, (live_B, stop_B, col_B,
-    # turn_start_B) after): `decode`, and its rows' places before and after, read at once
+    # (params, state, max_steps) -> (state, (live_B, col_B before; live_B, stop_B, col_B,
+    # turn_start_B after)): `decode`, and its rows' places before and after, read at once
     chunk: Callable = None
 
 
@@ -300,7 +300,7 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
         queue behind one another with no read (no wait for the devices) between them, and a
         chunk may be queued ahead of them. No row live: no step."""
         out = decode(params, s, max_steps)
-        return out, (s.live_B, s.col_B), (out.live_B, out.stop_B, out.col_B, out.turn_start_B)
+        return out, (s.live_B, s.col_B, out.live_B, out.stop_B, out.col_B, out.turn_start_B)
 
     def extend(params, s: TurnState, obs_B_O, obs_len_B, end_B) -> TurnState:
         """Rows with obs_len_B > 0 get those observation ids appended and decode again; rows
@@ -343,7 +343,7 @@ def make_turn_sampler(model: Decoder, *, max_new_tokens: int, observation_tokens
             out = {"empty": {"out_shardings": (rows, Prompts(*[repl] * 3))},
                    "prompts": {"out_shardings": Prompts(*[repl] * 3)},
                    "insert": {"out_shardings": rows}, "resume": {"out_shardings": rows},
-                   "chunk": {"out_shardings": (rows, (rows0,) * 2, (rows0,) * 4)},
+                   "chunk": {"out_shardings": (rows, (rows0,) * 6)},
                    "rows": {"out_shardings": repl}}
         streamed = {"empty": jax.jit(empty, static_argnums=(0, 1), **out.get("empty", {})),
                     # Donated: the prompt slots and the rows' cache written in place.
