@@ -1,15 +1,33 @@
 """Math answers: extraction from a completion and equivalence with the gold answer.
 
-Extraction, in order: the last `\\boxed{...}` (balanced braces), the text after the last
-`####`, the last number in the text. Equivalence uses `math-verify` (numbers, fractions,
-percentages, symbolic expressions, sets and intervals), then a stricter exact check where
-math-verify is known to be loose: when both sides parse to plain numbers, they must be equal as
-numbers to a relative 1e-6 at 50 digits (math-verify's absolute tolerance accepts e.g.
-1/2^99 vs 1/2^98: both round to 0).
+Extraction, in order: the last top-level `\\boxed{...}` (balanced braces; an unclosed last box,
+as in a completion cut at its token budget, is no answer, never the last number of the text:
+`\\boxed{5, 6` is not read as 6), the text after the last `####`, the last number in the text.
+Equivalence uses `math-verify` (numbers, fractions, percentages, symbolic expressions, sets and
+intervals), then a stricter exact check where math-verify is known to be loose: when both
+sides parse to plain numbers, they must be equal as numbers to a relative 1e-6 at 50 digits
+(math-verify's absolute tolerance accepts e.g. 1/2^99 vs 1/2^98: both round to 0).
 
 Looseness closed here, before math-verify sees the answer: an answer with more top-level items
 than the gold (`x=5, y=\\text{anything}` for gold `5`: math-verify keeps the first equation and
 drops the rest) or with more than one percent sign (`5\\%\\%\\%`) is WRONG.
+
+An answer is read whole or not at all. math-verify reads what it can: when the LaTeX parser
+rejects an answer it falls back to the first number or expression it finds in the text, so
+`12 \\lor 7`, `12~7`, `12 \\\\ 7`, `12\\text{, }7` or `12\\cancel{7}7` each passed for one of
+its two values, and `0.\\overline{3}` passed for 0. Here the answer's LaTeX must parse as one
+expression (only a plain number such as `50\\%` takes math-verify's number reader). Also WRONG:
+a box inside the answer (math-verify keeps the inner box), two numbers side by side (`5 6`,
+read as 5 + 6), more equals signs than the gold has, or two when it has none (`x=2 x=3` is
+read as the chain x = 2x = 3 and judged by its last part), a false equation between numbers
+(`12 = 7`, read as 7) or one whose left side names nothing when the gold is no equation
+(`28x = 23`, read as 23), an approximation that is neither a name and its value nor two
+numbers within 1% (`12 \\approx 7`, read as 12: the parser keeps one side), a subscript on a number when the gold has none
+(`10_{20}`, read as 10; `1011_2` stays a base when the gold writes one), and infinity when the
+gold has none (`15\\infty8` passed for 8 in some calls and not in others). The rules on the
+text look at the answer as written and as math-verify normalizes it (`\\displaystyle`
+dropped). Digit groups spaced with
+`\\,`, `~` or a space (`1\\,000`, read as 1 * 0) are joined first, in the gold too.
 
 Bounds: an answer over `MAX_ANSWER_CHARS` is WRONG unparsed; math-verify's parsing and
 comparison each get `TIMEOUT_S` (its default is 5 s: a handful of adversarial answers such as
@@ -30,6 +48,20 @@ MAX_ANSWER_CHARS = 1000
 TIMEOUT_S = 2  # math-verify takes whole seconds; an honest answer takes milliseconds
 _OPEN, _CLOSE = "([{", ")]}"
 _DIGIT_GROUP = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # 1,000: one number, not two items
+_GAP = r"(?:\s|~|\\[,;:! ]|\\q?quad(?![a-zA-Z]))+"
+# 1\,000 or 12 345 678: groups of three after a 1-3 digit head that is no exponent or index
+_SPACED_GROUPS = re.compile(r"(?<![\w^_.\\])\d{1,3}(?:" + _GAP + r"\d{3})+(?!\d)")
+_SIDE_BY_SIDE = re.compile(r"\d" + _GAP + r"\.?\d")  # 5 6: math-verify reads 5 + 6
+_CURRENCY = r"(?:\\?\$|€|£|¥)"
+# one number, with a currency, percent or degree sign or a full stop: math-verify's number reader
+_PLAIN_NUMBER = re.compile(r"\s*" + _CURRENCY + r"?\s*[-+]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)\s*"
+                           r"(?:\\?%|°|" + _CURRENCY + r")?\s*\.?\s*")
+_EQUALS = re.compile(r"(?<![\\<!>])=")  # as math-verify splits a chain of equations
+_DOLLAR = re.compile(r"(?<!\\)\$")
+_APPROX = re.compile(r"\\(?:approx|simeq|sim|cong|doteq)")  # \\approxe: the parser reads \\approx
+_NUMBER_SUBSCRIPT = re.compile(r"\d\s*}?\s*_")
+_INFINITY = re.compile(r"\\infty|∞|\boo\b")  # math-verify's verdicts on them vary by call
+APPROX_RTOL = 1e-2
 
 
 def top_level_items(answer: str) -> int:
@@ -52,24 +84,39 @@ def _percent_signs(answer: str) -> int:
     return answer.count("%")  # \\% counts once: its backslash is no percent sign
 
 
+def _last_box(text: str) -> tuple[str, bool] | None:
+    """(content, closed) of the last top-level \\boxed{...} or \\fbox{...}: a box inside it is
+    part of its content, and escaped braces (`\\{`) do not count. Unclosed: (the rest of the
+    text, False). None if there is no box."""
+    found, pos = None, 0
+    while True:
+        starts = [s for s in (text.find("\\boxed{", pos), text.find("\\fbox{", pos)) if s >= 0]
+        if not starts:
+            return found
+        i = text.index("{", min(starts)) + 1
+        depth, j = 1, i
+        while j < len(text) and depth:
+            if text[j] == "\\":
+                j += 2
+                continue
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+        if depth:
+            return text[i:].strip(), False
+        found, pos = (text[i: j - 1].strip(), True), j
+
+
 def last_boxed(text: str) -> str | None:
-    """Content of the last \\boxed{...} or \\fbox{...}, braces balanced; None if absent."""
-    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
-    if start < 0:
-        return None
-    i = text.index("{", start) + 1
-    depth, j = 1, i
-    while j < len(text) and depth:
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        j += 1
-    return text[i: j - 1].strip() if depth == 0 else None
+    """Content of the last top-level box (see `_last_box`); None if absent or unclosed."""
+    box = _last_box(text)
+    return box[0] if box and box[1] else None
 
 
 def extract_answer(text: str) -> str | None:
     """The final answer of a completion or a reference solution (see module docstring)."""
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed
+    box = _last_box(text)
+    if box is not None:
+        return box[0] if box[1] else None  # unclosed: no answer, not the text's last number
     if "####" in text:
         tail = text.rsplit("####", 1)[1].strip()
         return tail.splitlines()[0].strip() if tail else None
@@ -77,20 +124,89 @@ def extract_answer(text: str) -> str | None:
     return numbers[-1].replace(",", "") if numbers else None
 
 
-def _parse(answer: str):
-    from math_verify import parse
+def _join_groups(answer: str) -> str:
+    return _SPACED_GROUPS.sub(lambda m: re.sub(r"\D", "", m.group()), answer)
+
+
+def _parse(answer: str, *, whole: bool = False):
+    """math-verify's parse, as [sympy object, string] or []. whole: the answer's LaTeX must
+    parse as one expression (no fallback to a number found in the text), save a plain number."""
+    from math_verify import LatexExtractionConfig, parse
 
     # Wrapped in $...$ so LaTeX answers (fractions, sets, intervals) parse as LaTeX; a plain
     # number parses either way. A first attempt that ran into the timeout is not retried.
     t0 = time.perf_counter()
-    parsed = parse(f"${answer}$", parsing_timeout=TIMEOUT_S)
+    kinds = {"extraction_config": [LatexExtractionConfig()]} if whole else {}
+    parsed = parse(f"${answer}$", parsing_timeout=TIMEOUT_S, **kinds)
+    if whole and parsed and isinstance(parsed[0], str):
+        parsed = []  # the LaTeX did not parse: math-verify hands its text back
     if parsed or time.perf_counter() - t0 >= 0.9 * TIMEOUT_S:
         return parsed
+    if whole and not _PLAIN_NUMBER.fullmatch(answer):
+        return []
     return parse(answer, parsing_timeout=TIMEOUT_S)
 
 
-def _numbers_differ(a, b) -> bool:
-    """Whether two sympy numbers differ past a relative 1e-6 at 50 digits; False when they
+def _read_partly(pred: str, gold: str) -> str | None:
+    """Why math-verify would read only part of a (grouped, dollar-free) answer; None if it
+    reads it whole as far as the text shows."""
+    if "\\boxed" in pred or "\\fbox" in pred:
+        return "a box inside the answer"
+    if _SIDE_BY_SIDE.search(pred):
+        return "two numbers side by side"
+    if _NUMBER_SUBSCRIPT.search(pred) and "_" not in gold:
+        return "a subscript on a number that the gold answer does not have"
+    if _INFINITY.search(pred) and not _INFINITY.search(gold):
+        return "infinity, which the gold answer does not have"
+    return None
+
+
+def _names(expr) -> bool:
+    """Whether an expression only names something: x, x_1, AB (a * b), f(x)."""
+    from sympy.core.function import AppliedUndef
+
+    return bool(expr.is_Symbol or isinstance(expr, AppliedUndef)
+                or (expr.is_Mul and all(_names(a) for a in expr.args)))
+
+
+def _loose_approximation(text: str) -> str | None:
+    """Why `a \\approx b` is no answer: the parser keeps b when a only names something
+    (`x \\approx 3.14`), else a, dropping b, so b must then be a number within APPROX_RTOL."""
+    sides = _APPROX.split(text, maxsplit=1)
+    if len(sides) < 2:
+        return None
+    lhs, rhs = (_parse(s, whole=True) for s in sides)
+    if not lhs or not rhs:
+        return "a side of an approximation that does not parse"
+    a, b = lhs[0], rhs[0]
+    if getattr(a, "is_number", False) and getattr(b, "is_number", False):
+        if not _numbers_differ(a, b, rtol=APPROX_RTOL):
+            return None
+    elif hasattr(a, "is_Symbol") and _names(a):
+        return None
+    return "an approximation that is neither a name and its value nor numbers within 1%"
+
+
+def _false_equation(parsed, gold_is_equation: bool) -> str | None:
+    """Why a parsed answer states what is not so (`12 = 7`) or is an equation read as its right
+    side although its left side names nothing (`28x = 23`, for a gold that is no equation);
+    None if neither."""
+    import sympy
+
+    eqs = parsed.args if isinstance(parsed, sympy.And) else (parsed,)
+    for eq in eqs:
+        if not isinstance(eq, sympy.Eq):
+            continue
+        if all(s.is_number for s in eq.args):
+            if _numbers_differ(*eq.args):
+                return "a false equation between numbers"
+        elif not gold_is_equation and not _names(eq.lhs):
+            return "an equation whose left side is no name, read as its right side"
+    return None
+
+
+def _numbers_differ(a, b, rtol: float = 1e-6) -> bool:
+    """Whether two sympy numbers differ past a relative rtol at 50 digits; False when they
     cannot be compared as numbers (math-verify's verdict stands) or take over TIMEOUT_S."""
     import sympy
     from math_verify.utils import TimeoutException, timeout
@@ -98,7 +214,9 @@ def _numbers_differ(a, b) -> bool:
     @timeout(TIMEOUT_S)
     def differ():
         x, y = sympy.N(a, 50), sympy.N(b, 50)
-        return not bool(abs(x - y) <= 1e-6 * max(abs(x), abs(y)))
+        if not (x.is_finite and y.is_finite):
+            return x != y
+        return not bool(abs(x - y) <= rtol * max(abs(x), abs(y)))
 
     try:
         return differ()
@@ -117,9 +235,20 @@ def equivalent(gold: str, pred: str) -> tuple[bool, str]:
         return False, "more items than the gold answer"
     if _percent_signs(pred) > max(1, _percent_signs(gold)):
         return False, "repeated percent signs"
-    g, p = _parse(gold), _parse(pred)
+    if len(_EQUALS.findall(pred)) > max(1, len(_EQUALS.findall(gold))):
+        return False, "more equals signs than the gold answer"
+    pred = _join_groups(_DOLLAR.sub("", pred))
+    partly = _read_partly(pred, gold)
+    if partly:
+        return False, partly
+    g, p = _parse(_join_groups(gold)), _parse(pred, whole=True)
     if not g or not p:
         return False, "unparsed"
+    written = p[1] if isinstance(p[1], str) else pred  # as math-verify normalized it
+    false = (_read_partly(written, gold) or _loose_approximation(written)
+             or _false_equation(p[0], isinstance(g[0], (sympy.Eq, sympy.And))))
+    if false:
+        return False, false
     if not verify(g, p, timeout_seconds=TIMEOUT_S):
         return False, "math-verify: not equivalent"
     a, b = g[0], p[0]

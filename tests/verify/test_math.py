@@ -1,6 +1,8 @@
 """The math verifier: answer extraction, equivalence, the pool against in-process checks."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlvr_jax.types import Status
 from rlvr_jax.verify import math as vmath
@@ -44,3 +46,67 @@ def test_math_pool_matches_in_process_and_caches():
                                              for j in jobs]
         assert [v.status for v in pool.verify(jobs)] == [v.status for v in first]
         assert len(pool._cache) == 3
+
+
+# Joiners of a hedge `a <joiner> b`. math-verify read each of these answers for a or b alone:
+# its number reader after the LaTeX parser gave up, a box inside the box, the parser's
+# mixed-number sum (`5 6` = 11), the last part of a chain of equations, the right side of a
+# false equation (`12 = 7`) or of one whose left side names nothing (`12x = 7`), one side of
+# an approximation (`~=` is normalized to one), a number's subscript, infinity (varied by call).
+JOINERS = [" \\lor ", "~", "\\\\", " \\\\ ", "\\hspace{1em}", "\\text{, }", "\\operatorname{or}",
+           " \\to ", " \\iff ", "\\cancel{7}", "\\tag{1}", "\\color{red}", "|", "&", "{}",
+           "\\phantom{x}", " ", "\\,", "\\quad ", " = ", "$ or $", " \\approx ", "~=",
+           "\\approxe", "\\approx\\prime", "x=", "\\displaystyle_", "_", "\\infty", "\\displaystyle "]
+
+
+@pytest.mark.parametrize("joiner", JOINERS)
+def test_a_hedge_of_two_values_passes_for_neither(joiner):
+    for a, b in [("12", "7"), ("x=2", "x=3")]:
+        for gold in (a, b):
+            v = vmath.check(gold, f"\\boxed{{{a}{joiner}{b}}}")
+            assert v.status == Status.WRONG, (gold, a + joiner + b, v.detail)
+
+
+@pytest.mark.parametrize("completion", ["\\boxed{\\boxed{12} 7}", "\\boxed{7 \\boxed{12}}",
+                                        "\\boxed{7\\{12}"])
+def test_a_box_is_read_whole(completion):
+    """The outer box is the answer (a box inside it, an escaped brace, are its content)."""
+    assert vmath.extract_answer(completion).startswith(("\\boxed{12}", "7"))
+    assert vmath.check("12", completion).status == Status.WRONG
+
+
+@pytest.mark.parametrize("completion", ["\\boxed{7, 12", "\\boxed{7} then \\boxed{7 \\lor 12"])
+def test_an_unclosed_box_is_no_answer_not_its_last_number(completion):
+    assert vmath.check("12", completion).status == Status.UNPARSEABLE
+
+
+@pytest.mark.parametrize("gold,answer", [
+    ("1000", "1\\,000"), ("1000000", "1\\,000\\,000"), ("12345678", "12 345 678"),
+    ("18", "18."), ("5", "5^\\circ"), ("5", "\\$5"), ("5", "5\\text{ cm}"), ("\\frac{11}{2}",
+    "5 \\frac{1}{2}"), ("5", "x=5"), ("5", "2+3=5"), ("y=2x+3", "y = 2x+3"), ("50", "50\\%"),
+    ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),
+    ("1, 2", "1 \\text{ and } 2"), ("(1,2)", "\\left( 1, 2 \\right)"), ("5", "$5$"),
+    ("3.14", "x \\approx 3.14"), ("\\frac{22}{7}", "\\frac{22}{7} \\approx 3.14"), ("5", "AB = 5"),
+    ("5", "f(x) = 5"), ("(-\\infty, 3]", "(-\\infty, 3]"), ("1011_2", "1011_2"), ("5", "5 €"),
+])
+def test_honest_forms_still_pass(gold, answer):
+    """What the stricter rules must keep: spaced digit groups (1\\,000 was read as 1 * 0),
+    units, degrees, a full stop, mixed numbers, matrices (their `\\\\` is no line break), a name
+    and its value, approximations within 1%, infinity and bases where the gold has them."""
+    assert vmath.check(gold, f"\\boxed{{{answer}}}").status == Status.PASS, answer
+
+
+@settings(max_examples=40, deadline=None, database=None)
+@given(a=st.integers(-999, 999), b=st.integers(-999, 999),
+       joiner=st.lists(st.one_of(st.sampled_from(JOINERS + ["\\text{or}", ",", ";", "\\ldots ",
+                                                            "\\mbox{ or }", "\\left.\\right."]),
+                                 st.from_regex(r"\\[a-z]{1,8} ?", fullmatch=True)),
+                       min_size=1, max_size=3).map("".join))
+def test_no_answer_passes_for_two_different_numbers(a, b, joiner):
+    """The property behind the joiners: one answer is never equivalent to two different
+    golds."""
+    if a == b:
+        return
+    answer = f"\\boxed{{{a}{joiner}{b}}}"
+    passed = [g for g in (a, b) if vmath.check(str(g), answer).status == Status.PASS]
+    assert len(passed) <= 1, (answer, passed)
