@@ -131,6 +131,7 @@ def test_multi_turn_tool_use_on_the_chat_model(tiny, tmp_path, env):
         assert all(r["session/opened"] == 16 and r["session/leaked"] == 0 for r in steps)
 
 
+@pytest.mark.slow  # 26 s; the not-slow run keeps test_preference_runs.py and test_learned_reward.py
 def test_a_reward_model_from_preference_files_then_rlhf_on_the_hf_model(tiny, tmp_path):
     """Issue 26: the chain the gsm8k_rm and gsm8k_rlhf presets document, on the tiny HF model:
     a reward model from its trunk on a preference file (prompts through the chat template),

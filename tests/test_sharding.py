@@ -64,9 +64,11 @@ def _one_step(mesh, kl_coef, **loss_options):
 
 @pytest.mark.parametrize("kl_coef,options", [
     (0.0, {}),
-    (0.1, dict(kl_estimator="k2", loss_agg="seq-mean-token-sum-norm", dual_clip_c=3.0)),
-    (0.0, dict(policy_loss="gspo", loss_agg="seq-mean-token-mean")),
-    (0.0, dict(critic="separate", entropy_coef=0.01)),
+    pytest.param(0.1, dict(kl_estimator="k2", loss_agg="seq-mean-token-sum-norm",
+                           dual_clip_c=3.0), marks=pytest.mark.slow),
+    pytest.param(0.0, dict(policy_loss="gspo", loss_agg="seq-mean-token-mean"),
+                 marks=pytest.mark.slow),
+    pytest.param(0.0, dict(critic="separate", entropy_coef=0.01), marks=pytest.mark.slow),
     (0.0, dict(critic="head", epochs=2, minibatches=2, microbatches=2)),
 ])
 def test_step_is_the_same_on_1_and_8_devices(kl_coef, options):
@@ -85,6 +87,7 @@ def test_step_is_the_same_on_1_and_8_devices(kl_coef, options):
                      many.params, one.params)
 
 
+@pytest.mark.slow  # the not-slow run keeps the 1-device equality (test_train_step.py)
 def test_each_groups_prompt_once_is_the_same_update_on_every_layout():
     """group_size=4 (each group's prompt computed once; microbatches of whole groups) on 1
     device, 8-way data and 2x4 data x FSDP against the per-row forward on one device: PPO with
@@ -101,6 +104,7 @@ def test_each_groups_prompt_once_is_the_same_update_on_every_layout():
                      once.params, rows.params)
 
 
+@pytest.mark.slow  # the not-slow run keeps the 1-device equality (test_train_step.py)
 def test_the_packed_update_is_the_same_on_every_layout():
     """Issue 40: the packed update (packing.py; microbatches of 8 packed rows) on 8-way data
     and 2x2x2 data x FSDP x model against the padded one on one device: PPO with a value head

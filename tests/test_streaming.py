@@ -110,8 +110,11 @@ def _same_episodes(got, want):
 
 
 @pytest.mark.parametrize("rows,insert,chunk,delay,median_s,release,ahead", [
-    (16, 16, 50, 0, 0.0, False, 0), (5, 2, 3, 1, 0.002, False, 1),
-    (3, 1, 1, 2, 0.004, False, 0), (7, 3, 4, 0, 0.003, True, 4), (4, 2, 2, 3, 0.003, True, 0),
+    pytest.param(16, 16, 50, 0, 0.0, False, 0, marks=pytest.mark.slow),
+    (5, 2, 3, 1, 0.002, False, 1),
+    pytest.param(3, 1, 1, 2, 0.004, False, 0, marks=pytest.mark.slow),
+    (7, 3, 4, 0, 0.003, True, 4),
+    pytest.param(4, 2, 2, 3, 0.003, True, 0, marks=pytest.mark.slow),
     (16, 4, 50, 0, 0.0, True, 0)])  # 16 rows stop at once: copied out 8 a gather
 def test_tokens_equal_the_lock_step_drivers(rows, insert, chunk, delay, median_s, release,
                                             ahead):

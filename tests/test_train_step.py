@@ -27,7 +27,7 @@ def _gae_numpy(r, v, m, gamma, lam):
     return adv, (adv + v) * m
 
 
-@pytest.mark.parametrize("critic", ["separate", "head"])
+@pytest.mark.parametrize("critic", [pytest.param("separate", marks=pytest.mark.slow), "head"])
 def test_ppo_prepare_matches_a_float64_pipeline(critic):
     from rlvr_jax import train_step
     from rlvr_jax.config import ModelConfig
@@ -211,8 +211,8 @@ def test_critic_warmup_updates_only_the_value_net():
     assert float(m["value_loss"]) > 0
 
 
-@pytest.mark.parametrize("options", [dict(remat="dots", logits_chunk_tokens=2),
-                                     dict(remat="full", logits_chunk_tokens=3)])
+@pytest.mark.parametrize("options", [dict(remat="dots", logits_chunk_tokens=2), pytest.param(
+    dict(remat="full", logits_chunk_tokens=3), marks=pytest.mark.slow)])
 def test_remat_and_chunked_logits_give_the_same_update(options):
     """Rematerialised blocks and the head in token chunks change what is stored for the
     backward pass, not the update: one PPO-style step (KL term, value head on the trunk) equals
@@ -345,7 +345,8 @@ def _grouped_batch(seed=0):
 
 @pytest.mark.parametrize("options", [
     dict(kl_coef=0.1, entropy_coef=0.01, critic="head", microbatches=2),
-    dict(critic="separate", correction="token", is_cap=2.0, loss_agg="seq-mean-token-mean"),
+    pytest.param(dict(critic="separate", correction="token", is_cap=2.0,
+                      loss_agg="seq-mean-token-mean"), marks=pytest.mark.slow),
 ])
 def test_each_groups_prompt_once_gives_the_same_update(options):
     """group_size=G (each group's prompt computed once in the policy, reference and critic
@@ -400,8 +401,10 @@ def test_minibatches_of_whole_groups_equal_sequential_updates():
 
 @pytest.mark.parametrize("group_size, options", [
     (G, dict(kl_coef=0.1, entropy_coef=0.01, critic="head")),
-    (1, dict(critic="separate", loss_agg="seq-mean-token-sum-norm", policy_loss="gspo")),
-    (G, dict(correction="token", is_cap=2.0, epochs=2, minibatches=2, policy_loss="cispo")),
+    pytest.param(1, dict(critic="separate", loss_agg="seq-mean-token-sum-norm",
+                         policy_loss="gspo"), marks=pytest.mark.slow),
+    pytest.param(G, dict(correction="token", is_cap=2.0, epochs=2, minibatches=2,
+                         policy_loss="cispo"), marks=pytest.mark.slow),
 ])
 def test_the_packed_update_equals_the_padded_one(group_size, options):
     """Issue 40: the update packed (packing.py: each unit's prompt once, microbatches of 2
@@ -430,7 +433,7 @@ def test_the_packed_update_equals_the_padded_one(group_size, options):
         m_pad["update_positions_per_token"])
 
 
-@pytest.mark.parametrize("critic", ["separate", "head"])
+@pytest.mark.parametrize("critic", ["separate", pytest.param("head", marks=pytest.mark.slow)])
 def test_ppo_prepare_with_each_groups_prompt_once_and_packed(critic):
     """PPO's prepare (critic values, the reference's KL in the reward, GAE, whitening) with
     group_size=G, and packed as the update is (rows of P + N + 3 slots, microbatches of 2

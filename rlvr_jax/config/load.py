@@ -4,6 +4,7 @@ and the run's derived names (its directory, its warm-start key)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import typing
@@ -61,19 +62,27 @@ def run_dirname(overrides: str, max_chars: int = 120) -> str:
     return name
 
 
+_REGISTERED: dict[int, tuple] = {}  # the ConfigStore -> the tasks whose schemas it holds
+
+
 def register_configs() -> None:
     """Register the schemas so `conf/config.yaml` composes on top of them (struct mode), and the
     `run_dirname` resolver used by hydra.run.dir / hydra.sweep.subdir."""
+    from rlvr_jax.tasks import registry  # each task module declares its schema
+
     if not OmegaConf.has_resolver("run_dirname"):
         OmegaConf.register_new_resolver("run_dirname", run_dirname)
     cs = ConfigStore.instance()
+    # Storing converts every schema to a config (~0.2 s): once per set of tasks, the store
+    # being the process's own. A task registered since (a plugin, a user's) stores them again.
+    tasks = tuple((name, spec.schema) for name, spec in registry.specs().items())
+    if _REGISTERED.get(id(cs)) == tasks:
+        return
     cs.store(name="run_schema", node=RunConfig)
     for group, node in [("model", ModelConfig), ("sampling", SamplingConfig),
                         ("algo", AlgoConfig), ("verifier", VerifierConfig), ("mesh", MeshConfig),
                         ("logger", LoggerConfig)]:
         cs.store(group=group, name=f"{group}_schema", node=node)
-    from rlvr_jax.tasks import registry  # each task module declares its schema
-
     for name, spec in registry.specs().items():
         cs.store(group="task", name=f"{name}_schema", node=spec.schema)
         if not os.path.exists(os.path.join(conf_dir(), "task", f"{name}.yaml")):
@@ -83,6 +92,7 @@ def register_configs() -> None:
             if hasattr(node, "name"):
                 node.name = name
             cs.store(group="task", name=name, node=node)
+    _REGISTERED[id(cs)] = tasks
 
 
 def validate(cfg: RunConfig) -> RunConfig:
@@ -219,6 +229,12 @@ def _task_schema(node: Any) -> type:
     return registry.get(str(name)).schema
 
 
+@functools.lru_cache(maxsize=None)
+def _structured(schema: type) -> DictConfig:
+    """A schema as a config, built once: OmegaConf.merge copies its first argument."""
+    return OmegaConf.structured(schema)
+
+
 def to_run_config(cfg: DictConfig | RunConfig | dict[str, Any]) -> RunConfig:
     """Hydra's DictConfig (or a plain dict of overrides) -> validated dataclass instance
     (OmegaConf checks types on the way)."""
@@ -233,9 +249,9 @@ def to_run_config(cfg: DictConfig | RunConfig | dict[str, Any]) -> RunConfig:
         _unknown_keys(task, schema, "task.") if task is not None else [])
     if unknown:
         raise ConfigError(f"unknown config key(s): {', '.join(unknown)}")
-    cfg = OmegaConf.merge(cfg, {"task": OmegaConf.merge(OmegaConf.structured(schema),
+    cfg = OmegaConf.merge(cfg, {"task": OmegaConf.merge(_structured(schema),
                                                         task if task is not None else {})})
-    merged = OmegaConf.merge(OmegaConf.structured(RunConfig), cfg)
+    merged = OmegaConf.merge(_structured(RunConfig), cfg)
     obj = OmegaConf.to_object(merged)
     assert isinstance(obj, RunConfig) and isinstance(obj.task, schema)
     return validate(obj)

@@ -61,6 +61,7 @@ def test_every_builtin_task_has_a_conf_file():
             assert spec.verifiers, name
 
 
+@pytest.mark.slow  # a run of the example (9 s); the not-slow run keeps the registry's checks
 def test_the_documented_example_task_works_as_written(tmp_path):
     """conf/README.md's "Adding a task" module, executed as written: it registers, composes
     from a plain dict, builds, and its jobs are scored by the routed verifier."""
