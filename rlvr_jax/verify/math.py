@@ -165,8 +165,8 @@ def _names(expr) -> bool:
     """Whether an expression only names something: x, x_1, AB (a * b), f(x)."""
     from sympy.core.function import AppliedUndef
 
-    return bool(expr.is_Symbol or isinstance(expr, AppliedUndef)
-                or (expr.is_Mul and all(_names(a) for a in expr.args)))
+    return bool(getattr(expr, "is_Symbol", False) or isinstance(expr, AppliedUndef)
+                or (getattr(expr, "is_Mul", False) and all(_names(a) for a in expr.args)))
 
 
 def _loose_approximation(text: str) -> str | None:
@@ -182,7 +182,7 @@ def _loose_approximation(text: str) -> str | None:
     if getattr(a, "is_number", False) and getattr(b, "is_number", False):
         if not _numbers_differ(a, b, rtol=APPROX_RTOL):
             return None
-    elif hasattr(a, "is_Symbol") and _names(a):
+    elif _names(a):
         return None
     return "an approximation that is neither a name and its value nor numbers within 1%"
 
