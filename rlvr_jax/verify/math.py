@@ -18,16 +18,16 @@ rejects an answer it falls back to the first number or expression it finds in th
 its two values, and `0.\\overline{3}` passed for 0. Here the answer's LaTeX must parse as one
 expression (only a plain number such as `50\\%` takes math-verify's number reader). Also WRONG:
 a box inside the answer (math-verify keeps the inner box), two numbers side by side (`5 6`,
-read as 5 + 6), more equals signs than the gold has, or two when it has none (`x=2 x=3` is
-read as the chain x = 2x = 3 and judged by its last part), a false equation between numbers
+read as 5 + 6), more equals signs than the gold has, or two when it has none (`x=2 x=3` is read
+as the chain x = 2x = 3 and judged by its last part), a false equation between numbers
 (`12 = 7`, read as 7) or one whose left side names nothing when the gold is no equation
-(`28x = 23`, read as 23), an approximation that is neither a name and its value nor two
-numbers within 1% (`12 \\approx 7`, read as 12: the parser keeps one side), a subscript on a number when the gold has none
-(`10_{20}`, read as 10; `1011_2` stays a base when the gold writes one), and infinity when the
-gold has none (`15\\infty8` passed for 8 in some calls and not in others). The rules on the
-text look at the answer as written and as math-verify normalizes it (`\\displaystyle`
-dropped). Digit groups spaced with
-`\\,`, `~` or a space (`1\\,000`, read as 1 * 0) are joined first, in the gold too.
+(`28x = 23`, read as 23), an approximation that is neither a name and its value nor two numbers
+within 1% (`12 \\approx 7`, read as 12: the parser keeps one side), a subscript on a number
+when the gold has none (`10_{20}`, read as 10; `1011_2` stays a base when the gold writes one),
+and infinity when the gold has none (sympy computes with it: `5 + \\frac{1}{\\infty}` is read
+as 5). The rules on the text look at the answer as written and as math-verify normalizes it
+(`\\displaystyle` dropped). Digit groups spaced with `\\,`, `~` or a space (`1\\,000`, read as
+1 * 0) are joined first, in the gold too.
 
 Bounds: an answer over `MAX_ANSWER_CHARS` is WRONG unparsed; math-verify's parsing and
 comparison each get `TIMEOUT_S` (its default is 5 s: a handful of adversarial answers such as
@@ -60,7 +60,7 @@ _EQUALS = re.compile(r"(?<![\\<!>])=")  # as math-verify splits a chain of equat
 _DOLLAR = re.compile(r"(?<!\\)\$")
 _APPROX = re.compile(r"\\(?:approx|simeq|sim|cong|doteq)")  # \\approxe: the parser reads \\approx
 _NUMBER_SUBSCRIPT = re.compile(r"\d\s*}?\s*_")
-_INFINITY = re.compile(r"\\infty|∞|\boo\b")  # math-verify's verdicts on them vary by call
+_INFINITY = re.compile(r"\\infty|∞|\boo\b")  # sympy computes with it: 5 + 1/oo is 5
 APPROX_RTOL = 1e-2
 
 

@@ -52,11 +52,12 @@ def test_math_pool_matches_in_process_and_caches():
 # its number reader after the LaTeX parser gave up, a box inside the box, the parser's
 # mixed-number sum (`5 6` = 11), the last part of a chain of equations, the right side of a
 # false equation (`12 = 7`) or of one whose left side names nothing (`12x = 7`), one side of
-# an approximation (`~=` is normalized to one), a number's subscript, infinity (varied by call).
+# an approximation (`~=` is normalized to one), a number's subscript, infinity.
 JOINERS = [" \\lor ", "~", "\\\\", " \\\\ ", "\\hspace{1em}", "\\text{, }", "\\operatorname{or}",
            " \\to ", " \\iff ", "\\cancel{7}", "\\tag{1}", "\\color{red}", "|", "&", "{}",
            "\\phantom{x}", " ", "\\,", "\\quad ", " = ", "$ or $", " \\approx ", "~=",
-           "\\approxe", "\\approx\\prime", "x=", "\\displaystyle_", "_", "\\infty", "\\displaystyle "]
+           "\\approxe", "\\approx\\prime", "x=", "\\displaystyle_", "_", "\\infty",
+           "\\displaystyle "]
 
 
 @pytest.mark.parametrize("joiner", JOINERS)
