@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
+
+import checkout
 
 PAIRS = [("5", "6"), ("6", "5"), ("\\frac{1}{2}", "3"), ("x=2", "x=3"), ("12", "7")]
 # Joiners by family: what math-verify's reader did with each before the whole-answer rule.
@@ -46,13 +47,10 @@ HONEST = [("1000", "1\\,000"), ("1000", "1 000"), ("12345678", "12 345 678"), ("
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repo", default=None, help="run another checkout's rlvr_jax (baseline)")
+    checkout.add_flag(ap)
     ap.add_argument("--workers", type=int, default=2)
     a = ap.parse_args()
-    if a.repo:  # here and in the pool's worker processes
-        sys.path.insert(0, os.path.abspath(a.repo))
-        os.environ["PYTHONPATH"] = os.pathsep.join(
-            [os.path.abspath(a.repo)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    checkout.use(a.repo)
     import rlvr_jax
     from rlvr_jax.sandbox.pool import VerifierPool
     from rlvr_jax.types import Status

@@ -33,6 +33,8 @@ import os
 import sys
 import tempfile
 
+import checkout
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
@@ -138,13 +140,10 @@ def main() -> None:
     ap.add_argument("arm", choices=["gym", "code"])
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--out", default=None)
-    ap.add_argument("--repo", default=None, help="run another checkout's rlvr_jax (baseline)")
+    checkout.add_flag(ap)
     a = ap.parse_args()
     global VerifierPool
-    if a.repo:
-        for name in [m for m in sys.modules if m == "rlvr_jax" or m.startswith("rlvr_jax.")]:
-            del sys.modules[name]
-        sys.path.insert(0, os.path.abspath(a.repo))
+    checkout.use(a.repo)
     try:
         import rlvr_jax.verify  # noqa: F401 - registers the graders' kinds
         from rlvr_jax.sandbox.pool import VerifierPool

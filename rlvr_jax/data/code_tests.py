@@ -12,11 +12,12 @@ field ships them:
                   "canonical_solution" | "reference": code, "prompt"?: code prefix}  HumanEval
 
 Expected values never enter the sandbox. An assert of the form `assert f(<literals>) ==
-<literal>` becomes a call with its expected value compared on the host; other asserts (sets,
-isclose, several calls) and HumanEval's `check` run on the host against the sandbox's outputs,
-recorded once with the row's reference solution (verify/host_check.py): a row whose tests need
-that and has no reference is a bad row. `tests_of` raises ValueError with the reason; the
-loader names the file and line.
+<literal>` becomes a call with its expected value compared on the host with Python's `==` (both
+in the typed encoding, rlvr_jax/sandbox/typed_json.py: `(4, 5)` is no `[4, 5]`); other asserts
+(isclose, several calls) and HumanEval's `check` run as the job's second phase against the
+candidate's outputs, their calls recorded once with the row's reference solution
+(verify/host_check.py): a row whose tests need that and has no reference is a bad row.
+`tests_of` raises ValueError with the reason; the loader names the file and line.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import ast
 import json
 from typing import Any
 
+from rlvr_jax.sandbox import typed_json
 from rlvr_jax.verify import host_check
 
 
@@ -86,13 +88,9 @@ def _literal_call(test: str, name: str | None):
             try:
                 args = [ast.literal_eval(a) for a in call.args]
                 want = ast.literal_eval(other)
+                return call.func.id, typed_json.encode(args), typed_json.encode(want)
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 return None
-            try:
-                json.dumps([args, want])
-            except (TypeError, ValueError):  # sets, complex, bytes: not JSON: use the host
-                return None
-            return call.func.id, args, want
     return None
 
 
@@ -106,7 +104,7 @@ def _asserts(spec: dict, uid: str) -> dict:
     names = {p[0] for p in parsed if p}
     if all(parsed) and len(names) == 1 and not setup.strip():
         return {"entry_point": names.pop(), "inputs": [p[1] for p in parsed],
-                "expected": [p[2] for p in parsed]}
+                "expected": [p[2] for p in parsed], "typed": True}
     name = name or (names.pop() if len(names) == 1 else _called_and_defined(
         tests, spec.get("code", spec.get("reference"))))
     if not name:
@@ -139,11 +137,11 @@ def _check(spec: dict, uid: str) -> dict:
                "canonical_solution": str(reference), "test": str(spec["test"]),
                "entry_point": str(spec["entry_point"])}
     try:
-        calls, templates = host_check.record(problem)
+        calls = host_check.record(problem)
     except Exception as e:  # the dataset's own test fails on its own reference
         raise ValueError(f"the tests fail on the row's reference solution: "
                          f"{type(e).__name__}: {str(e)[:100]}") from None
     if not calls:
         raise ValueError("the tests make no call of the function under test")
     return {"prefix": problem["prompt"], "entry_point": problem["entry_point"], "inputs": calls,
-            "host_check": {"kind": "dataset", **problem, "templates": templates}}
+            "typed": True, "host_check": {"kind": "dataset", **problem}}

@@ -6,6 +6,7 @@ the environments (rlvr_jax/envs/), importing neither.
   trainer_python.py  the trainer's interpreter bound read-only, for graders needing its libraries
   privilege.py   the sandbox's uid; what a killed trainer left (folders, cgroups)
   box_worker.py  the in-sandbox worker of one-shot jobs (forkserver or fresh)
+  typed_json.py  Python values across the boundary with their types, and their equality
   pool.py        a pool of such workers with hard deadlines: `VerifierPool(kind)`
   codecs.py      the registry of job kinds (plug-ins register their codecs)
   firewall.py    the boundary between candidate-controlled data and the host

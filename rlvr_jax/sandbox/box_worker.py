@@ -1,5 +1,6 @@
 """The process that runs inside the bubblewrap sandbox (standalone: stdlib only, since the
-sandbox holds the system interpreter and this one file, not the rlvr_jax package).
+sandbox holds the system interpreter, this file and typed_json.py beside it, not the rlvr_jax
+package).
 
     python3 /opt/rlvr/worker.py          serve jobs from stdin until it closes (forkserver)
     python3 /opt/rlvr/worker.py --once   serve one job, then exit (fresh)
@@ -8,23 +9,23 @@ Its first line on stdout is `{"ready": 1}`, once warmed up: the host counts a jo
 from the send to a ready worker, so a slow start is never the candidate's timeout.
 
 It is pid 1 of the sandbox's pid namespace (bwrap --as-pid-1), non-dumpable (no ptrace, no
-/proc/1/mem from its children). Ahead of each job it forks a child (non-dumpable, warmed up on
-a dummy program so fork's copy-on-write faults are paid while idle) that waits for the job; the
+/proc/1/mem from its children). Ahead of each job it forks a child (non-dumpable, warmed up on a
+dummy program so fork's copy-on-write faults are paid while idle) that waits for the job; the
 child then sets its rlimits, compiles and runs the candidate program with stdout/stderr on a
-capped pipe, then calls the requested functions and writes their JSON-serialised return values
-as one line on a separate result pipe. The worker enforces the wall deadline and the output
-and result caps, checks the result line (the child runs the candidate: nothing it says is
-trusted, see `_checked`), answers one JSON line carrying the job's id, and only then kills every
-other process in the namespace (the child, leftover daemons, fork bombs), empties /tmp and
-/dev/shm (without recursion or long paths, within CLEANUP_S) and resets and probes their roots
-(mode, extended attributes, a write: else it exits and the host starts a fresh sandbox),
-removes every System V IPC object, forks the next job's child and says `{"ready": 1}` again:
-the host sends the next job only then, so one job's cleanup never runs on the next one's
-clock. A job with a `check` (a dataset's own test) has a second phase before the reply: every
-candidate process killed, then a fresh child forked from the worker runs the test on the
-candidate's returned values (`run_check`). In `--once` (fresh) mode it exits after the reply:
-the sandbox goes whole. The job's child makes itself the OOM killer's first choice (for good:
-see `_oom_first`). Expected values never meet candidate code: outputs are compared on the
+capped pipe, then calls the requested functions and writes their return values (JSON; for code
+jobs typed_json's encoding) as one line on a separate result pipe. The worker enforces the wall
+deadline and the output and result caps, checks the result line (the child runs the candidate:
+nothing it says is trusted, see `_checked`), answers one JSON line carrying the job's id, and
+only then kills every other process in the namespace (the child, leftover daemons, fork bombs),
+empties /tmp and /dev/shm (without recursion or long paths, within CLEANUP_S) and resets and
+probes their roots (mode, extended attributes, a write: else it exits and the host starts a
+fresh sandbox), removes every System V IPC object, forks the next job's child and says
+`{"ready": 1}` again: the host sends the next job only then, so one job's cleanup never runs on
+the next one's clock. A job with a `check` (a dataset's own test) has a second phase before the
+reply: every candidate process killed, then a fresh child forked from the worker runs the test
+on the candidate's returned values (`run_check`). In `--once` (fresh) mode it exits after the
+reply: the sandbox goes whole. The job's child makes itself the OOM killer's first choice (for
+good: see `_oom_first`). Expected values never meet candidate code: outputs are compared on the
 host, or by the second phase's test after the candidate is gone. Our own harness keeps nothing
 on the candidate's mounts (a stdin case is a memory file).
 
@@ -44,6 +45,11 @@ import select
 import signal
 import sys
 import time
+
+# The typed value encoding (typed_json.py), bound beside this script: -I leaves this directory
+# off sys.path.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import typed_json  # noqa: E402
 
 PR_SET_DUMPABLE = 4
 IPC_RMID = 0
@@ -68,7 +74,7 @@ def _warm():
     fresh fork (copy-on-write) then happen before the job arrives, not while it is timed."""
     namespace = {}
     exec(compile("def f(x):\n    return [x, {'k': x}]", "<warm>", "exec"), namespace)
-    json.loads(json.dumps({"value": namespace["f"](1)}))
+    json.loads(json.dumps({"value": typed_json.encode(namespace["f"](1))}))
 
 
 def _oom_first():
@@ -126,12 +132,18 @@ def _child(job, out_w, res_w):
             finish({"status": "memory_limit", "detail": "MemoryError"})
     namespace = {"__name__": "__main__" if job.get("as_main") else "__candidate__"}
     outputs = []
+    # typed: arguments and return values in typed_json's encoding (code jobs), so a tuple, a
+    # set or an int-keyed dict reaches the host as what it is; else plain JSON
+    typed = bool(job.get("typed"))
+    args_of = lambda call: typed_json.decode(call.get("args", [])) if typed else call.get(
+        "args", [])
+    as_data = typed_json.encode if typed else (lambda value: value)
     try:
         exec(code, namespace)
         for call in job.get("calls", []):
             try:
-                value = namespace[call["fn"]](*call.get("args", []))
-                outputs.append({"value": json.loads(json.dumps(value))})
+                value = namespace[call["fn"]](*args_of(call))
+                outputs.append({"value": json.loads(json.dumps(as_data(value)))})
             except MemoryError:
                 raise
             except (TypeError, ValueError, OverflowError) as e:  # incl. not JSON-serialisable

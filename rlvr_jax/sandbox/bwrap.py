@@ -7,14 +7,15 @@ or ptrace its supervisor, or escalate privileges. The sandbox isolates:
     since a root-launched bwrap maps to host root) in a new user namespace with every
     capability dropped and nested user namespaces disabled (`--disable-userns`); setuid fails;
   * filesystem: only /usr (read-only; /bin, /lib, /lib64 are symlinks into it on merged-/usr
-    systems), the loader cache and the one worker script are visible (the script is handed to
-    bwrap through a file descriptor, so it works wherever the package is installed, a private
-    0700 checkout included); the root is read-only (no /var/tmp, no new top-level paths); no
-    /etc/shadow, no home, no project files, no answer files; /proc is the sandbox's own (new
-    pid namespace); /dev the minimal set, read-only. The only writable mounts are /tmp and
-    /dev/shm, each a size-capped tmpfs emptied after every job (whatever modes the candidate
-    set) with its root reset (mode 1777, no extended attributes) and probed (a file made,
-    written, read, removed) before the next job, else the worker is replaced;
+    systems), the loader cache and the worker's scripts are visible (worker.py and the value
+    encoding it imports, typed_json.py; each handed to bwrap through a file descriptor, so they
+    work wherever the package is installed, a private 0700 checkout included); the root is
+    read-only (no /var/tmp, no new top-level paths); no /etc/shadow, no home, no project files, no
+    answer files; /proc is the sandbox's own (new pid namespace); /dev the minimal set, read-only.
+    The only writable mounts are /tmp and /dev/shm, each a size-capped tmpfs emptied after every
+    job (whatever modes the candidate set) with its root reset (mode 1777, no extended attributes)
+    and probed (a file made, written, read, removed) before the next job, else the worker is
+    replaced;
   * what would outlive a job elsewhere, denied by a seccomp filter (`_DENIED`): System V IPC
     (memory in no process), setting or removing extended attributes (a default ACL on /tmp
     made every later job's files read-only), the kernel's keyrings (keys outlive the sandbox
@@ -74,6 +75,8 @@ from rlvr_jax.sandbox.privilege import NOBODY, SandboxUnavailable, drop_privileg
 from rlvr_jax.sandbox.trainer_python import MOUNT_POINTS, SITE_ROOT, TrainerPython  # noqa: F401
 
 WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "box_worker.py")
+# The typed value encoding the worker imports beside itself (typed_json.py).
+VALUES_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "typed_json.py")
 # A session's pid 1 (session.py), which uses the worker script's helpers beside it.
 SESSION_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "session_server.py")
 PYTHON = "/usr/bin/python3"  # the system interpreter: root-only paths (pyenv in /root) are not
@@ -157,11 +160,12 @@ def seccomp_fd() -> Optional[int]:
 def bwrap_argv(once: bool, script_fd: int, tmp_mb: int = 64,
                seccomp: Optional[int] = None, python: Optional[TrainerPython] = None,
                binds: Sequence[tuple[str, str]] = (), session_fd: Optional[int] = None,
-               tmpfs: Sequence[str] = ()) -> list[str]:
+               tmpfs: Sequence[str] = (), values_fd: Optional[int] = None) -> list[str]:
     """`binds`: (source on the host, path in the sandbox) pairs, read-only (the trainer's
     Python when `python` is set). `session_fd`: run a session's server (session.py) instead
     of the one-shot worker, with the system interpreter. `tmpfs`: more writable top-level
-    directories (e.g. /app, a Harbor task's workspace), each a tmpfs capped as /tmp is."""
+    directories (e.g. /app, a Harbor task's workspace), each a tmpfs capped as /tmp is.
+    `values_fd`: typed_json.py, which the worker imports (required to run jobs)."""
     argv = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
             "--new-session", "--as-pid-1", "--clearenv", "--cap-drop", "ALL",
             "--ro-bind", "/usr", "/usr"]
@@ -176,6 +180,8 @@ def bwrap_argv(once: bool, script_fd: int, tmp_mb: int = 64,
     if os.path.exists("/etc/ld.so.cache"):
         argv += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
     argv += ["--ro-bind-data", str(script_fd), "/opt/rlvr/worker.py"]
+    if values_fd is not None:
+        argv += ["--ro-bind-data", str(values_fd), "/opt/rlvr/typed_json.py"]
     if session_fd is not None:
         argv += ["--ro-bind-data", str(session_fd), "/opt/rlvr/session.py"]
     argv += ["--proc", "/proc", "--dev", "/dev",
@@ -247,7 +253,7 @@ def check_available() -> None:
     fd, filt = worker_fd(), seccomp_fd()
     fds = (fd,) if filt is None else (fd, filt)
     try:
-        argv = bwrap_argv(once=True, script_fd=fd, seccomp=filt)
+        argv = bwrap_argv(once=True, script_fd=fd, seccomp=filt)  # a probe: no job runs
         probe = subprocess.run(argv[: argv.index("--")] + ["--", PYTHON, "-I", "-S", "-c",
                                                            "import json, resource"],
                                capture_output=True, text=True, timeout=20, pass_fds=fds,
@@ -299,11 +305,12 @@ def spawn(once: bool, cgroup: Optional[Cgroup] = None, tmp_mb: int = 64,
     still setting up (before its die-with-parent is armed) cannot outlive it. `python`: run
     the worker with the trainer's interpreter (a grader's libraries), else the system one.
     `session`: a session's server (session.py), with the system interpreter."""
-    fd, filt = worker_fd(), seccomp_fd()
+    fd, filt, vfd = worker_fd(), seccomp_fd(), worker_fd(VALUES_SCRIPT)
     sfd = worker_fd(SESSION_SCRIPT) if session else None
-    fds = tuple(f for f in (fd, filt, sfd) if f is not None)
+    fds = tuple(f for f in (fd, filt, sfd, vfd) if f is not None)
     argv, drop = _launch(bwrap_argv(once, fd, tmp_mb, seccomp=filt, python=python,
-                                    binds=_binds(python), session_fd=sfd, tmpfs=tmpfs),
+                                    binds=_binds(python), session_fd=sfd, tmpfs=tmpfs,
+                                    values_fd=vfd),
                          python, cgroup)
     try:
         return _spawner().submit(

@@ -21,14 +21,12 @@ INSTRUCTION = ("Complete this Python function. Answer with the whole function in
 
 def to_job(problem: dict, completion: str) -> dict:
     """A code-verifier job: the candidate is `prompt + completion` (HumanEval's convention)."""
-    calls, templates = record(problem)
     return {"prefix": problem["prompt"], "completion": completion,
-            "entry_point": problem["entry_point"], "inputs": calls,
+            "entry_point": problem["entry_point"], "inputs": record(problem), "typed": True,
             "host_check": {"kind": "humaneval", "task_id": problem["task_id"],
                            "prompt": problem["prompt"], "test": problem["test"],
                            "entry_point": problem["entry_point"],
-                           "canonical_solution": problem["canonical_solution"],
-                           "templates": templates}}
+                           "canonical_solution": problem["canonical_solution"]}}
 
 
 def load(path: str | None = None) -> list[dict]:

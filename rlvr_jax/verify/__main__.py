@@ -6,7 +6,9 @@
 One JSON object a line: `id`, `completion`, and the kind's reference fields
   math: `gold` (final answer)
   code: `entry_point`, `inputs` (list of argument lists), `expected` (list of return values),
-        optional `prefix` (code prepended to the completion) and `tolerance`
+        optional `prefix` (code prepended to the completion), `tolerance` and `typed` (true:
+        inputs and expected in rlvr_jax/sandbox/typed_json.py's encoding, compared with
+        Python's ==; else plain JSON, compared as JSON: a returned tuple counts as a list)
   sql: `schema` (SQL script building the database), `expected` (rows), optional `ordered`
   tool: `expected` (the tool's result), optional `tools` (allowed tool names)
   logic: `premises` (formulas), optional `target`
@@ -27,6 +29,7 @@ import sys
 from rlvr_jax.rewards import REWARD_TABLES
 from rlvr_jax.types import Status
 from rlvr_jax.sandbox.pool import VerifierPool
+from rlvr_jax.sandbox import typed_json
 from rlvr_jax.sandbox.bwrap import SandboxUnavailable
 
 SANDBOXED = ("code", "sql", "tool")
@@ -46,7 +49,10 @@ FIELDS = {
              "expected": (True, lambda v: isinstance(v, _LIST), "a list of return values"),
              "prefix": (False, lambda v: isinstance(v, _STR), "a string"),
              "tolerance": (False, lambda v: isinstance(v, _NUM) and not isinstance(v, bool),
-                           "a number")},
+                           "a number"),
+             # inputs and expected in rlvr_jax/sandbox/typed_json.py's encoding, compared
+             # with Python's == (a tuple is no list); else plain JSON, compared as JSON
+             "typed": (False, lambda v: isinstance(v, bool), "true or false")},
     "sql": {"schema": (True, lambda v: isinstance(v, _STR), "a string (an SQL script)"),
             "expected": (True, _list_of(_LIST), "a list of rows (lists)"),
             "ordered": (False, lambda v: isinstance(v, bool), "true or false")},
@@ -81,6 +87,12 @@ def _parse(line: str, kind: str) -> dict:
             raise ValueError(f"field {k!r} must be {what}")
     if kind == "code" and len(row["inputs"]) != len(row["expected"]):
         raise ValueError("'inputs' and 'expected' differ in length")
+    if kind == "code" and row.get("typed"):
+        for k in ("inputs", "expected"):
+            try:
+                typed_json.decode(row[k])
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"field {k!r} is no typed value (typed is true): {e}") from None
     return row
 
 

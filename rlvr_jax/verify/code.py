@@ -2,16 +2,24 @@
 
 A job is one of two shapes:
   function calls   {"completion", "entry_point": name, "inputs": [[args...], ...],
-                    "expected": [value, ...], optional "tolerance"} (or "host_check": a dataset's
-                    own test replayed on the host, host_check.py)
+                    "expected": [value, ...], optional "tolerance", "typed"} (or "host_check":
+                    a dataset's own test replayed on the candidate's values, host_check.py)
   stdin/stdout     {"completion", "stdin": [text, ...], "expected_stdout": [text, ...]}: the
                     program runs as __main__ once per input (APPS / TACO / CodeContests rows);
                     outputs compare line by line, trailing whitespace and blank lines ignored. Only the program and the inputs enter the
-sandbox; the candidate's return values come back JSON-serialised and are compared with
-`expected` here, on the host. So printing "PASSED", exiting early (sys.exit / os._exit /
-atexit), an object whose __eq__ is always true (it does not survive JSON), redefining
-AssertionError, walking stack frames or reading files cannot reveal or fake the expected
-values: none of them are in the sandbox.
+sandbox; the candidate's return values come back in a JSON encoding that keeps their types
+(rlvr_jax/sandbox/typed_json.py) and are compared with `expected` here, on the host. So printing
+"PASSED", exiting early (sys.exit / os._exit / atexit), an object whose __eq__ is always true
+(it is no plain value), redefining AssertionError, walking stack frames or reading files cannot
+reveal or fake the expected values: none of them are in the sandbox.
+
+Two comparisons, by where the expected values came from:
+  typed  ("typed": true; inputs and expected in typed_json's encoding, e.g. from an MBPP
+         `assert f((3, 4)) == {1: (2,)}`): Python's `==`, so a list is no tuple and `{'1': 2}`
+         no `{1: 2}`; numbers to `tolerance`.
+  JSON   (the default: plain JSON rows, e.g. APPS call-based): the returned value as JSON
+         writes it, as those datasets' harnesses compare (a returned tuple is a list); a value
+         with no JSON form (a set, bytes) or two keys that become one string match nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import json
 import math
 import re
 
+from rlvr_jax.sandbox import typed_json
 from rlvr_jax.types import Status, Verdict
 from rlvr_jax.verify import host_check
 
@@ -49,7 +58,12 @@ def wire(job: dict, limits: dict | None = None) -> dict:
     out = {"program": program, "limits": dict(LIMITS, **(limits or {}))}
     if "stdin" in job:
         return out | {"stdin": [str(text) for text in job["stdin"]]}
-    out["calls"] = [{"fn": job["entry_point"], "args": list(args)} for args in job["inputs"]]
+    if job.get("typed"):  # already encoded: a malformed one fails here, the job's own fault
+        typed_json.decode(job["inputs"])
+    as_typed = (lambda args: args) if job.get("typed") else typed_json.encode
+    out["calls"] = [{"fn": job["entry_point"], "args": as_typed(list(args))}
+                    for args in job["inputs"]]
+    out["typed"] = True  # arguments in, return values out, in typed_json's encoding
     if "host_check" in job:  # the dataset's test: a second phase, after the candidate is gone
         out["check"] = host_check.wire(job["host_check"])
     return out
@@ -116,16 +130,23 @@ def verdict(job: dict, reply: dict) -> Verdict:
         match = lambda out, want: isinstance(out.get("value"), str) and same_stdout(
             out["value"], want)
     else:
-        expected = json.loads(json.dumps(job["expected"]))  # tuples -> lists, as the outputs
+        typed = bool(job.get("typed"))
+        expected = job["expected"] if typed else json.loads(json.dumps(job["expected"]))
         tol = float(job.get("tolerance", 1e-9))
         unwrap = bool(job.get("unwrap_single"))  # APPS call-based rows: [v] or v both pass
 
         def match(out, want):
             if "value" not in out:
                 return False
-            return same(out["value"], want, tol) or (
+            if typed:
+                return typed_json.same(out["value"], want, tol)
+            try:
+                got = typed_json.as_json(out["value"])
+            except typed_json.NotAValue:
+                return False
+            return same(got, want, tol) or (
                 unwrap and isinstance(want, list) and len(want) == 1
-                and same(out["value"], want[0], tol))
+                and same(got, want[0], tol))
     if len(outputs) != len(expected):
         return Verdict(Status.SANDBOX_ERROR, f"{len(outputs)} outputs for {len(expected)} tests")
     passed = 0
@@ -134,8 +155,8 @@ def verdict(job: dict, reply: dict) -> Verdict:
         if match(out, want):
             passed += 1
         elif not first_fail:
-            got = out.get("value", out.get("error"))
-            first_fail = f"test {i}: got {short(got, 80)}"
+            first_fail = (f"test {i}: got {typed_json.show(out['value'], 80)}" if "value" in out
+                          else f"test {i}: got {short(out.get('error'), 80)}")
     if passed == len(expected):
         return Verdict(Status.PASS, f"{passed}/{len(expected)} tests", fraction=1.0)
     return Verdict(Status.WRONG, f"{passed}/{len(expected)} tests; {first_fail}",

@@ -5,11 +5,12 @@ with a `host_check` field is recorded here and scored by its replay (`code.verdi
 
 The test's `check` runs twice, with `random` seeded the same way:
   1. record (when the job is made, on the host, `record`): `check` runs with the canonical
-     solution (trusted) behind a proxy that records every call's arguments (and the shape of
-     each result, to restore tuples after JSON);
+     solution (trusted) behind a proxy that records every call's arguments, in the typed
+     encoding (rlvr_jax/sandbox/typed_json.py: a tuple stays a tuple, a set a set);
   2. replay (at scoring, `REPLAY`): the sandbox has run the candidate on the recorded
-     arguments; `check` runs again with a proxy that returns those outputs in order, so its own
-     assertions (equality, tolerances, properties such as "poly(x) is near 0") decide. A
+     arguments; `check` runs again with a proxy that returns those outputs in order, rebuilt
+     with their types (a returned list is no tuple, an int-keyed dict keeps its keys), so its
+     own assertions (equality, tolerances, properties such as "poly(x) is near 0") decide. A
      candidate whose outputs change the test's control flow runs out of recorded outputs and
      fails.
 The replay runs on candidate values, which can make a test loop or allocate without bound
@@ -21,21 +22,9 @@ comes back (rlvr_jax/sandbox/box_worker.py: run_check). A limit it hits is the c
 
 from __future__ import annotations
 
-import copy
-import json
 import random
-from typing import Any
 
-
-def _tag(x: Any) -> Any:
-    """JSON-able description of a value's containers (tuples tagged)."""
-    if isinstance(x, tuple):
-        return {"__tuple__": [_tag(v) for v in x]}
-    if isinstance(x, list):
-        return [_tag(v) for v in x]
-    if isinstance(x, dict):
-        return {str(k): _tag(v) for k, v in x.items()}
-    return None  # a leaf: kept as the candidate returned it
+from rlvr_jax.sandbox import typed_json
 
 
 def _namespace(problem: dict) -> dict:
@@ -47,61 +36,54 @@ def _namespace(problem: dict) -> dict:
     return ns
 
 
-def record(problem: dict) -> tuple[list, list]:
-    """(arguments of every call `check` makes, shape templates of the reference results)."""
+def record(problem: dict) -> list:
+    """The arguments of every call `check` makes, each list in the typed encoding (taken
+    before the call: a reference may change its arguments)."""
     ns = _namespace(problem)
     ref = ns[problem["entry_point"]]
-    calls, templates = [], []
+    calls = []
 
     def proxy(*args):
-        calls.append(json.loads(json.dumps(copy.deepcopy(list(args)))))
-        out = ref(*args)
-        templates.append(_tag(out))
-        return out
+        calls.append(typed_json.encode(list(args)))
+        return ref(*args)
 
     random.seed(0)
     ns["check"](proxy)
-    return calls, templates
+    return calls
 
 
 # The replay, run by the sandbox worker as the job's second phase (rlvr_jax/sandbox/box_worker.py: run_check):
 # in a child forked after every candidate process is dead, under its own limits. Standalone
 # (stdlib only: the sandbox's interpreter); `replay(problem, outputs)` -> [passed, detail].
 REPLAY = '''
-import json
 import random
+
+try:
+    import typed_json  # in the sandbox: beside the worker
+except ImportError:  # the host's tests
+    from rlvr_jax.sandbox import typed_json
 
 
 class _OutOfOutputs(Exception):
     pass
 
 
-def _like(value, template):
-    """Restore tuples (lost in JSON) where the reference returned a tuple."""
-    if isinstance(template, dict) and "__tuple__" in template and isinstance(value, list):
-        t = template["__tuple__"]
-        return tuple(_like(v, t[i]) if i < len(t) else v for i, v in enumerate(value))
-    if isinstance(template, list) and isinstance(value, list):
-        return [_like(v, template[i]) if i < len(template) else v for i, v in enumerate(value)]
-    return value
-
-
 def replay(problem, outputs):
     ns = {"__name__": "__humaneval__"}
     exec(problem["prompt"] + problem["canonical_solution"], ns)
     exec(problem["test"], ns)
-    it = iter(zip(outputs, problem["templates"]))
+    it = iter(outputs)
     used = [0]
 
     def proxy(*args):
         try:
-            out, template = next(it)
+            out = next(it)
         except StopIteration:
             raise _OutOfOutputs from None
         used[0] += 1
         if "error" in out:
             raise RuntimeError(out["error"])
-        return _like(out["value"], template)
+        return typed_json.decode(out["value"])
 
     random.seed(0)
     try:
@@ -126,7 +108,7 @@ LIMITS = {"memory_mb": 512, "cpu_s": 3, "processes": 4, "file_mb": 1, "open_file
 
 def wire(problem: dict) -> dict:
     """The job's second phase for the sandbox worker: the replay called on the outputs."""
-    keys = ("prompt", "canonical_solution", "test", "templates")
+    keys = ("prompt", "canonical_solution", "test")
     return {"program": REPLAY, "fn": "replay", "limits": LIMITS,
             "args": [{k: problem[k] for k in keys}]}
 

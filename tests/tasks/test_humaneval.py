@@ -60,6 +60,6 @@ def test_expected_values_never_reach_the_candidate(jobs):
 
     for job in jobs[:20]:
         wired = code.wire(job)
-        assert set(wired) == {"program", "limits", "calls", "check"}
+        assert set(wired) == {"program", "limits", "calls", "check", "typed"}
         assert "check(" not in wired["program"] and "check(" not in json.dumps(wired["calls"])
         assert wired["check"]["args"][0]["test"] == job["host_check"]["test"]

@@ -73,7 +73,7 @@ def test_each_kind_reads_its_ground_truth(tmp_path):
     jobs = [dict(p.job) for p in problems]
     assert jobs[0] == {"gold": "1234"} and jobs[1] == {"answer": "Paris"}
     assert jobs[2] == {"stdin": ["1\n"], "expected_stdout": ["2\n"]}
-    assert jobs[3] == {"entry_point": "inc", "inputs": [[1]], "expected": [2]}
+    assert jobs[3] == {"entry_point": "inc", "inputs": [[1]], "expected": [2], "typed": True}
     pytest.importorskip("reasoning_gym")
     assert problems[4].kind == "reasoning_gym" and jobs[4]["dataset"] == "chain_sum"
 

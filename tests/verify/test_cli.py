@@ -40,8 +40,13 @@ def test_code_cli_scores_the_rows_around_a_badly_shaped_one(tmp_path):
         pytest.skip(f"no sandbox: {UNAVAILABLE}")
     good = {"completion": "def f(x):\n    return x + 1", "entry_point": "f",
             "inputs": [[1]], "expected": [2]}
+    # typed rows: a tuple is no list (e), and a malformed encoding is the row's fault (f)
+    typed = {"completion": "def f(x):\n    return x", "entry_point": "f", "typed": True,
+             "inputs": [[{"tuple": [1, 2]}]], "expected": [{"tuple": [1, 2]}]}
     rows = [dict(good, id="a"), dict(good, id="b", inputs=[1, 2], expected=[2, 3]),
-            dict(good, id="c", completion=7), dict(good, id="d", expected=[5])]
+            dict(good, id="c", completion=7), dict(good, id="d", expected=[5]),
+            dict(typed, id="e"), dict(typed, id="e2", expected=[[1, 2]]),
+            dict(typed, id="f", expected=[{"tupel": [1, 2]}])]
     src, dst = tmp_path / "jobs.jsonl", tmp_path / "verdicts.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     proc = subprocess.run([sys.executable, "-m", "rlvr_jax.verify", "--kind", "code",
@@ -50,9 +55,11 @@ def test_code_cli_scores_the_rows_around_a_badly_shaped_one(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "jobs.jsonl:2: field 'inputs' must be a list of argument lists" in proc.stderr
     assert "jobs.jsonl:3: field 'completion' must be a string" in proc.stderr
+    assert "jobs.jsonl:7: field 'expected' is no typed value" in proc.stderr
     out = [json.loads(line) for line in dst.read_text().splitlines()]
-    assert [(r["id"], r["status"]) for r in out] == [("a", "pass"), ("b", "malformed"),
-                                                      ("c", "malformed"), ("d", "wrong")]
+    assert [(r["id"], r["status"]) for r in out] == [
+        ("a", "pass"), ("b", "malformed"), ("c", "malformed"), ("d", "wrong"), ("e", "pass"),
+        ("e2", "wrong"), ("f", "malformed")]
 
 
 @pytest.mark.parametrize("args,message", [
