@@ -27,7 +27,8 @@ when the gold has none (`10_{20}`, read as 10; `1011_2` stays a base when the go
 and infinity when the gold has none (sympy computes with it: `5 + \\frac{1}{\\infty}` is read
 as 5). The rules on the text look at the answer as written and as math-verify normalizes it
 (`\\displaystyle` dropped). Digit groups spaced with `\\,`, `~` or a space (`1\\,000`, read as
-1 * 0) are joined first, in the gold too.
+1 * 0) are joined first, and a repeating decimal becomes its exact fraction (`0.\\overline{3}`,
+which math-verify does not read), in the gold too.
 
 Bounds: an answer over `MAX_ANSWER_CHARS` is WRONG unparsed; math-verify's parsing and
 comparison each get `TIMEOUT_S` (its default is 5 s: a handful of adversarial answers such as
@@ -58,6 +59,8 @@ _PLAIN_NUMBER = re.compile(r"\s*" + _CURRENCY + r"?\s*[-+]?(?:\d[\d,]*(?:\.\d+)?
                            r"(?:\\?%|°|" + _CURRENCY + r")?\s*\.?\s*")
 _EQUALS = re.compile(r"(?<![\\<!>])=")  # as math-verify splits a chain of equations
 _DOLLAR = re.compile(r"(?<!\\)\$")
+# 0.\overline{3}, 1.2\overline{34}: a repeating decimal (digits only, the bar over the tail)
+_REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline(?:\{(\d{1,100})\}|(\d))(?![\d.])")
 _APPROX = re.compile(r"\\(?:approx|simeq|sim|cong|doteq)")  # \\approxe: the parser reads \\approx
 _NUMBER_SUBSCRIPT = re.compile(r"\d\s*}?\s*_")
 _INFINITY = re.compile(r"\\infty|∞|\boo\b")  # sympy computes with it: 5 + 1/oo is 5
@@ -125,7 +128,17 @@ def extract_answer(text: str) -> str | None:
 
 
 def _join_groups(answer: str) -> str:
-    return _SPACED_GROUPS.sub(lambda m: re.sub(r"\D", "", m.group()), answer)
+    """Spaced digit groups joined, and repeating decimals as fractions (math-verify reads
+    neither: `1\\,000` as 1 * 0, `0.\\overline{3}` not at all)."""
+    return _REPEATING.sub(_as_fraction, _SPACED_GROUPS.sub(
+        lambda m: re.sub(r"\D", "", m.group()), answer))
+
+
+def _as_fraction(m: re.Match) -> str:
+    """`I.A\\overline{R}` = (IAR - IA) / (10^|A| (10^|R| - 1)), exactly."""
+    whole, fixed, repeat = m.group(1) or "0", m.group(2), m.group(3) or m.group(4)
+    num = int(whole + fixed + repeat) - int(whole + fixed)
+    return f"\\frac{{{num}}}{{{10 ** len(fixed) * (10 ** len(repeat) - 1)}}}"
 
 
 def _parse(answer: str, *, whole: bool = False):

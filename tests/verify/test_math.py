@@ -32,6 +32,10 @@ def test_answer_extraction(text, want):
     # math-verify's known misses, rejected here:
     ("4", "\\boxed{4\\sqrt{2}}", Status.WRONG),
     ("\\frac{1}{2^{99}}", "\\boxed{\\frac{1}{2^{98}}}", Status.WRONG),
+    # a repeating decimal is its exact fraction (math-verify read `0.\\overline{3}` as 0)
+    ("0", "\\boxed{0.\\overline{3}}", Status.WRONG),
+    ("0.3", "\\boxed{0.\\overline{3}}", Status.WRONG),
+    ("\\frac13", "\\boxed{0.\\overline{3}4}", Status.WRONG),
 ])
 def test_math_equivalence(gold, completion, status):
     assert vmath.check(gold, completion).status == status
@@ -89,11 +93,14 @@ def test_an_unclosed_box_is_no_answer_not_its_last_number(completion):
     ("1, 2", "1 \\text{ and } 2"), ("(1,2)", "\\left( 1, 2 \\right)"), ("5", "$5$"),
     ("3.14", "x \\approx 3.14"), ("\\frac{22}{7}", "\\frac{22}{7} \\approx 3.14"), ("5", "AB = 5"),
     ("5", "f(x) = 5"), ("(-\\infty, 3]", "(-\\infty, 3]"), ("1011_2", "1011_2"), ("5", "5 €"),
+    ("\\frac13", "0.\\overline{3}"), ("\\frac{611}{495}", "1.2\\overline{34}"),
+    ("-\\frac17", "-0.\\overline{142857}"), ("0.\\overline{6}", "\\frac{2}{3}"),
 ])
 def test_honest_forms_still_pass(gold, answer):
     """What the stricter rules must keep: spaced digit groups (1\\,000 was read as 1 * 0),
     units, degrees, a full stop, mixed numbers, matrices (their `\\\\` is no line break), a name
-    and its value, approximations within 1%, infinity and bases where the gold has them."""
+    and its value, approximations within 1%, infinity and bases where the gold has them,
+    repeating decimals (math-verify does not read them)."""
     assert vmath.check(gold, f"\\boxed{{{answer}}}").status == Status.PASS, answer
 
 
