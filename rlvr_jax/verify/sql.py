@@ -8,6 +8,7 @@ A job: {"completion": text (the last ```sql block, else the text), "schema": SQL
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 
@@ -34,7 +35,14 @@ def neutral_reply(job: dict) -> dict:
 
 
 def _key(row) -> str:
-    return json.dumps([round(v, 9) if isinstance(v, float) else v for v in row])
+    """A row's text for comparison: floats to 9 decimals, an integral float as its int (2.0 ==
+    2, as Python compares them: `AVG` and an integer expression give either)."""
+    def cell(v):
+        if isinstance(v, float) and math.isfinite(v):
+            v = round(v, 9)
+            return int(v) if v.is_integer() else v
+        return v
+    return json.dumps([cell(v) for v in row])
 
 
 def verdict(job: dict, reply: dict) -> Verdict:

@@ -161,3 +161,16 @@ def test_generated_sql_and_tool_tasks_score_gold_answers():
     with VerifierPool("tool", workers=1) as pool:
         got = pool.verify([dict(j, completion=c) for j, c in zip(tool_jobs, calls)])
     assert all(v.status == S.PASS for v in got), [v.detail for v in got]
+
+
+@pytest.mark.parametrize("got,want,status", [
+    ([[2]], [[2.0]], S.PASS), ([[2.0, "a"]], [[2, "a"]], S.PASS), ([[2.5]], [[2]], S.WRONG),
+    ([["2"]], [[2]], S.WRONG), ([[None]], [[0]], S.WRONG), ([[1 / 3]], [[0.333333333]], S.PASS),
+])
+def test_sql_cells_compare_as_python_compares_numbers(got, want, status):
+    """An integral float equals its int (2.0 == 2: `AVG` and an integer expression give
+    either), floats to 9 decimals; a string is no number and NULL no zero."""
+    from rlvr_jax.verify import sql
+
+    reply = {"status": "ok", "outputs": [{"value": got}]}
+    assert sql.verdict({"expected": want}, reply).status == status
