@@ -5,7 +5,8 @@ Formulas: variables `[A-Za-z_][A-Za-z0-9_]*`, `~`/`!`/`not`, `&`/`and`, `|`/`or`
 right-associative). Entailment is decided exhaustively over truth tables (at most
 `MAX_VARIABLES` variables). A job may name a `target`: then the claim must be entailed by the
 premises *and* imply the target on its own (claim |= target), so a tautology such as `p | ~p`,
-or restating a premise, earns nothing.
+or restating a premise, earns nothing. Without a target, a tautology earns nothing either: it
+is entailed by any premises, so it says nothing about them.
 """
 
 from __future__ import annotations
@@ -180,13 +181,16 @@ def check(job: dict) -> Verdict:
     try:
         claim = parse(claim_text or "", max_tokens=MAX_TOKENS)
         entailed = entails(premises, claim)
-        implies = target is None or (entailed and entails([claim], target))
+        # no target: the claim must still say something (a tautology holds without premises)
+        implies = (not entails([], claim)) if target is None else (
+            entailed and entails([claim], target))
     except ParseError as e:
         return Verdict(Status.UNPARSEABLE, f"claim {claim_text!r}: {e}", time.perf_counter() - t0)
     if not entailed:
         detail = f"{claim_text!r} is not entailed by the premises"
     elif target is None:
-        detail = f"{claim_text!r} is entailed by the premises"
+        detail = f"{claim_text!r} is entailed by the premises" + (
+            "" if implies else " but is a tautology (true without them: it earns nothing)")
     elif implies:
         detail = f"{claim_text!r} is entailed by the premises and implies the target"
     else:

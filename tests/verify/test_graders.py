@@ -23,6 +23,9 @@ S = Status
     (["p -> q", "q -> r", "p"], "r", "Conclusion: p | ~p", S.WRONG),  # tautology: no credit
     (["p -> q", "q -> r", "p"], "r", "Conclusion: p", S.WRONG),  # restating a premise
     (["p -> q"], None, "Conclusion: q", S.WRONG),  # not entailed
+    (["p -> q", "p"], None, "Conclusion: q", S.PASS),
+    (["p -> q", "p"], None, "Conclusion: q | ~q", S.WRONG),  # a tautology, target or not
+    (["p -> q", "p"], None, "Conclusion: (r -> r) & T", S.WRONG),
     (["a <-> b", "~b"], "~a", "therefore\nnot a", S.PASS),  # last line, word operators
     (["a ∨ b", "¬a"], "b", "Conclusion: b", S.PASS),  # unicode operators
     (["p -> q"], None, "Conclusion: q &", S.UNPARSEABLE),
