@@ -9,12 +9,13 @@ failed (not serialisable), as did an int-keyed dict under a dataset's own test.
 
 The encoding: None, bool, int, float (NaN and infinities as Python's json writes them), str and
 lists are themselves; every other value is a JSON object with one key that names its type:
-{"tuple": [...]}, {"set": [...]}, {"frozenset": [...]}, {"dict": [[key, value], ...]},
-{"bytes": hex}, {"complex": [real, imag]}. No JSON object stands for itself, so a returned dict
-cannot pose as a tuple. A subclass travels as its base type (a namedtuple as a tuple, a Counter
-as a dict: Python's `==` with the base type compares their contents); anything else is no value
-(TypeError). Set elements are written in a fixed order (by their encoding), so an encoding is
-the same in every process whatever its hash seed.
+{"tuple": [...]}, {"set": [...]}, {"frozenset": [...]}, {"dict": [[key, value], ...]}, {"bytes":
+hex}, {"complex": [real, imag]}. No JSON object stands for itself, so a returned dict cannot
+pose as a tuple. A subclass travels as its base type (a namedtuple as a tuple, a Counter as a
+dict: Python's `==` with the base type compares their contents), another number by its kind
+(numpy's int64 as an int, a Fraction as a float); anything else is no value (TypeError). Set
+elements are written in a fixed order (by their encoding), so an encoding is the same in every
+process whatever its hash seed.
 
 The host never rebuilds candidate values to compare them (`same`): a set of ints that all hash
 alike costs quadratic time to build, and the candidate chooses the ints. Set elements and dict
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 
 _TAGS = ("tuple", "set", "frozenset", "dict", "bytes", "complex")
 
@@ -60,6 +62,14 @@ def encode(value):
         return {"bytes": bytes(value).hex()}
     if isinstance(value, complex):
         return {"complex": [value.real, value.imag]}
+    # Other numbers by their kind, as they compare with ==: numpy's int64 (no int subclass)
+    # as an int, a Fraction as a float
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, numbers.Complex):
+        return encode(complex(value))
     raise NotAValue(f"a {type(value).__name__} is not a plain value (use None, bool, int, "
                     "float, complex, str, bytes, list, tuple, dict, set or frozenset)")
 

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from collections import Counter, OrderedDict, namedtuple
+from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -56,6 +57,7 @@ def test_same_agrees_with_pythons_equality(a, b):
     ({1.0: "a"}, {1: "a"}, True), ({1, 2}, frozenset({2, 1}), True), (2 + 0j, 2, True),
     (b"ab", "ab", False), (True, 1, False), (Counter("aab"), {"a": 2, "b": 1}, True),
     (namedtuple("P", "x y")(1, 2), (1, 2), True), (OrderedDict(b=1, a=2), {"a": 2, "b": 1}, True),
+    (Fraction(1, 2), 0.5, True), ([Fraction(3, 1)], [3], True), (Fraction(1, 3), 0.5, False),
 ])
 def test_pythons_equality_by_example(got, want, equal):
     assert tj.same(tj.encode(got), tj.encode(want), 1e-9) is equal
