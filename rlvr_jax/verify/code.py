@@ -65,7 +65,7 @@ def wire(job: dict, limits: dict | None = None) -> dict:
                     for args in job["inputs"]]
     out["typed"] = True  # arguments in, return values out, in typed_json's encoding
     if "host_check" in job:  # the dataset's test: a second phase, after the candidate is gone
-        out["check"] = host_check.wire(job["host_check"])
+        out["check"] = host_check.wire(job["host_check"], [c["args"] for c in out["calls"]])
     return out
 
 

@@ -10,14 +10,19 @@ The test's `check` runs twice, with `random` seeded the same way:
   2. replay (at scoring, `REPLAY`): the sandbox has run the candidate on the recorded
      arguments; `check` runs again with a proxy that returns those outputs in order, rebuilt
      with their types (a returned list is no tuple, an int-keyed dict keeps its keys), so its
-     own assertions (equality, tolerances, properties such as "poly(x) is near 0") decide. A
-     candidate whose outputs change the test's control flow runs out of recorded outputs and
-     fails.
+     own assertions (equality, tolerances, properties such as "poly(x) is near 0") decide.
+     The replay answers only the calls the candidate ran: each of the test's calls must repeat
+     its recorded arguments (in `f(f(1))` the candidate ran on the reference's f(1); answering
+     the outer call so passed an f wrong at 1) and every recorded call must be made (a test
+     that stops early on an output never checks the rest). A candidate whose outputs change
+     the test's calls so fails, whatever the test catches. A built-in exception the candidate
+     raised is raised again as its class (a test may expect a ValueError).
 The replay runs on candidate values, which can make a test loop or allocate without bound
 (`assert sum(range(f(3))) == 3` with f returning 10**13; `'ab' * f(2)`): so it never runs on
 the host. The sandbox worker runs it as the job's second phase, in a child forked after every
 process of the candidate is dead, under `LIMITS` and the job's deadline; only [passed, detail]
-comes back (rlvr_jax/sandbox/box_worker.py: run_check). A limit it hits is the candidate's verdict.
+comes back (rlvr_jax/sandbox/box_worker.py: run_check). A limit it hits is the candidate's
+verdict.
 """
 
 from __future__ import annotations
@@ -52,10 +57,11 @@ def record(problem: dict) -> list:
     return calls
 
 
-# The replay, run by the sandbox worker as the job's second phase (rlvr_jax/sandbox/box_worker.py: run_check):
+# The replay, run by the sandbox worker as the job's second phase (box_worker.py: run_check):
 # in a child forked after every candidate process is dead, under its own limits. Standalone
 # (stdlib only: the sandbox's interpreter); `replay(problem, outputs)` -> [passed, detail].
 REPLAY = '''
+import json
 import random
 
 try:
@@ -64,40 +70,65 @@ except ImportError:  # the host's tests
     from rlvr_jax.sandbox import typed_json
 
 
-class _OutOfOutputs(Exception):
-    pass
+class _OutOfOutputs(BaseException):
+    """The replay cannot answer a call: a BaseException, so a test's own `except Exception`
+    does not swallow it (and a bare `except:` cannot either: it is remembered, see replay)."""
+
+
+def _raised(error):
+    """The candidate's exception as the test would have seen it: its built-in class when it
+    named one (a test may expect a ValueError), else a RuntimeError."""
+    import builtins
+
+    kind = getattr(builtins, str(error).split(":", 1)[0], None)
+    if not (isinstance(kind, type) and issubclass(kind, Exception)):
+        kind = RuntimeError
+    return kind(error)
 
 
 def replay(problem, outputs):
     ns = {"__name__": "__humaneval__"}
     exec(problem["prompt"] + problem["canonical_solution"], ns)
     exec(problem["test"], ns)
-    it = iter(outputs)
+    calls = problem["calls"]
     used = [0]
+    unanswered = []
 
     def proxy(*args):
-        try:
-            out = next(it)
-        except StopIteration:
-            raise _OutOfOutputs from None
+        i = used[0]
+        if i >= len(outputs):
+            unanswered.append("the test made more calls than recorded (%d)" % i)
+        # The candidate ran on the recorded arguments: a call with others (an argument made
+        # from an earlier output, as in f(f(1))) would be answered for the reference's value
+        elif json.dumps(typed_json.encode(list(args))) != json.dumps(calls[i]):
+            unanswered.append("call %d of the test had other arguments than recorded (they "
+                              "depend on the candidate's outputs)" % (i + 1))
+        if unanswered:
+            raise _OutOfOutputs(unanswered[0])
+        out = outputs[i]
         used[0] += 1
         if "error" in out:
-            raise RuntimeError(out["error"])
+            raise _raised(out["error"])
         return typed_json.decode(out["value"])
 
     random.seed(0)
+    failed = None
     try:
         ns["check"](proxy)
     except _OutOfOutputs:
-        return [False, "the test made more calls than recorded (%d)" % used[0]]
+        pass
     except AssertionError:
-        return [False, "assertion failed after %d calls" % used[0]]
+        failed = "assertion failed after %d calls" % used[0]
     except Exception as e:
         try:
             text = str(e)[:80]
         except Exception:
             text = "?"
-        return [False, "%s after %d calls: %s" % (type(e).__name__, used[0], text)]
+        failed = "%s after %d calls: %s" % (type(e).__name__, used[0], text)
+    if unanswered or failed:  # a call the replay could not answer, even if the test caught it
+        return [False, (unanswered or [failed])[0]]
+    if used[0] != len(outputs):  # recorded calls the test no longer makes are never checked
+        return [False, "the test made %d of its %d recorded calls" % (used[0], len(outputs))]
     return [True, "check passed (%d calls)" % used[0]]
 '''
 
@@ -106,11 +137,12 @@ LIMITS = {"memory_mb": 512, "cpu_s": 3, "processes": 4, "file_mb": 1, "open_file
           "wall_s": 3.0, "output_bytes": 1 << 16, "result_bytes": 1 << 16}
 
 
-def wire(problem: dict) -> dict:
-    """The job's second phase for the sandbox worker: the replay called on the outputs."""
+def wire(problem: dict, calls: list) -> dict:
+    """The job's second phase for the sandbox worker: the replay called on the outputs.
+    `calls`: the recorded arguments (`record`), which the replay's calls must repeat."""
     keys = ("prompt", "canonical_solution", "test")
     return {"program": REPLAY, "fn": "replay", "limits": LIMITS,
-            "args": [{k: problem[k] for k in keys}]}
+            "args": [{**{k: problem[k] for k in keys}, "calls": calls}]}
 
 
 def verdict(reply: dict):

@@ -60,3 +60,28 @@ def test_verdicts_are_those_of_pythons_equality():
     assert not wrong
     assert all(v.status.name in ("PASS", "WRONG") for v in verdicts)
     assert "got [4, 5]" in verdicts[0].detail and "got (4, 5)" in verdicts[1].detail
+
+
+@pytest.mark.parametrize("test,returned,passes", [
+    # f(f(1)): the candidate ran on the reference's f(1) = 4, not on its own 100; answering
+    # its second call with the value for 4 passed a wrong f
+    ("assert f(f(1)) == 7", "x + 3 if x != 1 else 100", False),
+    ("assert f(f(1)) == 7", "x + 3", True),
+    # a test that stops calling on the candidate's output: its later calls were never checked
+    ("for x in (1, 2, 3):\n    if f(x) is None: break\n    assert f(x) == x + 3",
+     "None if x == 1 else x + 3", False),
+    # an exception the test expects comes back as its class
+    ("try:\n    f(-1)\n    assert False\nexcept ValueError:\n    pass\nassert f(1) == 4",
+     "x + 3 if x >= 0 else int('no')", True),
+])
+def test_a_replayed_test_answers_only_the_calls_the_candidate_ran(test, returned, passes):
+    """The dataset's test replayed on the candidate's outputs: each of its calls must repeat
+    a recorded call's arguments (else the answer would be for the reference's value), every
+    recorded call must be made, and a raised built-in exception keeps its class."""
+    spec = {"test_list": [test], "code": "def f(x):\n    if x < 0:\n        raise ValueError\n"
+                                         "    return x + 3"}
+    job = dict(code_tests.tests_of(spec, "row"),
+               completion=f"def f(x):\n    return {returned}")
+    with VerifierPool("code", workers=1, timeout_s=20.0) as pool:
+        v = pool.verify([job])[0]
+    assert (v.status.name == "PASS") is passes, v.detail

@@ -140,8 +140,8 @@ def test_humaneval_replay_and_its_reply(humaneval_job, out, check):
 
     scope: dict = {}
     exec(host_check.REPLAY, scope)
-    passed, detail = _bounded(scope["replay"], host_check.wire(humaneval_job["host_check"])
-                              ["args"][0], out)
+    wired = host_check.wire(humaneval_job["host_check"], humaneval_job["inputs"])
+    passed, detail = _bounded(scope["replay"], wired["args"][0], out)
     assert isinstance(passed, bool) and isinstance(detail, str)
     reply = {"status": "ok", "outputs": out, "check": check}
     _is_verdict(_bounded(pool.verdict, "code", humaneval_job, reply))
