@@ -28,7 +28,8 @@ and infinity when the gold has none (sympy computes with it: `5 + \\frac{1}{\\in
 as 5). The rules on the text look at the answer as written and as math-verify normalizes it
 (`\\displaystyle` dropped). Digit groups spaced with `\\,`, `~` or a space (`1\\,000`, read as
 1 * 0) are joined first, and a repeating decimal becomes its exact fraction (`0.\\overline{3}`,
-which math-verify does not read), in the gold too.
+`0.\\bar{3}`, `0.\\dot{3}`, `0.(3)`, which math-verify does not read), in the gold too. A number
+trailed by an ellipsis (`0.3\\ldots`, read as 0.3) is WRONG unless the gold has an ellipsis.
 
 Bounds: an answer over `MAX_ANSWER_CHARS` is WRONG unparsed; math-verify's parsing and
 comparison each get `TIMEOUT_S` (its default is 5 s: a handful of adversarial answers such as
@@ -59,8 +60,12 @@ _PLAIN_NUMBER = re.compile(r"\s*" + _CURRENCY + r"?\s*[-+]?(?:\d[\d,]*(?:\.\d+)?
                            r"(?:\\?%|°|" + _CURRENCY + r")?\s*\.?\s*")
 _EQUALS = re.compile(r"(?<![\\<!>])=")  # as math-verify splits a chain of equations
 _DOLLAR = re.compile(r"(?<!\\)\$")
-# 0.\overline{3}, 1.2\overline{34}: a repeating decimal (digits only, the bar over the tail)
-_REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline(?:\{(\d{1,100})\}|(\d))(?![\d.])")
+# A repeating decimal, digits only, its repeating tail marked: 0.\overline{3}, 1.2\bar{34},
+# 0.1\dot{6} (one digit), 0.(3)
+_REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)(?:\\(?:overline|bar)\s*(?:\{(\d{1,100})\}|(\d))"
+                        r"|\\dot\s*(?:\{(\d)\}|(\d))|\((\d{1,100})\))(?![\d.])")
+_ELLIPSIS = re.compile(r"\\[lc]?dots|\.\.\.|…")
+_NUMBER_ELLIPSIS = re.compile(r"\d\s*(?:\\[lc]?dots|\.\.\.|…)")
 _APPROX = re.compile(r"\\(?:approx|simeq|sim|cong|doteq)")  # \\approxe: the parser reads \\approx
 _NUMBER_SUBSCRIPT = re.compile(r"\d\s*}?\s*_")
 _INFINITY = re.compile(r"\\infty|∞|\boo\b")  # sympy computes with it: 5 + 1/oo is 5
@@ -136,7 +141,8 @@ def _join_groups(answer: str) -> str:
 
 def _as_fraction(m: re.Match) -> str:
     """`I.A\\overline{R}` = (IAR - IA) / (10^|A| (10^|R| - 1)), exactly."""
-    whole, fixed, repeat = m.group(1) or "0", m.group(2), m.group(3) or m.group(4)
+    whole, fixed = m.group(1) or "0", m.group(2)
+    repeat = next(g for g in m.groups()[2:] if g)
     num = int(whole + fixed + repeat) - int(whole + fixed)
     return f"\\frac{{{num}}}{{{10 ** len(fixed) * (10 ** len(repeat) - 1)}}}"
 
@@ -171,6 +177,8 @@ def _read_partly(pred: str, gold: str) -> str | None:
         return "a subscript on a number that the gold answer does not have"
     if _INFINITY.search(pred) and not _INFINITY.search(gold):
         return "infinity, which the gold answer does not have"
+    if _NUMBER_ELLIPSIS.search(pred) and not _ELLIPSIS.search(gold):
+        return "a number trailed by an ellipsis (no exact value; the parser drops it)"
     return None
 
 

@@ -36,6 +36,9 @@ def test_answer_extraction(text, want):
     ("0", "\\boxed{0.\\overline{3}}", Status.WRONG),
     ("0.3", "\\boxed{0.\\overline{3}}", Status.WRONG),
     ("\\frac13", "\\boxed{0.\\overline{3}4}", Status.WRONG),
+    ("0", "\\boxed{0.(3)}", Status.WRONG), ("0", "\\boxed{0.\\dot{3}}", Status.WRONG),
+    # a number trailed by an ellipsis has no exact value (math-verify dropped the ellipsis)
+    ("0.3", "\\boxed{0.3\\ldots}", Status.WRONG), ("0.3", "\\boxed{0.3...}", Status.WRONG),
 ])
 def test_math_equivalence(gold, completion, status):
     assert vmath.check(gold, completion).status == status
@@ -95,6 +98,8 @@ def test_an_unclosed_box_is_no_answer_not_its_last_number(completion):
     ("5", "f(x) = 5"), ("(-\\infty, 3]", "(-\\infty, 3]"), ("1011_2", "1011_2"), ("5", "5 €"),
     ("\\frac13", "0.\\overline{3}"), ("\\frac{611}{495}", "1.2\\overline{34}"),
     ("-\\frac17", "-0.\\overline{142857}"), ("0.\\overline{6}", "\\frac{2}{3}"),
+    ("\\frac13", "0.\\bar{3}"), ("\\frac16", "0.1\\dot{6}"), ("\\frac13", "0.(3)"),
+    ("\\frac13", "0.3(3)"),
 ])
 def test_honest_forms_still_pass(gold, answer):
     """What the stricter rules must keep: spaced digit groups (1\\,000 was read as 1 * 0),
