@@ -49,15 +49,17 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
         "algo.prompts_per_step": a.prompts_per_step * G,
         "algo.microbatches": (a.prompts_per_step * G
                               // (a.minibatches_per_epoch * a.microbatches)),
-        "warmup.sequences_per_step": cfg.warmup.sequences_per_step})
+        } | ({"warmup.sequences_per_step": cfg.warmup.sequences_per_step}
+             if cfg.warmup.steps else {}))  # without a warm start, its batch is not refused
+    e = cfg.eval  # eval.num_problems=0: no evaluation, and no refusal of its batches
     build.check_batches(sampler.mesh, {
         "verifier.overlap_chunks": (a.dapo.sampled_prompts(a.prompts_per_step)
-                                    * G // cfg.verifier.overlap_chunks),
-        "eval.sequences_per_batch": cfg.eval.sequences_per_batch}
+                                    * G // cfg.verifier.overlap_chunks)}
         | ({"rollout.stream.rows": cfg.rollout.stream.rows} if cfg.rollout.stream.rows else {})
-        | ({"eval.decode_rows": cfg.eval.decode_rows,  # continuous batching's row sets
-            "eval.insert_rows": cfg.eval.insert_rows or max(cfg.eval.decode_rows // 8, 1)}
-           if cfg.eval.decode_rows else {}))
+        | ({"eval.sequences_per_batch": e.sequences_per_batch} if e.num_problems else {})
+        | ({"eval.decode_rows": e.decode_rows,  # continuous batching's row sets
+            "eval.insert_rows": e.insert_rows or max(e.decode_rows // 8, 1)}
+           if e.num_problems and e.decode_rows else {}))
     per_chunk = a.dapo.sampled_prompts(a.prompts_per_step) // cfg.verifier.overlap_chunks
     if per_chunk % jax.process_count():  # each process verifies whole groups of its own
         raise ConfigError(f"config key 'algo.prompts_per_step': {per_chunk} prompts per "

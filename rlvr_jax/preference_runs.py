@@ -57,10 +57,11 @@ def run(cfg: RunConfig, session: run_scaffold.Session) -> dict:
     cfg = dataclasses.replace(cfg, model=setup.model_cfg)  # resolved: later runs read it
     w, pr, dpo = cfg.warmup, cfg.preferences, cfg.job == "dpo"
     policy = build.policy(setup, cfg.mesh, cfg.sampling, traces)
-    build.check_batches(policy.mesh, {"preferences.pairs_per_step": pr.pairs_per_step,
-                                      "warmup.sequences_per_step": w.sequences_per_step}
+    build.check_batches(policy.mesh, {"preferences.pairs_per_step": pr.pairs_per_step}
+                        | ({"warmup.sequences_per_step": w.sequences_per_step}
+                           if w.steps else {})
                         | ({"eval.sequences_per_batch": cfg.eval.sequences_per_batch}
-                           if dpo else {}))
+                           if dpo and cfg.eval.num_problems else {}))
     sft = build.warmup(policy, setup, w, traces)  # the warm start's step
     # Bad files and a bad reward-model directory fail here, before the warm start.
     source = pair_source(pr, setup, cfg.seed)

@@ -85,7 +85,10 @@ def scale_weights(params, factor: float):
 
 # A tiny random Qwen2-family model and GSM8K-format files for the real-checkpoint path.
 GSM8K_SMALL = ["model.compute_dtype=float32", "sampling.max_new_tokens=12",
-               "algo.prompts_per_step=4", "algo.samples_per_prompt=4", "algo.pack.microbatch_rows=8",
+               "algo.prompts_per_step=4", "algo.samples_per_prompt=4",
+               # Packed rows sized to these prompts: the preset's 1536 slots would make a
+               # microbatch of 8 rows ~17x the real tokens (8 s of a CPU update step).
+               "algo.pack.microbatch_rows=8", "algo.pack.row_tokens=256",
                "eval.num_problems=8", "eval.sequences_per_batch=8", "eval.every_steps=1",
                "num_steps=2", "logger.mode=disabled", "logger.progress_bar=false",
                "checkpoint.every_steps=1", "verifier.workers=1",

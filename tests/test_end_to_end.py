@@ -5,7 +5,6 @@ loads with the same logits, and `python -m rlvr_jax.evaluate` scores both the ex
 run directory."""
 
 import json
-import os
 import subprocess
 import sys
 
@@ -32,7 +31,9 @@ def test_gsm8k_grpo_trains_exports_and_evaluates(tiny, tmp_path):
     overrides = ["+experiment=gsm8k_grpo", f"model.path={tiny / 'model'}",
                  f"task.train_path={tiny / 'data' / 'train.jsonl'}",
                  f"task.test_path={tiny / 'data' / 'test.jsonl'}", *SMALL,
-                 "eval.num_problems=0"]  # evaluated below: the CLI and evaluate_model
+                 "eval.num_problems=0",  # evaluated below: the CLI and evaluate_model
+                 # batches of what a run does not do are not refused (8 devices)
+                 "eval.sequences_per_batch=12", "warmup.sequences_per_step=12"]
     cfg = run_config(overrides, run_dir)
     summary = jobs.run(cfg)
     assert summary["compiles"]["train_step"] == 1
@@ -176,7 +177,7 @@ def test_mixed_sources_run_with_per_source_metrics(tiny, tmp_path):
     summary = jobs.run(run_config([
         "+experiment=mixed_sources", f"model.path={tiny / 'model'}",
         f"task.train_path={data / 'train.jsonl'}", f"task.test_path={data / 'test.jsonl'}",
-        *SMALL, "algo.microbatches=2", "eval.extra_sets=[humaneval]",
+        *SMALL, "algo.pack.row_tokens=0", "algo.microbatches=2", "eval.extra_sets=[humaneval]",
         "eval.extra_problems=8"], run_dir))
     assert summary["compiles"]["train_step"] == 1
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -8,7 +8,10 @@ One JSON object a line: `id`, `completion`, and the kind's reference fields
   code: `entry_point`, `inputs` (list of argument lists), `expected` (list of return values),
         optional `prefix` (code prepended to the completion), `tolerance` and `typed` (true:
         inputs and expected in rlvr_jax/sandbox/typed_json.py's encoding, compared with
-        Python's ==; else plain JSON, compared as JSON: a returned tuple counts as a list)
+        Python's ==; else plain JSON, compared as JSON: a returned tuple counts as a list);
+        or a whole program: `stdin` (list of input texts), `expected_stdout` (list of
+        output texts, compared line by line, non-integer numbers to `tolerance`, default
+        1e-6), optional `prefix`
   sql: `schema` (SQL script building the database), `expected` (rows), optional `ordered`
   tool: `expected` (the tool's result), optional `tools` (allowed tool names)
   logic: `premises` (formulas), optional `target`
@@ -41,18 +44,23 @@ def _list_of(kinds):
     return lambda v: isinstance(v, list) and all(isinstance(x, kinds) for x in v)
 
 
+_PREFIX = (False, lambda v: isinstance(v, _STR), "a string")
+_TOLERANCE = (False, lambda v: isinstance(v, _NUM) and not isinstance(v, bool) and v >= 0,
+              "a number >= 0")
 # kind -> {field: (required, check, what it must be)}
 FIELDS = {
     "math": {"gold": (True, lambda v: isinstance(v, _STR + _NUM), "a string or a number")},
     "code": {"entry_point": (True, lambda v: isinstance(v, _STR), "a string"),
              "inputs": (True, _list_of(_LIST), "a list of argument lists"),
              "expected": (True, lambda v: isinstance(v, _LIST), "a list of return values"),
-             "prefix": (False, lambda v: isinstance(v, _STR), "a string"),
-             "tolerance": (False, lambda v: isinstance(v, _NUM) and not isinstance(v, bool),
-                           "a number"),
+             "prefix": _PREFIX, "tolerance": _TOLERANCE,
              # inputs and expected in rlvr_jax/sandbox/typed_json.py's encoding, compared
              # with Python's == (a tuple is no list); else plain JSON, compared as JSON
              "typed": (False, lambda v: isinstance(v, bool), "true or false")},
+    # code rows of whole programs (APPS, CodeContests): each input on stdin, outputs compared
+    "code/stdin": {"stdin": (True, _list_of(_STR), "a list of input texts"),
+                   "expected_stdout": (True, _list_of(_STR), "a list of output texts"),
+                   "prefix": _PREFIX, "tolerance": _TOLERANCE},
     "sql": {"schema": (True, lambda v: isinstance(v, _STR), "a string (an SQL script)"),
             "expected": (True, _list_of(_LIST), "a list of rows (lists)"),
             "ordered": (False, lambda v: isinstance(v, bool), "true or false")},
@@ -75,7 +83,8 @@ def _parse(line: str, kind: str) -> dict:
         raise ValueError("JSON nested too deeply") from None
     if not isinstance(row, dict):
         raise ValueError("expected a JSON object")
-    fields = FIELDS[kind]
+    stdio = kind == "code" and "stdin" in row  # a whole program's row
+    fields = FIELDS["code/stdin" if stdio else kind]
     missing = [k for k in ("id", "completion") if k not in row] + [
         k for k, (required, _, _) in fields.items() if required and k not in row]
     if missing:
@@ -85,6 +94,10 @@ def _parse(line: str, kind: str) -> dict:
     for k, (_, ok, what) in fields.items():
         if k in row and not ok(row[k]):
             raise ValueError(f"field {k!r} must be {what}")
+    if stdio:
+        if len(row["stdin"]) != len(row["expected_stdout"]):
+            raise ValueError("'stdin' and 'expected_stdout' differ in length")
+        return row
     if kind == "code" and len(row["inputs"]) != len(row["expected"]):
         raise ValueError("'inputs' and 'expected' differ in length")
     if kind == "code" and row.get("typed"):
@@ -117,7 +130,7 @@ def _positive(kind):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rlvr_jax.verify", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kind", required=True, choices=sorted(FIELDS))
+    ap.add_argument("--kind", required=True, choices=sorted(k for k in FIELDS if "/" not in k))
     ap.add_argument("--input", required=True)
     ap.add_argument("--output", required=True)
     ap.add_argument("--mode", choices=("fresh", "forkserver"), default=None)

@@ -6,7 +6,9 @@ A job is one of two shapes:
                     a dataset's own test replayed on the candidate's values, host_check.py)
   stdin/stdout     {"completion", "stdin": [text, ...], "expected_stdout": [text, ...]}: the
                     program runs as __main__ once per input (APPS / TACO / CodeContests rows);
-                    outputs compare line by line, trailing whitespace and blank lines ignored. Only the program and the inputs enter the
+                    outputs compare line by line, trailing whitespace and blank lines
+                    ignored, a non-integer number to `tolerance` (default 1e-6, the
+                    judges' rule; `same_stdout`). Only the program and the inputs enter the
 sandbox; the candidate's return values come back in a JSON encoding that keeps their types
 (rlvr_jax/sandbox/typed_json.py) and are compared with `expected` here, on the host. So printing
 "PASSED", exiting early (sys.exit / os._exit / atexit), an object whose __eq__ is always true
@@ -69,11 +71,39 @@ def wire(job: dict, limits: dict | None = None) -> dict:
     return out
 
 
-def same_stdout(got: str, want: str) -> bool:
+# A token the expected output prints as a non-integer number ("0.333333", "1.5e-07"), and a
+# token a program prints as a number: plain decimals only, so nothing float() would also
+# read ("1_000.5", "nan", "infinity", " 2 ") stands for one.
+_DECIMAL = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+(?=[eE]))(?:[eE][-+]?\d+)?")
+_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")  # linear: no
+# two ways to split a run of digits (a megabyte of them must not backtrack)
+# The usual judge's rule for real-valued answers ("absolute or relative error <= 1e-6",
+# Codeforces' and most CodeContests problems'); a row's "tolerance" replaces it.
+STDOUT_TOLERANCE = 1e-6
+
+
+def same_stdout(got: str, want: str, tol: float = STDOUT_TOLERANCE) -> bool:
     """Program outputs equal line by line, trailing whitespace and trailing blank lines
-    ignored (the usual judge's rule)."""
+    ignored; within a line, tokens equal, or where the expected token is a non-integer
+    number, the printed number within `tol` of it (absolute or relative error: 0.3333333333
+    and 0.333333 for 1/3). Integers and words compare exactly: APPS's harness compares every
+    token with np.isclose, which also passes 100001 for 100000."""
     lines = lambda text: [line.rstrip() for line in text.rstrip().splitlines()]
-    return lines(got) == lines(want)
+    g, w = lines(got), lines(want)
+    return g == w or (len(g) == len(w) and all(
+        a == b or _same_tokens(a.split(), b.split(), tol) for a, b in zip(g, w)))
+
+
+def _same_tokens(got: list[str], want: list[str], tol: float) -> bool:
+    return len(got) == len(want) and all(
+        a == b or (_DECIMAL.fullmatch(b) is not None and _NUMBER.fullmatch(a) is not None
+                   and _near(float(a), float(b), tol)) for a, b in zip(got, want))
+
+
+def _near(got: float, want: float, tol: float) -> bool:
+    """|got - want| <= tol x max(1, |want|), both finite (a 400-digit token reads as inf)."""
+    return (math.isfinite(got) and math.isfinite(want)
+            and abs(got - want) <= tol * max(1.0, abs(want)))
 
 
 def same(got, want, tol: float) -> bool:
@@ -110,6 +140,16 @@ def neutral_reply(job: dict) -> dict:
             "check": {"passed": False, "detail": "neutral"}}
 
 
+def tolerance(job: dict, default: float) -> float:
+    """The row's tolerance; one that is no number >= 0 (NaN, negative: math.isclose raises on
+    it) compares exactly."""
+    try:
+        tol = float(job.get("tolerance", default))
+    except (TypeError, ValueError):
+        return 0.0
+    return tol if tol >= 0 else 0.0
+
+
 def verdict(job: dict, reply: dict) -> Verdict:
     status = reply.get("status")
     if status != "ok":
@@ -127,12 +167,13 @@ def verdict(job: dict, reply: dict) -> Verdict:
         return Verdict(Status.PASS if ok else Status.WRONG, detail, fraction=float(ok))
     if "expected_stdout" in job:
         expected = [str(text) for text in job["expected_stdout"]]
+        stdout_tol = tolerance(job, STDOUT_TOLERANCE)
         match = lambda out, want: isinstance(out.get("value"), str) and same_stdout(
-            out["value"], want)
+            out["value"], want, stdout_tol)
     else:
         typed = bool(job.get("typed"))
         expected = job["expected"] if typed else json.loads(json.dumps(job["expected"]))
-        tol = float(job.get("tolerance", 1e-9))
+        tol = tolerance(job, 1e-9)
         unwrap = bool(job.get("unwrap_single"))  # APPS call-based rows: [v] or v both pass
 
         def match(out, want):

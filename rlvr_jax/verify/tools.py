@@ -75,7 +75,7 @@ def verdict(job: dict, reply: dict) -> Verdict:
     if "error" in out:
         return Verdict(Status.RUNTIME_ERROR, f"tool raised {code.short(out['error'], 80)}")
     ok = code.same(out["value"], json.loads(json.dumps(job["expected"])),
-                   float(job.get("tolerance", 1e-9)))
+                   code.tolerance(job, 1e-9))
     return Verdict(Status.PASS if ok else Status.WRONG,
                    f"{call['tool']} returned {code.short(out['value'], 40)}")
 

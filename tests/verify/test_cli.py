@@ -46,7 +46,12 @@ def test_code_cli_scores_the_rows_around_a_badly_shaped_one(tmp_path):
     rows = [dict(good, id="a"), dict(good, id="b", inputs=[1, 2], expected=[2, 3]),
             dict(good, id="c", completion=7), dict(good, id="d", expected=[5]),
             dict(typed, id="e"), dict(typed, id="e2", expected=[[1, 2]]),
-            dict(typed, id="f", expected=[{"tupel": [1, 2]}])]
+            dict(typed, id="f", expected=[{"tupel": [1, 2]}]),
+            dict(good, id="g", tolerance=-1),  # math.isclose raised on it
+            # whole programs on stdin: more digits of 1/3 pass, fewer fail
+            *({"id": i, "completion": f"print({p})", "stdin": [""], "expected_stdout": [w]}
+              for i, p, w in (("h", "1 / 3", "0.333333"), ("i", "0.33", "0.333333"))),
+            {"id": "j", "completion": "", "stdin": ["1", "2"], "expected_stdout": ["1"]}]
     src, dst = tmp_path / "jobs.jsonl", tmp_path / "verdicts.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     proc = subprocess.run([sys.executable, "-m", "rlvr_jax.verify", "--kind", "code",
@@ -56,10 +61,13 @@ def test_code_cli_scores_the_rows_around_a_badly_shaped_one(tmp_path):
     assert "jobs.jsonl:2: field 'inputs' must be a list of argument lists" in proc.stderr
     assert "jobs.jsonl:3: field 'completion' must be a string" in proc.stderr
     assert "jobs.jsonl:7: field 'expected' is no typed value" in proc.stderr
+    assert "jobs.jsonl:8: field 'tolerance' must be a number >= 0" in proc.stderr
+    assert "jobs.jsonl:11: 'stdin' and 'expected_stdout' differ in length" in proc.stderr
     out = [json.loads(line) for line in dst.read_text().splitlines()]
     assert [(r["id"], r["status"]) for r in out] == [
         ("a", "pass"), ("b", "malformed"), ("c", "malformed"), ("d", "wrong"), ("e", "pass"),
-        ("e2", "wrong"), ("f", "malformed")]
+        ("e2", "wrong"), ("f", "malformed"), ("g", "malformed"), ("h", "pass"), ("i", "wrong"),
+        ("j", "malformed")]
 
 
 @pytest.mark.parametrize("args,message", [

@@ -6,11 +6,12 @@ and failed honest sets, bytes, complex numbers and int-keyed dicts under a datas
 import pytest
 
 from rlvr_jax.data import code_tests
+from rlvr_jax.verify import code
 from rlvr_jax.sandbox.pool import VerifierPool
 from tests.helpers import UNAVAILABLE
 
-pytestmark = [pytest.mark.xdist_group("sandbox"),  # one worker runs every sandbox test
-              pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")]
+pytestmark = pytest.mark.xdist_group("sandbox")  # one worker runs every sandbox test
+needs_sandbox = pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")
 
 # (test, candidate's return value, reference's return value or None, passes in Python)
 MBPP = [
@@ -43,6 +44,7 @@ def _mbpp_job(test, returned, reference):
     return dict(code_tests.tests_of(spec, "row"), completion=f"def f(x):\n    return {returned}")
 
 
+@needs_sandbox
 def test_verdicts_are_those_of_pythons_equality():
     jobs = [_mbpp_job(*case[:3]) for case in MBPP]
     # APPS call-based rows come from JSON, as their harness compares: a returned tuple is the
@@ -74,6 +76,7 @@ def test_verdicts_are_those_of_pythons_equality():
     ("try:\n    f(-1)\n    assert False\nexcept ValueError:\n    pass\nassert f(1) == 4",
      "x + 3 if x >= 0 else int('no')", True),
 ])
+@needs_sandbox
 def test_a_replayed_test_answers_only_the_calls_the_candidate_ran(test, returned, passes):
     """The dataset's test replayed on the candidate's outputs: each of its calls must repeat
     a recorded call's arguments (else the answer would be for the reference's value), every
@@ -85,3 +88,41 @@ def test_a_replayed_test_answers_only_the_calls_the_candidate_ran(test, returned
     with VerifierPool("code", workers=1, timeout_s=20.0) as pool:
         v = pool.verify([job])[0]
     assert (v.status.name == "PASS") is passes, v.detail
+
+
+# (printed, expected, passes): a non-integer number of the expected output to 1e-6 (absolute
+# or relative: the judges' rule); integers, words and anything else exactly. Exact lines
+# failed an honest 0.3333333333 for 0.333333.
+STDOUT = [
+    ("0.3333333333\n", "0.333333", True), ("0.333333", "0.3333333333", True),
+    ("2", "2.000000", True), ("1e-7", "0.0000001", True), ("1000000.5", "1000000.0", True),
+    ("1 0.5\nok", "1  0.5000001\nok", True), ("-0.0", "0.0", True),
+    ("0.33", "0.333333", False), ("1.0000011", "1.0", False), ("0.5\n1", "0.5", False),
+    ("100001", "100000", False), ("2.0", "2", False),  # an integer answer is exact
+    ("0.5 y", "0.5000001 x", False), ("1_000.5", "1000.5", False), ("nan", "0.5", False),
+    ("inf", "1e400", False), ("9" * 400 + ".0", "1e400", False), ("0x1p-1", "0.5", False),
+    ("1" * (1 << 20) + "x", "0.5", False),  # a megabyte of digits: no backtracking
+]
+
+
+@pytest.mark.parametrize("printed,expected,passes", STDOUT)
+def test_printed_numbers_compare_to_the_judges_tolerance(printed, expected, passes):
+    assert code.same_stdout(printed, expected) is passes
+
+
+def test_a_rows_tolerance_replaces_the_judges():
+    assert not code.same_stdout("0.3333333333", "0.333333", tol=0.0)
+    assert code.same_stdout("2", "2.000000", tol=0.0)  # the same number
+    assert code.same_stdout("0.333", "0.33", tol=0.01)
+
+
+@needs_sandbox
+def test_a_program_printing_more_digits_passes_and_a_rows_tolerance_holds():
+    program = "import sys\nprint(1 / int(sys.stdin.read()))"
+    jobs = [{"completion": program, "stdin": ["3"], "expected_stdout": ["0.333333"]},
+            {"completion": program, "stdin": ["3"], "expected_stdout": ["0.33"]},
+            {"completion": program, "stdin": ["3"], "expected_stdout": ["0.33"],
+             "tolerance": 0.01}]
+    with VerifierPool("code", workers=1, timeout_s=20.0) as pool:
+        got = [v.status.name for v in pool.verify(jobs)]
+    assert got == ["PASS", "WRONG", "PASS"]
