@@ -44,7 +44,7 @@ CALC_AGENT = ["task.operators=[*]", "task.operand_digits=3", "task.zero_pad_oper
               # per-turn rewards at the calls' tokens, through GAE
               "+env.turn_rewards.tool_error=-0.1", "+env.turn_rewards.malformed=-0.1",
               "algo.share_prompts=true", "rollout.stream.rows=8",
-              "rollout.stream.insert_rows=3", "rollout.stream.chunk_steps=4",
+              "rollout.stream.insert_rows=3", "rollout.stream.chunk_steps=8",
               "rollout.stream.release_rows=true", "rollout.stream.carry_batches=1",
               "rollout.off_policy_steps=1", "algo.loss.correction=token",
               "env.wrap=experiments.bench.env_latency:quick"]
