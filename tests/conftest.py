@@ -56,4 +56,6 @@ def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto`: one worker more than this process's cores. With one per core, a 2-core run
     left ~19% of its core time idle (tests waiting on sandbox timeouts, heartbeats and their
     subprocesses); a third worker fills it."""
-    return len(os.sched_getaffinity(0)) + 1
+    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")  # not on macOS
+             else os.cpu_count() or 1)
+    return cores + 1
