@@ -73,10 +73,10 @@ def wire(job: dict, limits: dict | None = None) -> dict:
 
 # A token the expected output prints as a non-integer number ("0.333333", "1.5e-07"), and a
 # token a program prints as a number: plain decimals only, so nothing float() would also
-# read ("1_000.5", "nan", "infinity", " 2 ") stands for one.
+# read ("1_000.5", "nan", "infinity", " 2 ") stands for one. Linear: no run of digits splits
+# two ways, so a megabyte of them does not backtrack.
 _DECIMAL = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+(?=[eE]))(?:[eE][-+]?\d+)?")
-_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")  # linear: no
-# two ways to split a run of digits (a megabyte of them must not backtrack)
+_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 # The usual judge's rule for real-valued answers ("absolute or relative error <= 1e-6",
 # Codeforces' and most CodeContests problems'); a row's "tolerance" replaces it.
 STDOUT_TOLERANCE = 1e-6
