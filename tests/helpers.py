@@ -193,3 +193,68 @@ def hlo_computations(hlo: str) -> dict:
         elif name and line.strip() and line.strip() != "}":
             comps[name].append(line.strip())
     return comps
+
+
+def entry_point_commands(commands: list, env: dict) -> list:
+    """Each (args, cwd) of `commands` through `python -m rlvr_jax.train` -> {"code", "stdout",
+    "stderr"} each, as a shell would see them (the exit code; a traceback on stderr). One
+    process runs them all in turn (_entry_point_worker): a command that fails on its input
+    costs ~0.3 s there against ~4 s of interpreter, JAX and Hydra start-up in a process of
+    its own."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        spec, out = os.path.join(tmp, "in.json"), os.path.join(tmp, "out.json")
+        with open(spec, "w") as f:
+            json.dump([[list(args), str(cwd)] for args, cwd in commands], f)
+        proc = subprocess.run([sys.executable, "-c", "from tests.helpers import "
+                               f"_entry_point_worker as w; w({spec!r}, {out!r})"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        with open(out) as f:
+            return json.load(f)
+
+
+def _entry_point_worker(spec: str, out: str) -> None:
+    import contextlib
+    import json
+    import sys
+    import tempfile
+    import traceback
+
+    from hydra.core.global_hydra import GlobalHydra
+
+    from rlvr_jax import train
+
+    results = []
+    for args, cwd in json.load(open(spec)):
+        os.chdir(cwd)
+        sys.argv, train._COMPOSED = ["rlvr_jax.train", *args], False
+        GlobalHydra.instance().clear()
+        with tempfile.TemporaryFile("w+") as o, tempfile.TemporaryFile("w+") as e:
+            saved = os.dup(1), os.dup(2)
+            sys.stdout.flush(), sys.stderr.flush()
+            os.dup2(o.fileno(), 1), os.dup2(e.fileno(), 2)  # what the command's fds see
+            code = 0
+            try:
+                with contextlib.suppress(SystemExit):
+                    try:
+                        train.cli()
+                    except SystemExit as exc:  # as the interpreter maps sys.exit's argument
+                        code = exc.code if isinstance(exc.code, int) else (
+                            0 if exc.code is None else 1)
+                        raise
+            except BaseException:  # an uncaught exception: a traceback and exit code 1
+                traceback.print_exc()
+                code = 1
+            finally:
+                sys.stdout.flush(), sys.stderr.flush()
+                os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+                os.close(saved[0]), os.close(saved[1])
+            o.seek(0), e.seek(0)
+            results.append({"code": code, "stdout": o.read(), "stderr": e.read()})
+    with open(out, "w") as f:
+        json.dump(results, f)

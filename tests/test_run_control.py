@@ -86,83 +86,57 @@ def test_stop_after_steps_exits_0_and_the_plain_command_resumes(tmp_path):
     assert "RESUMING from checkpoint step 4" in longer.stdout + longer.stderr
 
 
+# Commands that fail on their input: one process runs them all (tests/helpers.py:
+# entry_point_commands), each as `python -m rlvr_jax.train` would, in its own directory.
+USER_ERRORS = {
+    "model.path": (["model.path=/no/such/model"], "/no/such/model"),
+    "verifier.kind": (["+experiment=math_grpo", "verifier=code"], "verifier.kind"),
+    "samples_per_prompt": (["+experiment=math_grpo", "algo.samples_per_prompt=1"],
+                           "algo.samples_per_prompt"),
+    "eval_batch": (["+experiment=math_grpo", "eval.sequences_per_batch=12"],
+                   "eval.sequences_per_batch"),
+    "mesh": (["mesh.data=3"], "must equal the device count"),
+    "process_id": (["distributed.num_processes=2"], "distributed.process_id"),
+}
+COMPOSITION_ERRORS = {"preset": (["+experiment=no_such_preset"], "no_such_preset"),
+                      "key": (["no_such_key=1"], "no_such_key")}
+
+
+@pytest.fixture(scope="module")
+def failed_commands(tmp_path_factory):
+    """name -> (the command's result, the words it must say, the directory it ran in)."""
+    from tests.helpers import entry_point_commands, make_tiny_gsm8k
+
+    root = tmp_path_factory.mktemp("failed")
+    tiny = make_tiny_gsm8k(root / "tiny")
+    cases = {name: (args + [f"hydra.run.dir={root / name / 'run'}"], words, root / name)
+             for name, (args, words) in {**USER_ERRORS, **COMPOSITION_ERRORS}.items()}
+    cases["input:config"] = (_cmd(root) + ["algo.samples_per_prompt=1"],
+                             "algo.samples_per_prompt", root / "config")
+    cases["input:data"] = (["+experiment=gsm8k_grpo", f"model.path={tiny / 'model'}",
+                            f"task.train_path={tiny / 'data' / 'train.jsonl'}",
+                            "task.test_path=/no/such.jsonl"], "/no/such.jsonl", root / "data")
+    for _, _, cwd in cases.values():
+        cwd.mkdir()
+    results = entry_point_commands([(args, cwd) for args, _, cwd in cases.values()], ENV)
+    return {name: (result, words, cwd)
+            for (name, (_, words, cwd)), result in zip(cases.items(), results)}
+
+
+FAILED = pytest.mark.xdist_group("failed_commands")  # one worker runs the fixture's process
+
+
+@FAILED
 @pytest.mark.parametrize("data", [False, True], ids=["config", "data"])
-def test_a_command_that_fails_on_its_input_leaves_no_directory(tmp_path, data):
+def test_a_command_that_fails_on_its_input_leaves_no_directory(failed_commands, data):
     """Issue 26: every failed config attempt left a run directory (Hydra's files) behind;
     issue 38: one that failed loading its data, after the run took its lock, left one with
     the lock and the process count."""
-    cwd = tmp_path / "work"
-    cwd.mkdir()
-    if data:
-        from tests.helpers import make_tiny_gsm8k
-
-        tiny = make_tiny_gsm8k(tmp_path / "tiny")
-        args, key = ["+experiment=gsm8k_grpo", f"model.path={tiny / 'model'}",
-                     f"task.train_path={tiny / 'data' / 'train.jsonl'}",
-                     "task.test_path=/no/such.jsonl"], "/no/such.jsonl"
-    else:
-        args, key = _cmd(tmp_path) + ["algo.samples_per_prompt=1"], "algo.samples_per_prompt"
-    proc = _train(args, cwd=cwd, timeout=120)
-    assert proc.returncode == 2 and key in proc.stderr
+    proc, key, cwd = failed_commands["input:data" if data else "input:config"]
+    assert proc["code"] == 2 and key in proc["stderr"], proc["stderr"][-2000:]
     left = [os.path.join(r, d) for r, ds, _ in os.walk(cwd / "runs") for d in ds
             if not os.listdir(os.path.join(r, d)) or ".hydra" in os.listdir(os.path.join(r, d))]
     assert left == []
-
-
-ASYNC = ["rollout.off_policy_steps=1", "algo.loss.correction=token"]
-# A stateful environment (a sandbox session per episode, python_repl), asynchronous: the
-# batch in flight at the signal is abandoned (its sessions closed) and sampled again from its
-# checkpointed snapshot on resume, its episodes from their start.
-STATEFUL = ["preset=repl_agent", *ASYNC, "warmup.steps=40", "sampling.max_new_tokens=80",
-            "env.session.spares=16"]
-
-
-# Asynchronous rollouts are run with the stateful environment (one run covers both: the loop
-# does not branch on either; test_rollouts.py stops and resumes a plain async run too, and
-# test_stop_after_steps a synchronous one through the entry point; the signal's path is the
-# same in every mode, so the synchronous case was dropped for the suite's time).
-def test_sigterm_checkpoints_and_the_rerun_matches_an_uninterrupted_run(tmp_path):
-    """SIGTERM after step 2 of 4: exit 0 with one line, a checkpoint, no orbax temp files;
-    the rerun ends bitwise where a run without the signal ends. Asynchronous: the batch in
-    flight at the signal is abandoned and sampled again from its checkpointed snapshot."""
-    from tests.helpers import UNAVAILABLE
-
-    if UNAVAILABLE:
-        pytest.skip(f"no sandbox: {UNAVAILABLE}")
-    preset = "repl_agent"
-    extra = [x for x in STATEFUL if not x.startswith("preset=")] + ["eval.num_problems=0"]
-    steps = 4
-    whole = tmp_path / "whole"
-    assert _train(_cmd(tmp_path, steps, preset) + extra +
-                  [f"hydra.run.dir={whole}"]).returncode == 0
-    cut = tmp_path / "cut"
-    proc = subprocess.Popen([sys.executable, "-m", "rlvr_jax.train",
-                             *_cmd(tmp_path, steps, preset), *extra, f"hydra.run.dir={cut}"],
-                            cwd=ROOT, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:  # wait for step 2's row
-        if (cut / "metrics.jsonl").exists() and 2 in _steps(cut)[0]:
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out[-3000:]
-    assert "SIGTERM: finishing the current step" in out and "Traceback" not in out
-    stopped_at = max(int(d) for d in os.listdir(cut / "checkpoints") if d.isdigit())
-    assert 2 <= stopped_at < steps
-    assert not list(cut.rglob("*.orbax-checkpoint-tmp*"))
-    assert (cut / "checkpoints" / str(stopped_at) / "behind").is_dir()
-    rerun = _train(_cmd(tmp_path, steps, preset) + extra + [f"hydra.run.dir={cut}"])
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
-                 _final_params(cut, steps), _final_params(whole, steps))
-    assert _steps(cut)[0] == list(range(1, steps + 1))
-    # The sessions were used, and none was left behind.
-    rows = [json.loads(line) for line in (cut / "metrics.jsonl").read_text().splitlines()]
-    steps_rows = [r for r in rows if "session/opened" in r]
-    assert any(r["episode/tool_calls_mean"] > 0 for r in steps_rows)
-    assert all(r["session/leaked"] == 0 for r in steps_rows)
 
 
 def test_a_second_run_on_a_locked_directory_stops_at_once(tmp_path):
@@ -177,29 +151,23 @@ def test_a_second_run_on_a_locked_directory_stops_at_once(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("args,words", [
-    (["model.path=/no/such/model"], "/no/such/model"),
-    (["+experiment=math_grpo", "verifier=code"], "verifier.kind"),
-    (["+experiment=math_grpo", "algo.samples_per_prompt=1"], "algo.samples_per_prompt"),
-    (["+experiment=math_grpo", "eval.sequences_per_batch=12"], "eval.sequences_per_batch"),
-    (["mesh.data=3"], "must equal the device count"),
-    (["distributed.num_processes=2"], "distributed.process_id"),
-])
-def test_user_errors_are_one_line(tmp_path, args, words):
-    proc = _train(args + [f"hydra.run.dir={tmp_path / 'run'}"], timeout=120)
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert words in proc.stderr.strip().splitlines()[-1]
-    assert proc.returncode == 2  # a user error, as the docs say (1 is for bugs)
+@FAILED
+@pytest.mark.parametrize("name", USER_ERRORS)
+def test_user_errors_are_one_line(failed_commands, name):
+    proc, words, _ = failed_commands[name]
+    assert proc["code"] != 0 and "Traceback" not in proc["stderr"], proc["stderr"][-2000:]
+    assert words in proc["stderr"].strip().splitlines()[-1]
+    assert proc["code"] == 2  # a user error, as the docs say (1 is for bugs)
 
 
-@pytest.mark.parametrize("args,words", [(["+experiment=no_such_preset"], "no_such_preset"),
-                                        (["no_such_key=1"], "no_such_key")])
-def test_hydra_composition_errors_exit_2(tmp_path, args, words):
+@FAILED
+@pytest.mark.parametrize("name", COMPOSITION_ERRORS)
+def test_hydra_composition_errors_exit_2(failed_commands, name):
     """Issue 26: Hydra's own composition errors (its message, the options it lists) exited 1,
     the code of a bug."""
-    proc = _train(args + [f"hydra.run.dir={tmp_path / 'run'}"], timeout=120)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert words in proc.stderr
+    proc, words, _ = failed_commands[name]
+    assert proc["code"] == 2 and "Traceback" not in proc["stderr"], proc["stderr"][-2000:]
+    assert words in proc["stderr"]
 
 
 def test_a_built_wheel_trains_in_a_fresh_venv(tmp_path):
