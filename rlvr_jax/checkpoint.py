@@ -36,6 +36,25 @@ from rlvr_jax import distributed, dynamic_sampling
 from rlvr_jax.types import LoopState, TrainState
 
 
+# Replica-parallel saving (orbax's default: each replica of a replicated array copies its own
+# slice to the host) only for slices of 1 MiB and more. Below that it buys no bandwidth, and
+# each slice is a program of its own for each device: the first save of a tiny model's
+# replicated params on 8 devices compiled 56 of them (2 s, against 0.03 s without). The
+# files written are the same. (Orbax warns on every override: not the user's concern.)
+def _register_array_handler() -> None:
+    absl = logging.getLogger("absl")
+    level = absl.level
+    absl.setLevel(logging.ERROR)
+    try:
+        ocp.type_handlers.register_type_handler(jax.Array, ocp.type_handlers.ArrayHandler(
+            min_slice_bytes_for_replica_parallel=1 << 20), override=True)
+    finally:
+        absl.setLevel(level)
+
+
+_register_array_handler()
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint exists but cannot be read; the message names its path."""
 
