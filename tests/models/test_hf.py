@@ -8,8 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")  # a test extra: pip install -e '.[test]'
 transformers = pytest.importorskip("transformers")
+torch = None  # the module's first test imports it (at collection it cost each worker ~2 s)
 
 from rlvr_jax.models import hf  # noqa: E402
 from rlvr_jax.models.policy import Decoder  # noqa: E402
@@ -17,6 +17,12 @@ from rlvr_jax.models.rope import positions_from_mask  # noqa: E402
 from rlvr_jax.sampling import make_sampler  # noqa: E402
 
 pytestmark = pytest.mark.slow  # see pyproject.toml: not in the daily `-m "not slow"` run
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _torch():
+    global torch
+    torch = pytest.importorskip("torch")  # a test extra: pip install -e '.[test]'
 
 VOCAB = 97
 VARIANTS = {

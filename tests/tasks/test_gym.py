@@ -8,12 +8,15 @@ import re
 import numpy as np
 import pytest
 
-pytest.importorskip("reasoning_gym", reason="the optional extra: pip install -e '.[tasks]'")
+from rlvr_jax import tasks
+from rlvr_jax.config import ConfigError
+from rlvr_jax.tasks.gym import GymDatasetConfig, ReasoningGymTaskConfig, answer_in_tag
 
-from rlvr_jax import tasks  # noqa: E402
-from rlvr_jax.config import ConfigError  # noqa: E402
-from rlvr_jax.tasks.gym import (GymDatasetConfig, ReasoningGymTaskConfig,  # noqa: E402
-                                answer_in_tag)
+
+@pytest.fixture(autouse=True, scope="module")
+def _reasoning_gym():  # imported by the first test, not at collection (~1.4 s a worker)
+    pytest.importorskip("reasoning_gym", reason="the optional extra: pip install -e '.[tasks]'")
+
 
 MIX = [GymDatasetConfig("chain_sum", 2.0, {"min_terms": 2, "max_terms": 2, "min_digits": 1,
                                              "max_digits": 1}),

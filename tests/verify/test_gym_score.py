@@ -10,13 +10,20 @@ import pytest
 
 from rlvr_jax.rewards import from_verdicts
 from rlvr_jax.types import Status
-from rlvr_jax.verify import gym_score
 from rlvr_jax.sandbox.pool import VerifierPool
 from tests.helpers import UNAVAILABLE
 
-rg = pytest.importorskip("reasoning_gym", reason="the optional extra: pip install -e '.[tasks]'")
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sandbox"),
               pytest.mark.skipif(bool(UNAVAILABLE), reason=f"no sandbox: {UNAVAILABLE}")]
+rg = gym_score = None  # the module's first test imports them, not the collection (~1.4 s)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _reasoning_gym():
+    global rg, gym_score
+    rg = pytest.importorskip("reasoning_gym",
+                             reason="the optional extra: pip install -e '.[tasks]'")
+    from rlvr_jax.verify import gym_score
 
 SEED = 3
 
