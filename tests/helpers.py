@@ -219,7 +219,6 @@ def entry_point_commands(commands: list, env: dict) -> list:
 
 
 def _entry_point_worker(spec: str, out: str) -> None:
-    import contextlib
     import json
     import sys
     import tempfile
@@ -240,13 +239,11 @@ def _entry_point_worker(spec: str, out: str) -> None:
             os.dup2(o.fileno(), 1), os.dup2(e.fileno(), 2)  # what the command's fds see
             code = 0
             try:
-                with contextlib.suppress(SystemExit):
-                    try:
-                        train.cli()
-                    except SystemExit as exc:  # as the interpreter maps sys.exit's argument
-                        code = exc.code if isinstance(exc.code, int) else (
-                            0 if exc.code is None else 1)
-                        raise
+                train.cli()
+            except SystemExit as exc:  # as the interpreter maps sys.exit's argument
+                if isinstance(exc.code, str):
+                    print(exc.code, file=sys.stderr)
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
             except BaseException:  # an uncaught exception: a traceback and exit code 1
                 traceback.print_exc()
                 code = 1

@@ -24,6 +24,7 @@ def _torch():
     global torch
     torch = pytest.importorskip("torch")  # a test extra: pip install -e '.[test]'
 
+
 VOCAB = 97
 VARIANTS = {
     # family, tied embeddings, extra config

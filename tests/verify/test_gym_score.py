@@ -25,6 +25,7 @@ def _reasoning_gym():
                              reason="the optional extra: pip install -e '.[tasks]'")
     from rlvr_jax.verify import gym_score
 
+
 SEED = 3
 
 
