@@ -24,8 +24,10 @@ as the chain x = 2x = 3 and judged by its last part), a false equation between n
 (`28x = 23`, read as 23), an approximation that is neither a name and its value nor two numbers
 within 1% (`12 \\approx 7`, read as 12: the parser keeps one side), a subscript on a number
 when the gold has none (`10_{20}`, read as 10; `1011_2` stays a base when the gold writes one),
-and infinity when the gold has none (sympy computes with it: `5 + \\frac{1}{\\infty}` is read
-as 5). The rules on the text look at the answer as written and as math-verify normalizes it
+infinity when the gold has none (sympy computes with it: `5 + \\frac{1}{\\infty}` is read
+as 5), and a number inside a text block beside the rest of the answer (`5\\text{ or 6}`,
+read as 5: text is dropped as a unit; a unit's power, `\\mathrm{m/s^2}`, is no number). The
+rules on the text look at the answer as written and as math-verify normalizes it
 (`\\displaystyle` dropped). Digit groups spaced with `\\,`, `~` or a space (`1\\,000`, read as
 1 * 0) are joined first, and a repeating decimal becomes its exact fraction (`0.\\overline{3}`,
 `0.\\bar{3}`, `0.\\dot{3}`, `0.(3)`, which math-verify does not read), in the gold too. A number
@@ -69,6 +71,10 @@ _NUMBER_ELLIPSIS = re.compile(r"\d\s*(?:\\[lc]?dots|\.\.\.|…)")
 _APPROX = re.compile(r"\\(?:approx|simeq|sim|cong|doteq)")  # \\approxe: the parser reads \\approx
 _NUMBER_SUBSCRIPT = re.compile(r"\d\s*}?\s*_")
 _INFINITY = re.compile(r"\\infty|∞|\boo\b")  # sympy computes with it: 5 + 1/oo is 5
+# Text in an answer: math-verify drops it as a unit or a remark, whatever it holds
+_TEXT = re.compile(r"\\(?:text(?:rm|bf|it|tt|sf|up|normal)?|mbox|hbox|emph|operatorname"
+                   r"|math(?:rm|bf|it|sf|tt))\s*\{")
+_UNIT_POWER = re.compile(r"\^\s*\{?\s*\d+")  # m/s^2, cm^{3}: a unit's power, no number
 APPROX_RTOL = 1e-2
 
 
@@ -86,6 +92,21 @@ def top_level_items(answer: str) -> int:
         elif c in ",;" and depth == 0:
             items += 1
     return items
+
+
+def _numbers_in_text(answer: str) -> bool:
+    """Whether a text block (`\\text{...}`, `\\mathrm{...}`, ...) holds a number beside the rest
+    of the answer: `5\\text{ or 6}` was read as 5. Nested braces count; a unit's power does
+    not (`\\mathrm{m/s^2}`); a text block that is the whole answer (`\\text{5}`) is read."""
+    for m in _TEXT.finditer(answer):
+        depth, end = 1, m.end()
+        while end < len(answer) and depth:
+            depth += {"{": 1, "}": -1}.get(answer[end], 0)
+            end += 1
+        inside = _UNIT_POWER.sub("", answer[m.end():end - 1])
+        if re.search(r"\d", inside) and (answer[:m.start()] + answer[end:]).strip():
+            return True
+    return False
 
 
 def _percent_signs(answer: str) -> int:
@@ -179,6 +200,8 @@ def _read_partly(pred: str, gold: str) -> str | None:
         return "infinity, which the gold answer does not have"
     if _NUMBER_ELLIPSIS.search(pred) and not _ELLIPSIS.search(gold):
         return "a number trailed by an ellipsis (no exact value; the parser drops it)"
+    if _numbers_in_text(pred) and not _numbers_in_text(gold):
+        return "a number inside text, which the parser drops"
     return None
 
 

@@ -75,6 +75,19 @@ def test_a_hedge_of_two_values_passes_for_neither(joiner):
             assert v.status == Status.WRONG, (gold, a + joiner + b, v.detail)
 
 
+# The second value inside a text block, which math-verify drops as a unit or a remark
+IN_TEXT = ["{a}\\text{{ or {b}}}", "{a}\\mbox{{ (or {b})}}", "{a}\\mathrm{{ or {b}}}",
+           "{a}\\textbf{{ or {{{b}}}}}", "{a}\\textnormal{{ or ${b}$}}", "{a}\\mathit{{ or {b}}}"]
+
+
+@pytest.mark.parametrize("template", IN_TEXT)
+def test_a_number_inside_text_is_not_dropped(template):
+    for a, b in [("12", "7"), ("\\frac{1}{2}", "3")]:
+        for gold in (a, b):
+            v = vmath.check(gold, "\\boxed{" + template.format(a=a, b=b) + "}")
+            assert v.status == Status.WRONG, (gold, template, v.detail)
+
+
 @pytest.mark.parametrize("completion", ["\\boxed{\\boxed{12} 7}", "\\boxed{7 \\boxed{12}}",
                                         "\\boxed{7\\{12}"])
 def test_a_box_is_read_whole(completion):
@@ -99,13 +112,14 @@ def test_an_unclosed_box_is_no_answer_not_its_last_number(completion):
     ("\\frac13", "0.\\overline{3}"), ("\\frac{611}{495}", "1.2\\overline{34}"),
     ("-\\frac17", "-0.\\overline{142857}"), ("0.\\overline{6}", "\\frac{2}{3}"),
     ("\\frac13", "0.\\bar{3}"), ("\\frac16", "0.1\\dot{6}"), ("\\frac13", "0.(3)"),
-    ("\\frac13", "0.3(3)"),
+    ("\\frac13", "0.3(3)"), ("5", "\\text{5}"), ("5", "5\\,\\mathrm{m/s^2}"),
+    ("5", "5\\text{ cm}^{3}"),
 ])
 def test_honest_forms_still_pass(gold, answer):
     """What the stricter rules must keep: spaced digit groups (1\\,000 was read as 1 * 0),
-    units, degrees, a full stop, mixed numbers, matrices (their `\\\\` is no line break), a name
-    and its value, approximations within 1%, infinity and bases where the gold has them,
-    repeating decimals (math-verify does not read them)."""
+    units (their powers too), degrees, a full stop, mixed numbers, matrices (their `\\\\` is
+    no line break), a name and its value, approximations within 1%, infinity and bases where
+    the gold has them, repeating decimals (math-verify does not read them)."""
     assert vmath.check(gold, f"\\boxed{{{answer}}}").status == Status.PASS, answer
 
 
