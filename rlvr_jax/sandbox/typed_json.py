@@ -138,11 +138,13 @@ def _key(obj) -> str:
     return tag + "[" + ",".join(map(_key, body) if isinstance(body, list) else [body]) + "]"
 
 
-def _close(a, b, tol: float) -> bool:
-    if a == b:  # exact for ints of any size, no float conversion
-        return True
+def _close(got, want, tol: float) -> bool:
+    """An expected float to `tol`; an expected integer exactly, as Python's `==` (to a relative
+    1e-9, 1000000008 passed for 1000000007), with no float conversion whatever its size."""
+    if got == want or isinstance(want, int):
+        return got == want
     try:
-        return math.isclose(a, b, rel_tol=tol, abs_tol=tol)
+        return math.isclose(got, want, rel_tol=tol, abs_tol=tol)
     except OverflowError:  # an int too large for a float: it is no float near the other
         return False
 
@@ -156,10 +158,10 @@ def _mapping(body) -> dict | None:
 
 
 def same(got, want, tol: float) -> bool:
-    """Encodings equal as Python's `==` compares the values, except that numbers (int and
-    float, bool apart: it is no number here) and the parts of complex numbers match to `tol`
-    (relative and absolute) in sequences and dict values; set elements and dict keys match
-    exactly, as hashing does. Never raises: a malformed encoding equals nothing."""
+    """Encodings equal as Python's `==` compares the values, except that an expected float (bool
+    apart: it is no number here), and a float part of an expected complex number, match to
+    `tol` (relative and absolute) in sequences and dict values; an expected integer is
+    exact, and so are set elements and dict keys, as hashing does. Never raises: a malformed encoding equals nothing."""
     if _number(got) and _number(want):
         return _close(got, want, tol)
     g, w = _tag(got), _tag(want)
@@ -169,8 +171,11 @@ def same(got, want, tol: float) -> bool:
     sets = ("set", "frozenset")
     if gt != wt and not (gt in sets and wt in sets):
         if "complex" in (gt, wt) and "scalar" in (gt, wt):  # 2 == 2+0j
-            c, x = (gb, want) if gt == "complex" else (wb, got)
-            return len(c) == 2 and _number(x) and same(c[0], x, tol) and same(c[1], 0, tol)
+            if gt == "complex":  # each part against the expected's, in that order
+                return len(gb) == 2 and _number(want) and same(gb[0], want, tol) and same(
+                    gb[1], 0, tol)
+            return len(wb) == 2 and _number(got) and same(got, wb[0], tol) and same(
+                0, wb[1], tol)
         return False
     if gt == "scalar":
         return type(gb) is type(wb) and gb == wb

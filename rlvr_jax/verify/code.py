@@ -18,7 +18,7 @@ reveal or fake the expected values: none of them are in the sandbox.
 Two comparisons, by where the expected values came from:
   typed  ("typed": true; inputs and expected in typed_json's encoding, e.g. from an MBPP
          `assert f((3, 4)) == {1: (2,)}`): Python's `==`, so a list is no tuple and `{'1': 2}`
-         no `{1: 2}`; numbers to `tolerance`.
+         no `{1: 2}`; an expected float to `tolerance`, an expected integer exactly.
   JSON   (the default: plain JSON rows, e.g. APPS call-based): the returned value as JSON
          writes it, as those datasets' harnesses compare (a returned tuple is a list); a value
          with no JSON form (a set, bytes) or two keys that become one string match nothing.
@@ -107,12 +107,14 @@ def _near(got: float, want: float, tol: float) -> bool:
 
 
 def same(got, want, tol: float) -> bool:
-    """JSON values equal, floats to `tol` (relative and absolute); bool is not a number."""
+    """JSON values equal, an expected float to `tol` (relative and absolute), an expected
+    integer exactly (as judges compare, and Python's `==`: to a relative 1e-9, 1000000008
+    passed for 1000000007); bool is not a number."""
     if isinstance(want, bool) or isinstance(got, bool):
         return type(got) is type(want) and got == want
     if isinstance(want, (int, float)) and isinstance(got, (int, float)):
-        if got == want:  # exact for ints of any size, no float conversion
-            return True
+        if got == want or isinstance(want, int):  # exact for ints of any size
+            return got == want
         try:
             return math.isclose(got, want, rel_tol=tol, abs_tol=tol)
         except OverflowError:  # an int too large for a float: it is no float near `want`

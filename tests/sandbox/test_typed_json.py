@@ -58,6 +58,8 @@ def test_same_agrees_with_pythons_equality(a, b):
     (b"ab", "ab", False), (True, 1, False), (Counter("aab"), {"a": 2, "b": 1}, True),
     (namedtuple("P", "x y")(1, 2), (1, 2), True), (OrderedDict(b=1, a=2), {"a": 2, "b": 1}, True),
     (Fraction(1, 2), 0.5, True), ([Fraction(3, 1)], [3], True), (Fraction(1, 3), 0.5, False),
+    (1000000008, 1000000007, False), ((10**12 + 1,), (10**12,), False), (0.1 + 0.2, 0.3, True),
+    (1000000008 + 0j, 1000000007, False), (2, 2 + 0j, True), (1000000007.0, 1000000007, True),
 ])
 def test_pythons_equality_by_example(got, want, equal):
     assert tj.same(tj.encode(got), tj.encode(want), 1e-9) is equal

@@ -28,6 +28,8 @@ MBPP = [
     ("assert f(1) == 1+2j", "1+2j", None, True),
     ("assert f((1, 2)) == 3", "x[0] + x[1] if isinstance(x, tuple) else 0", None, True),
     ("assert f({1: 2}) == 2", "x.get(1, 0)", None, True),
+    ("assert f(1) == 1000000007", "1000000008", None, False),  # an integer is exact
+    ("assert f(1) == 0.3", "0.1 + 0.2", None, True),  # a float to the tolerance
     # Not literal comparisons: the dataset's test replayed on the candidate's values.
     ("assert set(f(1)) == {4, 5}", "{4, 5}", "(4, 5)", True),
     ("assert f(1) == frozenset({1})", "frozenset({1})", "frozenset({1})", True),
@@ -103,6 +105,16 @@ STDOUT = [
     ("inf", "1e400", False), ("9" * 400 + ".0", "1e400", False), ("0x1p-1", "0.5", False),
     ("1" * (1 << 20) + "x", "0.5", False),  # a megabyte of digits: no backtracking
 ]
+
+
+@pytest.mark.parametrize("got,want,equal", [
+    (1000000008, 1000000007, False), (10**12 + 1, 10**12, False), (1000000008.0, 1000000007,
+    False), (1000000007.0, 1000000007, True), (0.1 + 0.2, 0.3, True), (3, 3.0, True),
+    ([1, 0.30000000001], [1, 0.3], True), ({"n": 10**18 + 1}, {"n": 10**18}, False)])
+def test_an_expected_integer_is_exact_and_a_float_is_near(got, want, equal):
+    """JSON rows (APPS call-based, tool results): to a relative 1e-9 an answer one off a
+    large integer (a modulus, 1000000007) passed."""
+    assert code.same(got, want, 1e-9) is equal
 
 
 @pytest.mark.parametrize("printed,expected,passes", STDOUT)
