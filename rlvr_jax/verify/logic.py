@@ -3,10 +3,15 @@
 Formulas: variables `[A-Za-z_][A-Za-z0-9_]*`, `~`/`!`/`not`, `&`/`and`, `|`/`or`, `->`,
 `<->`, parentheses, `T`/`F` (true, false); precedence not > and > or > -> > <-> (`->` and `<->`
 right-associative). Entailment is decided exhaustively over truth tables (at most
-`MAX_VARIABLES` variables). A job may name a `target`: then the claim must be entailed by the
-premises *and* imply the target on its own (claim |= target), so a tautology such as `p | ~p`,
-or restating a premise, earns nothing. Without a target, a tautology earns nothing either: it
-is entailed by any premises, so it says nothing about them.
+`MAX_VARIABLES` variables). A job may name a `target` (the task asks what follows about it):
+then the claim must be about the target, naming none of the other variables, be entailed by
+the premises *and* imply the target on its own (claim |= target). So a tautology such as
+`p | ~p`, a restated premise, or all of them joined by `&` (which implies every target the
+premises entail: it passed for any of them) earn nothing; for target `r`, `r` or `~~r` pass,
+`q & r` does not (it answers more than was asked, by copying what it was given or not).
+Without a target, a tautology earns nothing either: it is entailed by any premises, so it
+says nothing about them; any other entailed claim passes (restated premises too), so a task
+whose answer is one conclusion names it as the target.
 """
 
 from __future__ import annotations
@@ -180,6 +185,10 @@ def check(job: dict) -> Verdict:
     claim_text = extract_claim(job["completion"])
     try:
         claim = parse(claim_text or "", max_tokens=MAX_TOKENS)
+        beyond = sorted(variables(claim) - variables(target)) if target is not None else []
+        if beyond:
+            return Verdict(Status.WRONG, f"{claim_text!r} names {', '.join(beyond)[:200]}: "
+                           "not only the target's variables", time.perf_counter() - t0)
         entailed = entails(premises, claim)
         # no target: the claim must still say something (a tautology holds without premises)
         implies = (not entails([], claim)) if target is None else (

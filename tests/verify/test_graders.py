@@ -19,7 +19,14 @@ S = Status
 
 @pytest.mark.parametrize("premises,target,claim,status", [
     (["p -> q", "q -> r", "p"], "r", "Conclusion: r", S.PASS),
-    (["p -> q", "q -> r", "p"], "r", "Conclusion: q & r", S.PASS),  # stronger is fine
+    (["p -> q", "q -> r", "p"], "r", "Conclusion: ~~r", S.PASS),
+    (["p -> q", "q -> r", "p"], "r", "Conclusion: q & r", S.WRONG),  # more than was asked
+    # the premises copied: they imply every target they entail
+    (["p -> q", "q -> r", "p"], "r", "Conclusion: (p -> q) & (q -> r) & p", S.WRONG),
+    (["p -> q", "q -> r", "p"], "r", "Conclusion: ~(~p | ~(p -> q) | ~(q -> r))", S.WRONG),
+    (["a -> b", "b -> c"], "a -> c", "Conclusion: (a -> b) & (b -> c)", S.WRONG),
+    (["a -> b", "b -> c"], "a -> c", "Conclusion: ~c -> ~a", S.PASS),
+    (["a -> b", "b -> c"], "a -> c", "Conclusion: c", S.WRONG),  # not entailed
     (["p -> q", "q -> r", "p"], "r", "Conclusion: p | ~p", S.WRONG),  # tautology: no credit
     (["p -> q", "q -> r", "p"], "r", "Conclusion: p", S.WRONG),  # restating a premise
     (["p -> q"], None, "Conclusion: q", S.WRONG),  # not entailed
@@ -37,7 +44,8 @@ def test_logic(premises, target, claim, status):
 
 @pytest.mark.parametrize("claim,detail", [
     ("r", "'r' is entailed by the premises and implies the target"),
-    ("p | ~p", "'p | ~p' is entailed by the premises but does not imply the target"),
+    ("r | ~r", "'r | ~r' is entailed by the premises but does not imply the target"),
+    ("q & r", "'q & r' names q: not only the target's variables"),
     ("~r", "'~r' is not entailed by the premises"),
 ])
 def test_logic_details_say_what_held(claim, detail):
