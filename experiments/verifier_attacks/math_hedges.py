@@ -18,7 +18,8 @@ import time
 
 import checkout
 
-PAIRS = [("5", "6"), ("6", "5"), ("\\frac{1}{2}", "3"), ("x=2", "x=3"), ("12", "7")]
+PAIRS = [("5", "6"), ("6", "5"), ("\\frac{1}{2}", "3"), ("x=2", "x=3"), ("12", "7"), ("0", "1"),
+         ("\\sqrt{2}", "\\sqrt{3}"), ("\\{1, 2\\}", "\\{3\\}"), ("x^2", "x^3")]
 # Joiners by family: what math-verify's reader did with each before the whole-answer rule.
 JOINERS = {
     "spacing / line breaks": [" ", "~", "\\\\", " \\\\ ", "\\quad ", "\\qquad ", "\\hspace{1em}",
@@ -32,10 +33,20 @@ JOINERS = {
                   " \\equiv ", " \\approx ", " = ", " \\neq ", " \\mid ", " \\vert ", "|"],
     "markup": ["\\left.\\right.", "\\phantom{x}", "{}", "\\tag{1}", "\\label{a}", "\\cancel{7}",
                "\\underbrace{}", "\\color{red}", "\\textcolor{red}{ }", "&", " \\& ",
-               "\\displaystyle ", "$ or $"],
+               "\\displaystyle ", "$ or $", "\\vbox{}", "\\hfill "],
     "operators read as one side": ["\\lor", "\\vee", "\\sqcup", "\\cup", "\\oplus", "\\pm",
                                    "\\mp", " / ", " \\slash ", "\\ldots ", "\\cdots "],
+    # templates: @a and @b are the two values (the second inside markup or text)
+    "inside or around text": ["@a\\text{ or @b}", "@a\\mbox{ (or @b)}", "@a\\mathrm{ or @b}",
+                              "@a \\text{ i.e. } @b", "@a \\text{, not } @b", "@a\\,(@b)",
+                              "@a\\phantom{@b}", "@a\\vbox{@b}", "@a\\textnormal{ or $@b$}",
+                              "@a\\text{\\,or\\,}@b", "@a \\text{ = } @b"],
 }
+# A joiner's hedge: a <joiner> b, or the template filled in
+
+
+def hedge(joiner: str, a: str, b: str) -> str:
+    return joiner.replace("@a", a).replace("@b", b) if "@b" in joiner else a + joiner + b
 HONEST = [("1000", "1\\,000"), ("1000", "1 000"), ("12345678", "12 345 678"), ("18", "18."),
           ("5", "5^\\circ"), ("5", "\\$5"), ("5", "5\\text{ cm}"), ("\\frac{11}{2}",
           "5 \\frac{1}{2}"), ("5", "x=5"), ("5", "2+3=5"), ("y=2x+3", "y = 2x+3"),
@@ -59,8 +70,10 @@ def main():
     for family, joiners in JOINERS.items():
         for joiner in joiners:
             for x, y in PAIRS:
+                if x == "0" and joiner.strip() in ("/", "\\slash"):
+                    continue  # 0 / 1 is 0: a quotient, no hedge
                 for gold in (x, y):
-                    jobs.append({"gold": gold, "completion": f"\\boxed{{{x}{joiner}{y}}}"})
+                    jobs.append({"gold": gold, "completion": f"\\boxed{{{hedge(joiner, x, y)}}}"})
                     keys.append(family)
     honest = [{"gold": g, "completion": f"\\boxed{{{p}}}"} for g, p in HONEST]
     t0 = time.perf_counter()

@@ -25,9 +25,14 @@ as the chain x = 2x = 3 and judged by its last part), a false equation between n
 within 1% (`12 \\approx 7`, read as 12: the parser keeps one side), a subscript on a number
 when the gold has none (`10_{20}`, read as 10; `1011_2` stays a base when the gold writes one),
 infinity when the gold has none (sympy computes with it: `5 + \\frac{1}{\\infty}` is read
-as 5), and a number inside a text block beside the rest of the answer (`5\\text{ or 6}`,
-read as 5: text is dropped as a unit; a unit's power, `\\mathrm{m/s^2}`, is no number). The
-rules on the text look at the answer as written and as math-verify normalizes it
+as 5), a number or a second answer inside a text block beside the rest of the answer
+(`5\\text{ or 6}`, `x^2\\text{ or x^3}`: text is dropped as a unit; a unit's power,
+`\\mathrm{m/s^2}`, is no number), digits that math-verify's normalized text lost (a trailing
+text block goes with all after its start: `\\sqrt{2}\\mbox{ or }\\sqrt{3}` read as the first
+root), a symbol made of text (`0\\text{ i.e. }1`: 0 * `i.e.` * 1) or any symbol where the gold
+is a number and the answer no equation (`0\\hfill 1`: 0 * l * 1), and numbers side by side
+across markup that shows nothing or a parenthesized number (`0\\phantom{1}`, `0\\,(1)`: 01).
+The rules on the text look at the answer as written and as math-verify normalizes it
 (`\\displaystyle` dropped). Digit groups spaced with `\\,`, `~` or a space (`1\\,000`, read as
 1 * 0) are joined first, and a repeating decimal becomes its exact fraction (`0.\\overline{3}`,
 `0.\\bar{3}`, `0.\\dot{3}`, `0.(3)`, which math-verify does not read), in the gold too. A number
@@ -53,9 +58,15 @@ TIMEOUT_S = 2  # math-verify takes whole seconds; an honest answer takes millise
 _OPEN, _CLOSE = "([{", ")]}"
 _DIGIT_GROUP = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # 1,000: one number, not two items
 _GAP = r"(?:\s|~|\\[,;:! ]|\\q?quad(?![a-zA-Z]))+"
+# Markup that shows nothing, or boxes its argument away: `0\\phantom{1}` was read as 01 = 1
+_HIDDEN = (r"\\(?:[hv]?phantom|[hv]box|mbox|smash|m(?:ath)?[rlc]lap|[rl]lap|[hv]fill?"
+           r"|(?:neg)?(?:thin|med|thick)space|enspace|hspace\*?|kern|mkern|mspace)(?![a-zA-Z])"
+           r"\s*(?:-?[\d.]+\s*[a-z]{2})?(?:\{(?:[^{}]*\})?)?")
 # 1\,000 or 12 345 678: groups of three after a 1-3 digit head that is no exponent or index
 _SPACED_GROUPS = re.compile(r"(?<![\w^_.\\])\d{1,3}(?:" + _GAP + r"\d{3})+(?!\d)")
-_SIDE_BY_SIDE = re.compile(r"\d" + _GAP + r"\.?\d")  # 5 6: math-verify reads 5 + 6
+# 5 6, 5(6), 5\\phantom{x}6: math-verify reads 5 + 6, as a mixed number
+_SIDE_BY_SIDE = re.compile(r"\d(?:" + _GAP + r"|" + _HIDDEN + r")+\.?\d"
+                           r"|\d(?:" + _GAP + r")?\((?:" + _GAP + r")?-?[\d.]+(?:" + _GAP + r")?\)")
 _CURRENCY = r"(?:\\?\$|€|£|¥)"
 # one number, with a currency, percent or degree sign or a full stop: math-verify's number reader
 _PLAIN_NUMBER = re.compile(r"\s*" + _CURRENCY + r"?\s*[-+]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)\s*"
@@ -75,6 +86,12 @@ _INFINITY = re.compile(r"\\infty|∞|\boo\b")  # sympy computes with it: 5 + 1/o
 _TEXT = re.compile(r"\\(?:text(?:rm|bf|it|tt|sf|up|normal)?|mbox|hbox|emph|operatorname"
                    r"|math(?:rm|bf|it|sf|tt))\s*\{")
 _UNIT_POWER = re.compile(r"\^\s*\{?\s*\d+")  # m/s^2, cm^{3}: a unit's power, no number
+_UNIT_POWER_AFTER = re.compile(r"\s*\{?\s*\^\s*\{?\s*\d+\s*\}?\s*\}?")  # \\text{ cm}^{3}
+# Words that join two answers (`\\text{ or }`: math-verify reads a list, counted by its items)
+_ALTERNATIVE = re.compile(r"(?<![A-Za-z])(?:or|and|not|nor|either|else|otherwise|i\.?e\.?|e\.?g\.?"
+                          r"|maybe|perhaps|possibly|probably|vs\.?|versus|instead|rather)(?![A-Za-z])",
+                          re.I)
+_SYMBOL_NAME = re.compile(r"[\w{}+\-'^]+")  # x_1, a_{n+1}, vec{v}; not `,` or `i.e.`
 APPROX_RTOL = 1e-2
 
 
@@ -94,19 +111,43 @@ def top_level_items(answer: str) -> int:
     return items
 
 
-def _numbers_in_text(answer: str) -> bool:
-    """Whether a text block (`\\text{...}`, `\\mathrm{...}`, ...) holds a number beside the rest
-    of the answer: `5\\text{ or 6}` was read as 5. Nested braces count; a unit's power does
-    not (`\\mathrm{m/s^2}`); a text block that is the whole answer (`\\text{5}`) is read."""
-    for m in _TEXT.finditer(answer):
+def _text_blocks(answer: str):
+    """(start, end, content) of each top-level text block (`\\text{...}`, `\\mathrm{...}`, ...),
+    nested braces included."""
+    pos = 0
+    while m := _TEXT.search(answer, pos):
         depth, end = 1, m.end()
         while end < len(answer) and depth:
             depth += {"{": 1, "}": -1}.get(answer[end], 0)
             end += 1
-        inside = _UNIT_POWER.sub("", answer[m.end():end - 1])
-        if re.search(r"\d", inside) and (answer[:m.start()] + answer[end:]).strip():
-            return True
-    return False
+        yield m.start(), end, answer[m.end():end - 1]
+        pos = end
+
+
+def _text_beside(answer: str) -> str | None:
+    """Why a text block beside the rest of the answer is no unit or separator, or None. The
+    parser drops text (as a unit), and with a trailing text block everything after its start:
+    `5\\text{ or 6}` was read as 5, `x^2\\text{ or x^3}` as x^2. A unit's power is no number
+    (`\\mathrm{m/s^2}`); a text block that is the whole answer (`\\text{5}`) is read; one that
+    only separates (`1 \\text{ and } 2`: a list) is counted as such."""
+    for start, end, inside in _text_blocks(answer):
+        if not (answer[:start] + answer[end:]).strip():
+            continue
+        if re.search(r"\d", _UNIT_POWER.sub("", inside)):
+            return "a number inside text, which the parser drops"
+        if _ALTERNATIVE.search(inside) and _ALTERNATIVE.sub("", inside).strip(" ,;.()\\"):
+            return "text that states another answer beside the words joining it"
+    return None
+
+
+def _outside_text(answer: str) -> str:
+    """The answer without its text blocks (and a unit's power after one: `\\text{ cm}^{3}`)."""
+    out, pos = [], 0
+    for start, end, _ in _text_blocks(answer):
+        out.append(answer[pos:start])
+        power = _UNIT_POWER_AFTER.match(answer, end)
+        pos = power.end() if power else end
+    return "".join(out) + answer[pos:]
 
 
 def _percent_signs(answer: str) -> int:
@@ -200,8 +241,36 @@ def _read_partly(pred: str, gold: str) -> str | None:
         return "infinity, which the gold answer does not have"
     if _NUMBER_ELLIPSIS.search(pred) and not _ELLIPSIS.search(gold):
         return "a number trailed by an ellipsis (no exact value; the parser drops it)"
-    if _numbers_in_text(pred) and not _numbers_in_text(gold):
-        return "a number inside text, which the parser drops"
+    return _text_beside(pred) if not _text_beside(gold) else None
+
+
+def _dropped(pred: str, written: str) -> str | None:
+    """Why the parser's text (`written`, math-verify's normalized extraction) lost part of the
+    answer, or None: its digits must hold the answer's, in order, outside text blocks
+    (`\\sqrt{2}\\mbox{ or }\\sqrt{3}` was read as its first root; the normalization drops a
+    trailing text block and everything after its start). A plain number is read by itself."""
+    if _PLAIN_NUMBER.fullmatch(pred):
+        return None
+    have = iter(re.sub(r"\D", "", written))
+    if all(d in have for d in re.sub(r"\D", "", _outside_text(pred))):  # a subsequence
+        return None
+    return "part of the answer that the parser drops"
+
+
+def _stray_symbols(answer, gold) -> str | None:
+    """Why the parsed answer holds a symbol it should not, or None: text the parser read as a
+    name (`0\\text{ i.e. }1` is the product 0 * `i.e.` * 1, which is 0), or any symbol where
+    the gold is a number and the answer no equation (`0\\hfill 1`: 0 * l * 1)."""
+    import sympy
+
+    if isinstance(answer, sympy.Symbol) and _PLAIN_NUMBER.fullmatch(str(answer)):
+        return None  # `\\text{5}`: a number written as text, compared as math-verify does
+    symbols = {str(s) for s in getattr(answer, "free_symbols", ())}
+    if any(not _SYMBOL_NAME.fullmatch(s) for s in symbols):
+        return "text read as a symbol"
+    if (symbols and getattr(gold, "is_number", False)
+            and not isinstance(answer, (sympy.core.relational.Relational, sympy.And))):
+        return "a symbol where the gold answer is a number"
     return None
 
 
@@ -289,7 +358,8 @@ def equivalent(gold: str, pred: str) -> tuple[bool, str]:
     if not g or not p:
         return False, "unparsed"
     written = p[1] if isinstance(p[1], str) else pred  # as math-verify normalized it
-    false = (_read_partly(written, gold) or _loose_approximation(written)
+    false = (_read_partly(written, gold) or _dropped(pred, written)
+             or _stray_symbols(p[0], g[0]) or _loose_approximation(written)
              or _false_equation(p[0], isinstance(g[0], (sympy.Eq, sympy.And))))
     if false:
         return False, false

@@ -80,9 +80,18 @@ IN_TEXT = ["{a}\\text{{ or {b}}}", "{a}\\mbox{{ (or {b})}}", "{a}\\mathrm{{ or {
            "{a}\\textbf{{ or {{{b}}}}}", "{a}\\textnormal{{ or ${b}$}}", "{a}\\mathit{{ or {b}}}"]
 
 
+# Values the parser misread after a joiner: 0 times a symbol made of text (`0\\text{ i.e. }1` is
+# 0 * `i.e.` * 1), a truncated tail (the normalization drops a trailing text block and all
+# after its start), digits run together (`0\\phantom{1}` is 01)
+IN_TEXT += ["{a}\\mbox{{ or }}{b}", "{a} \\text{{ i.e. }} {b}", "{a}\\text{{\\,or\\,}}{b}",
+            "{a} \\text{{, not }} {b}", "{a}\\phantom{{{b}}}", "{a}\\vbox{{{b}}}", "{a}\\,({b})",
+            "{a}\\hfill {b}", "{a}\\text{{ (or {b})}}", "{a}\\mathring{{{b}}}"]
+
+
 @pytest.mark.parametrize("template", IN_TEXT)
 def test_a_number_inside_text_is_not_dropped(template):
-    for a, b in [("12", "7"), ("\\frac{1}{2}", "3")]:
+    for a, b in [("12", "7"), ("\\frac{1}{2}", "3"), ("0", "1"), ("\\sqrt{2}", "\\sqrt{3}"),
+                 ("\\{1, 2\\}", "\\{3\\}"), ("x^2", "x^3")]:
         for gold in (a, b):
             v = vmath.check(gold, "\\boxed{" + template.format(a=a, b=b) + "}")
             assert v.status == Status.WRONG, (gold, template, v.detail)
@@ -113,7 +122,8 @@ def test_an_unclosed_box_is_no_answer_not_its_last_number(completion):
     ("-\\frac17", "-0.\\overline{142857}"), ("0.\\overline{6}", "\\frac{2}{3}"),
     ("\\frac13", "0.\\bar{3}"), ("\\frac16", "0.1\\dot{6}"), ("\\frac13", "0.(3)"),
     ("\\frac13", "0.3(3)"), ("5", "\\text{5}"), ("5", "5\\,\\mathrm{m/s^2}"),
-    ("5", "5\\text{ cm}^{3}"),
+    ("5", "5\\text{ cm}^{3}"), ("6", "6 \\text{ (six)}"), ("\\frac12", "\\frac12"),
+    ("0.25", "\\frac14"), ("15", "15 \\mbox{ minutes}"), ("20", "20 \\, \\mathrm{m}^2"),
 ])
 def test_honest_forms_still_pass(gold, answer):
     """What the stricter rules must keep: spaced digit groups (1\\,000 was read as 1 * 0),
@@ -126,7 +136,8 @@ def test_honest_forms_still_pass(gold, answer):
 @settings(max_examples=40, deadline=None, database=None)
 @given(a=st.integers(-999, 999), b=st.integers(-999, 999),
        joiner=st.lists(st.one_of(st.sampled_from(JOINERS + ["\\text{or}", ",", ";", "\\ldots ",
-                                                            "\\mbox{ or }", "\\left.\\right."]),
+                                                            "\\mbox{ or }", "\\left.\\right.",
+                                                            "\\text{ i.e. }", "\\phantom{x}", "("]),
                                  st.from_regex(r"\\[a-z]{1,8} ?", fullmatch=True)),
                        min_size=1, max_size=3).map("".join))
 def test_no_answer_passes_for_two_different_numbers(a, b, joiner):
