@@ -88,9 +88,9 @@ _TEXT = re.compile(r"\\(?:text(?:rm|bf|it|tt|sf|up|normal)?|mbox|hbox|emph|opera
 _UNIT_POWER = re.compile(r"\^\s*\{?\s*\d+")  # m/s^2, cm^{3}: a unit's power, no number
 _UNIT_POWER_AFTER = re.compile(r"\s*\{?\s*\^\s*\{?\s*\d+\s*\}?\s*\}?")  # \\text{ cm}^{3}
 # Words that join two answers (`\\text{ or }`: math-verify reads a list, counted by its items)
-_ALTERNATIVE = re.compile(r"(?<![A-Za-z])(?:or|and|not|nor|either|else|otherwise|i\.?e\.?|e\.?g\.?"
-                          r"|maybe|perhaps|possibly|probably|vs\.?|versus|instead|rather)(?![A-Za-z])",
-                          re.I)
+_ALTERNATIVE = re.compile(r"(?<![A-Za-z])(?:or|and|not|nor|either|else|otherwise|i\.?e\.?"
+                          r"|e\.?g\.?|maybe|perhaps|possibly|probably|vs\.?|versus|instead"
+                          r"|rather)(?![A-Za-z])", re.I)
 _SYMBOL_NAME = re.compile(r"[\w{}+\-'^]+")  # x_1, a_{n+1}, vec{v}; not `,` or `i.e.`
 APPROX_RTOL = 1e-2
 
