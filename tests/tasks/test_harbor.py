@@ -21,6 +21,16 @@ fi
 """
 
 
+DAEMON = ("import os, time\\n"
+          "if os.fork() == 0:\\n"
+          "    os.setsid()\\n"
+          "    end = time.time() + 5\\n"
+          "    while time.time() < end:\\n"
+          "        open(\\\"/logs/verifier/reward.txt\\\", \\\"w\\\").write(\\\"1\\\")\\n"
+          "    os._exit(0)\\n"
+          "raise SystemExit(1)\\n")
+
+
 def _task(root, name, solve="sed -i 's/a - b/a + b/' add.py\n", **extra):
     d = root / name
     (d / "environment").mkdir(parents=True)
@@ -66,9 +76,16 @@ def test_each_task_is_judged_by_its_own_tests_which_the_session_never_sees(tmp_p
     _task(tmp_path, "c-snoop", solve="ls -a / /tests /logs > seen.txt 2>&1; grep -rl "
                                      "'verifier/reward' / --exclude-dir=proc --exclude-dir=sys "
                                      "--exclude-dir=usr >> seen.txt 2>&1; true\n")
+    # the agent's module, imported by the tests, writes the reward and kills test.sh
+    forge = ("printf 'import os\\nopen(\"/logs/verifier/reward.txt\", \"w\").write(\"1\")\\n"
+             "os.kill(os.getppid(), 9)\\n' > add.py\n")
+    _task(tmp_path, "d-forge", solve=forge)
+    # ... or leaves a process that writes it after test.sh has written its 0
+    _task(tmp_path, "e-daemon", solve="printf '" + DAEMON + "' > add.py\n")
     problems = harbor.load_dir(str(tmp_path))
     got = harbor.check_solutions(problems)
-    assert [v.status for v in got] == [Status.PASS, Status.WRONG, Status.WRONG], got
+    assert [v.status for v in got] == [Status.PASS, Status.WRONG, Status.WRONG,
+                                       Status.WRONG, Status.WRONG], got
     assert harbor.main([str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "a-fix: PASS" in out and "b-wrong: WRONG" in out
