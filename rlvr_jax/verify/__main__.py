@@ -6,7 +6,8 @@
 One JSON object a line: `id`, `completion`, and the kind's reference fields
   math: `gold` (final answer)
   code: `entry_point`, `inputs` (list of argument lists), `expected` (list of return values),
-        optional `prefix` (code prepended to the completion), `tolerance` and `typed` (true:
+        optional `prefix` (code prepended to the completion), `tolerance` (for expected
+        floats; expected integers compare exactly) and `typed` (true:
         inputs and expected in rlvr_jax/sandbox/typed_json.py's encoding, compared with
         Python's ==; else plain JSON, compared as JSON: a returned tuple counts as a list);
         or a whole program: `stdin` (list of input texts), `expected_stdout` (list of
@@ -14,7 +15,7 @@ One JSON object a line: `id`, `completion`, and the kind's reference fields
         1e-6), optional `prefix`
   sql: `schema` (SQL script building the database), `expected` (rows), optional `ordered`
   tool: `expected` (the tool's result), optional `tools` (allowed tool names)
-  logic: `premises` (formulas), optional `target`
+  logic: `premises` (formulas), optional `target` (then the claim names its variables only)
   retrieval: `document`, `answer` (string or list of accepted strings)
 Each output line is {"id", "status", "detail", "latency_s", "reward"} (reward: the binary
 table). A malformed line is reported on stderr with its line number and written as a
