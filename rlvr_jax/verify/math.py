@@ -91,6 +91,8 @@ _UNIT_POWER_AFTER = re.compile(r"\s*\{?\s*\^\s*\{?\s*\d+\s*\}?\s*\}?")  # \\text
 _ALTERNATIVE = re.compile(r"(?<![A-Za-z])(?:or|and|not|nor|either|else|otherwise|i\.?e\.?"
                           r"|e\.?g\.?|maybe|perhaps|possibly|probably|vs\.?|versus|instead"
                           r"|rather)(?![A-Za-z])", re.I)
+# What in a text block's words is maths: a lone letter (`or x^3`), a power, a command
+_MATH_IN_TEXT = re.compile(r"(?<![A-Za-z])[A-Za-z](?![A-Za-z])|\^|\\[A-Za-z]|\$")
 _SYMBOL_NAME = re.compile(r"[\w{}+\-'^]+")  # x_1, a_{n+1}, vec{v}; not `,` or `i.e.`
 APPROX_RTOL = 1e-2
 
@@ -135,7 +137,7 @@ def _text_beside(answer: str) -> str | None:
             continue
         if re.search(r"\d", _UNIT_POWER.sub("", inside)):
             return "a number inside text, which the parser drops"
-        if _ALTERNATIVE.search(inside) and _ALTERNATIVE.sub("", inside).strip(" ,;.()\\"):
+        if _ALTERNATIVE.search(inside) and _MATH_IN_TEXT.search(_ALTERNATIVE.sub("", inside)):
             return "text that states another answer beside the words joining it"
     return None
 
@@ -259,18 +261,20 @@ def _dropped(pred: str, written: str) -> str | None:
 
 def _stray_symbols(answer, gold) -> str | None:
     """Why the parsed answer holds a symbol it should not, or None: text the parser read as a
-    name (`0\\text{ i.e. }1` is the product 0 * `i.e.` * 1, which is 0), or any symbol where
-    the gold is a number and the answer no equation (`0\\hfill 1`: 0 * l * 1)."""
+    name (`0\\text{ i.e. }1` is the product 0 * `i.e.` * 1, which is 0), or a symbol times
+    zero, where the gold is a number (`0\\hfill 1`: 0 * l * 1; `\\sin^2 x + \\cos^2 x` stays 1)."""
     import sympy
 
     if isinstance(answer, sympy.Symbol) and _PLAIN_NUMBER.fullmatch(str(answer)):
         return None  # `\\text{5}`: a number written as text, compared as math-verify does
-    symbols = {str(s) for s in getattr(answer, "free_symbols", ())}
-    if any(not _SYMBOL_NAME.fullmatch(s) for s in symbols):
+    if not isinstance(answer, sympy.Basic):
+        return None
+    if any(not _SYMBOL_NAME.fullmatch(str(s)) for s in answer.free_symbols):
         return "text read as a symbol"
-    if (symbols and getattr(gold, "is_number", False)
-            and not isinstance(answer, (sympy.core.relational.Relational, sympy.And))):
-        return "a symbol where the gold answer is a number"
+    if getattr(gold, "is_number", False) and any(
+            isinstance(e, sympy.Mul) and e.free_symbols and any(a == 0 for a in e.args)
+            for e in sympy.preorder_traversal(answer)):
+        return "a symbol times zero where the gold answer is a number"
     return None
 
 

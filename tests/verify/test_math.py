@@ -124,6 +124,7 @@ def test_an_unclosed_box_is_no_answer_not_its_last_number(completion):
     ("\\frac13", "0.3(3)"), ("5", "\\text{5}"), ("5", "5\\,\\mathrm{m/s^2}"),
     ("5", "5\\text{ cm}^{3}"), ("6", "6 \\text{ (six)}"), ("\\frac12", "\\frac12"),
     ("0.25", "\\frac14"), ("15", "15 \\mbox{ minutes}"), ("20", "20 \\, \\mathrm{m}^2"),
+    ("e", "\\mathrm{e}"), ("1", "\\sin^2 x + \\cos^2 x"), ("10", "10 \\text{ (exactly)}"),
 ])
 def test_honest_forms_still_pass(gold, answer):
     """What the stricter rules must keep: spaced digit groups (1\\,000 was read as 1 * 0),
