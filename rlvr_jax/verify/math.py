@@ -29,8 +29,8 @@ as 5), a number or a second answer inside a text block beside the rest of the an
 (`5\\text{ or 6}`, `x^2\\text{ or x^3}`: text is dropped as a unit; a unit's power,
 `\\mathrm{m/s^2}`, is no number), digits that math-verify's normalized text lost (a trailing
 text block goes with all after its start: `\\sqrt{2}\\mbox{ or }\\sqrt{3}` read as the first
-root), a symbol made of text (`0\\text{ i.e. }1`: 0 * `i.e.` * 1) or any symbol where the gold
-is a number and the answer no equation (`0\\hfill 1`: 0 * l * 1), and numbers side by side
+root), a symbol made of text (`0\\text{ i.e. }1`: 0 * `i.e.` * 1) or a symbol times zero where
+the gold is a number (`0\\hfill 1`: 0 * l * 1), and numbers side by side
 across markup that shows nothing or a parenthesized number (`0\\phantom{1}`, `0\\,(1)`: 01).
 The rules on the text look at the answer as written and as math-verify normalizes it
 (`\\displaystyle` dropped). Digit groups spaced with `\\,`, `~` or a space (`1\\,000`, read as
