@@ -161,7 +161,8 @@ def same(got, want, tol: float) -> bool:
     """Encodings equal as Python's `==` compares the values, except that an expected float (bool
     apart: it is no number here), and a float part of an expected complex number, match to
     `tol` (relative and absolute) in sequences and dict values; an expected integer is
-    exact, and so are set elements and dict keys, as hashing does. Never raises: a malformed encoding equals nothing."""
+    exact, and so are set elements and dict keys, as hashing does. Never raises: a malformed
+    encoding equals nothing."""
     if _number(got) and _number(want):
         return _close(got, want, tol)
     g, w = _tag(got), _tag(want)
