@@ -61,7 +61,7 @@ _GAP = r"(?:\s|~|\\[,;:! ]|\\q?quad(?![a-zA-Z]))+"
 # Markup that shows nothing, or boxes its argument away: `0\\phantom{1}` was read as 01 = 1
 _HIDDEN = (r"\\(?:[hv]?phantom|[hv]box|mbox|smash|m(?:ath)?[rlc]lap|[rl]lap|[hv]fill?"
            r"|(?:neg)?(?:thin|med|thick)space|enspace|hspace\*?|kern|mkern|mspace)(?![a-zA-Z])"
-           r"\s*(?:-?[\d.]+\s*[a-z]{2})?(?:\{(?:[^{}]*\})?)?")
+           r"\s*(?:-?[\d.]+\s*[a-z]{2})?(?:\{(?:[^{}]*\})?)?|\\\$")  # 0\\$5: normalized to 05
 # 1\,000 or 12 345 678: groups of three after a 1-3 digit head that is no exponent or index
 _SPACED_GROUPS = re.compile(r"(?<![\w^_.\\])\d{1,3}(?:" + _GAP + r"\d{3})+(?!\d)")
 # 5 6, 5(6), 5\\phantom{x}6: math-verify reads 5 + 6, as a mixed number

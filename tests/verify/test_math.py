@@ -85,7 +85,7 @@ IN_TEXT = ["{a}\\text{{ or {b}}}", "{a}\\mbox{{ (or {b})}}", "{a}\\mathrm{{ or {
 # after its start), digits run together (`0\\phantom{1}` is 01)
 IN_TEXT += ["{a}\\mbox{{ or }}{b}", "{a} \\text{{ i.e. }} {b}", "{a}\\text{{\\,or\\,}}{b}",
             "{a} \\text{{, not }} {b}", "{a}\\phantom{{{b}}}", "{a}\\vbox{{{b}}}", "{a}\\,({b})",
-            "{a}\\hfill {b}", "{a}\\text{{ (or {b})}}", "{a}\\mathring{{{b}}}"]
+            "{a}\\hfill {b}", "{a}\\text{{ (or {b})}}", "{a}\\mathring{{{b}}}", "{a}\\${b}"]
 
 
 @pytest.mark.parametrize("template", IN_TEXT)
