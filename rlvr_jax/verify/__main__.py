@@ -15,7 +15,7 @@ One JSON object a line: `id`, `completion`, and the kind's reference fields
         1e-6), optional `prefix`
   sql: `schema` (SQL script building the database), `expected` (rows), optional `ordered`
   tool: `expected` (the tool's result), optional `tools` (allowed tool names)
-  logic: `premises` (formulas), optional `target` (then the claim names its variables only)
+  logic: `premises` (formulas), optional `target` (the claim: about it, or facts beside it)
   retrieval: `document`, `answer` (string or list of accepted strings)
 Each output line is {"id", "status", "detail", "latency_s", "reward"} (reward: the binary
 table). A malformed line is reported on stderr with its line number and written as a

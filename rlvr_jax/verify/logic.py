@@ -4,11 +4,12 @@ Formulas: variables `[A-Za-z_][A-Za-z0-9_]*`, `~`/`!`/`not`, `&`/`and`, `|`/`or`
 `<->`, parentheses, `T`/`F` (true, false); precedence not > and > or > -> > <-> (`->` and `<->`
 right-associative). Entailment is decided exhaustively over truth tables (at most
 `MAX_VARIABLES` variables). A job may name a `target` (the task asks what follows about it):
-then the claim must be about the target, naming none of the other variables, be entailed by
-the premises *and* imply the target on its own (claim |= target). So a tautology such as
-`p | ~p`, a restated premise, or all of them joined by `&` (which implies every target the
-premises entail: it passed for any of them) earn nothing; for target `r`, `r` or `~~r` pass,
-`q & r` does not (it answers more than was asked, by copying what it was given or not).
+then the claim must be about the target, be entailed by the premises *and* imply the target
+on its own (claim |= target). About the target: each of its `&`-parts names only the
+target's variables or is a fact (a variable or its negation; the entailment checks it is
+true). So a tautology such as `p | ~p`, a restated premise, or all of them joined by `&`
+(which implies every target the premises entail: it passed for any of them) earn nothing;
+for target `r`, `r`, `~~r` and `q & r` (a derived fact beside it) pass.
 Without a target, a tautology earns nothing either: it is entailed by any premises, so it
 says nothing about them; any other entailed claim passes (restated premises too), so a task
 whose answer is one conclusion names it as the target.
@@ -166,6 +167,15 @@ def entails(premises: list, conclusion) -> bool:
     return True
 
 
+def _conjuncts(tree) -> list:
+    """The `&`-parts of a formula, nested conjunctions flattened."""
+    return _conjuncts(tree[1]) + _conjuncts(tree[2]) if tree[0] == "&" else [tree]
+
+
+def _is_literal(tree) -> bool:
+    return tree[0] == "var" or (tree[0] == "~" and tree[1][0] == "var")
+
+
 def extract_claim(completion: str) -> str | None:
     """The text after the last 'Conclusion:' (case-insensitive), else the last line."""
     m = list(re.finditer(r"conclusion\s*:\s*(.+)", completion, re.I))
@@ -185,10 +195,12 @@ def check(job: dict) -> Verdict:
     claim_text = extract_claim(job["completion"])
     try:
         claim = parse(claim_text or "", max_tokens=MAX_TOKENS)
-        beyond = sorted(variables(claim) - variables(target)) if target is not None else []
+        about = variables(target) if target is not None else None
+        beyond = [part for part in _conjuncts(claim) if about is not None
+                  and not variables(part) <= about and not _is_literal(part)]
         if beyond:
-            return Verdict(Status.WRONG, f"{claim_text!r} names {', '.join(beyond)[:200]}: "
-                           "not only the target's variables", time.perf_counter() - t0)
+            return Verdict(Status.WRONG, f"{claim_text!r} holds a part that is neither about "
+                           "the target nor a fact", time.perf_counter() - t0)
         entailed = entails(premises, claim)
         # no target: the claim must still say something (a tautology holds without premises)
         implies = (not entails([], claim)) if target is None else (
