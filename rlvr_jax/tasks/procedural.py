@@ -97,19 +97,22 @@ def load_tool(path: str) -> list[dict]:
 
 # ----------------------------------------------------------------------------- logic
 def logic_tasks(count: int, seed: int, chain: int = 3, distractors: int = 2) -> list[dict]:
-    """An implication chain v0 -> v1 -> ... with v0 given, plus distractor implications;
-    the target is the chain's end."""
+    """An implication chain v0 -> v1 -> ... with v0 given, plus distractor implications; the
+    target is the chain's end, or its negation when the last link is `-> ~end` (half of the
+    tasks, so naming the variable the question asks about is right only half the time)."""
     rng = np.random.default_rng([seed, 0x1061])
     out = []
     for _ in range(count):
         names = [f"p{i}" for i in rng.permutation(10)[: chain + 1 + distractors]]
-        premises = [f"{names[i]} -> {names[i + 1]}" for i in range(chain)] + [names[0]]
+        end = ("~" if rng.integers(2) else "") + names[chain]
+        premises = [f"{names[i]} -> {names[i + 1]}" for i in range(chain - 1)]
+        premises += [f"{names[chain - 1]} -> {end}", names[0]]
         for d in range(distractors):
             premises.append(f"{names[chain + 1 + d]} -> {names[int(rng.integers(chain))]}")
         rng.shuffle(premises)
         out.append({"question": "Premises: " + "; ".join(premises)
                     + f". What follows about {names[chain]}?",
-                    "premises": premises, "target": names[chain]})
+                    "premises": premises, "target": end})
     return out
 
 

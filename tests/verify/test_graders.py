@@ -146,6 +146,10 @@ def test_generated_tasks_are_solvable_and_not_trivially(kind):
         assert check(dict(job, completion=_gold_completion(kind, job))).status == S.PASS
     assert check(dict(jobs[0], completion="Conclusion: p0 | ~p0" if kind == "logic"
                       else '"born in 1066" Answer: 1066')).status == S.WRONG
+    if kind == "logic":  # naming the asked-about variable is right only when it is true
+        named = [check(dict(j, completion="Conclusion: " + j["target"].lstrip("~"))).status
+                 for j in jobs]
+        assert 0 < named.count(S.PASS) < len(jobs), named
 
 
 @needs_sandbox
