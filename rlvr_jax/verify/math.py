@@ -56,7 +56,8 @@ _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 MAX_ANSWER_CHARS = 1000
 TIMEOUT_S = 2  # math-verify takes whole seconds; an honest answer takes milliseconds
 _OPEN, _CLOSE = "([{", ")]}"
-_DIGIT_GROUP = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # 1,000: one number, not two items
+# 1,000 and 1,\\!000 (the MATH dataset's thousands): one number, not two items
+_DIGIT_GROUP = re.compile(r"(?<=\d),(?:\s*\\!)?(?=\d{3}(?!\d))")
 _GAP = r"(?:\s|~|\\[,;:! ]|\\q?quad(?![a-zA-Z]))+"
 # Markup that shows nothing, or boxes its argument away: `0\\phantom{1}` was read as 01 = 1
 _HIDDEN = (r"\\(?:[hv]?phantom|[hv]box|mbox|smash|m(?:ath)?[rlc]lap|[rl]lap|[hv]fill?"

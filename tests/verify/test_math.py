@@ -125,10 +125,11 @@ def test_an_unclosed_box_is_no_answer_not_its_last_number(completion):
     ("5", "5\\text{ cm}^{3}"), ("6", "6 \\text{ (six)}"), ("\\frac12", "\\frac12"),
     ("0.25", "\\frac14"), ("15", "15 \\mbox{ minutes}"), ("20", "20 \\, \\mathrm{m}^2"),
     ("e", "\\mathrm{e}"), ("1", "\\sin^2 x + \\cos^2 x"), ("10", "10 \\text{ (exactly)}"),
+    ("1000", "1,\\!000"), ("1234567", "\\$1,\\!234,\\!567"),
 ])
 def test_honest_forms_still_pass(gold, answer):
-    """What the stricter rules must keep: spaced digit groups (1\\,000 was read as 1 * 0),
-    units (their powers too), degrees, a full stop, mixed numbers, matrices (their `\\\\` is
+    """What the stricter rules must keep: spaced digit groups (1\\,000 was read as 1 * 0; the
+    MATH dataset's 1,\\!000 counted as two items), units (their powers too), degrees, a full stop, mixed numbers, matrices (their `\\\\` is
     no line break), a name and its value, approximations within 1%, infinity and bases where
     the gold has them, repeating decimals (math-verify does not read them)."""
     assert vmath.check(gold, f"\\boxed{{{answer}}}").status == Status.PASS, answer
