@@ -129,9 +129,10 @@ def test_an_unclosed_box_is_no_answer_not_its_last_number(completion):
 ])
 def test_honest_forms_still_pass(gold, answer):
     """What the stricter rules must keep: spaced digit groups (1\\,000 was read as 1 * 0; the
-    MATH dataset's 1,\\!000 counted as two items), units (their powers too), degrees, a full stop, mixed numbers, matrices (their `\\\\` is
-    no line break), a name and its value, approximations within 1%, infinity and bases where
-    the gold has them, repeating decimals (math-verify does not read them)."""
+    MATH dataset's 1,\\!000 counted as two items), units (their powers too), degrees, a full
+    stop, mixed numbers, matrices (their `\\\\` is no line break), a name and its value,
+    approximations within 1%, infinity and bases where the gold has them, repeating decimals
+    (math-verify does not read them)."""
     assert vmath.check(gold, f"\\boxed{{{answer}}}").status == Status.PASS, answer
 
 
