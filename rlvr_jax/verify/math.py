@@ -383,6 +383,24 @@ def check(gold: str, completion: str) -> Verdict:
     pred = extract_answer(completion)
     if pred is None:
         return Verdict(Status.UNPARSEABLE, "no answer found", time.perf_counter() - t0)
-    ok, how = equivalent(gold, pred)
+    try:
+        ok, how = equivalent(gold, pred)
+    finally:
+        _forget()
     status = Status.PASS if ok else Status.WRONG
     return Verdict(status, f"expected {gold!r}, got {pred!r}: {how}", time.perf_counter() - t0)
+
+
+def _forget() -> None:
+    """Drop what sympy and math-verify cached for this answer. Their caches kept each answer's
+    numbers: `2^{30000000}` (4 MB) grew a worker by 15 MB a time, so a few hundred such answers
+    would fill its address space and the answers after them would fail on it. Answers are
+    mostly distinct, so the caches saved little (a repeated job hits the pool's verdict cache)."""
+    from math_verify import parser
+    from sympy.core import intfunc
+    from sympy.core.cache import clear_cache
+
+    clear_cache()
+    for cached in (getattr(parser, "extract_latex", None), getattr(parser, "parse_latex_cached",
+                   None), getattr(parser, "parse_expr_cached", None), getattr(intfunc, "igcd", None)):
+        getattr(cached, "cache_clear", lambda: None)()  # igcd keeps 1024 pairs of integers

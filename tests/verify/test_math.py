@@ -1,5 +1,7 @@
 """The math verifier: answer extraction, equivalence, the pool against in-process checks."""
 
+import os
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -151,3 +153,20 @@ def test_no_answer_passes_for_two_different_numbers(a, b, joiner):
     answer = f"\\boxed{{{a}{joiner}{b}}}"
     passed = [g for g in (a, b) if vmath.check(str(g), answer).status == Status.PASS]
     assert len(passed) <= 1, (answer, passed)
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def test_an_answers_numbers_are_not_kept_for_the_next():
+    """sympy's and math-verify's caches kept each answer's numbers (`2^{30000000}`: 4 MB, kept
+    several times over), so a few hundred such answers would fill a math worker's 4 GB and the
+    answers after them would fail on it."""
+    vmath.check("5", "\\boxed{2^{10000000}}")
+    before = _rss_mb()
+    for k in range(1, 9):
+        assert vmath.check("5", f"\\boxed{{2^{{{10000000 + k}}}}}").status == Status.WRONG
+    assert _rss_mb() - before < 20, _rss_mb() - before
+    assert vmath.check("5", "\\boxed{5}").status == Status.PASS
