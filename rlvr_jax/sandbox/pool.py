@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -508,9 +509,11 @@ def share(timeout_s: float, left_s: float, workers: int, unfinished: int) -> flo
 
 
 def _cache_key(job: dict) -> Optional[str]:
-    """The verdict cache's key; None (not cached) for a job that does not serialise."""
+    """The verdict cache's key: a digest of the job, whose text (the completion, a code task's
+    test inputs) can be megabytes, 100k of them kept; None (not cached) for a job that does
+    not serialise."""
     try:
-        return json.dumps(job, sort_keys=True)
+        return hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()
     except (TypeError, ValueError, RecursionError):
         return None
 

@@ -55,6 +55,7 @@ def test_math_pool_matches_in_process_and_caches():
                                              for j in jobs]
         assert [v.status for v in pool.verify(jobs)] == [v.status for v in first]
         assert len(pool._cache) == 3
+        assert all(len(key) == 64 for key in pool._cache)  # digests: a job can be megabytes
 
 
 # Joiners of a hedge `a <joiner> b`. math-verify read each of these answers for a or b alone:
