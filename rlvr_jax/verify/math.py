@@ -401,6 +401,7 @@ def _forget() -> None:
     from sympy.core.cache import clear_cache
 
     clear_cache()
-    for cached in (getattr(parser, "extract_latex", None), getattr(parser, "parse_latex_cached",
-                   None), getattr(parser, "parse_expr_cached", None), getattr(intfunc, "igcd", None)):
-        getattr(cached, "cache_clear", lambda: None)()  # igcd keeps 1024 pairs of integers
+    cached = [getattr(parser, name, None)
+              for name in ("extract_latex", "parse_latex_cached", "parse_expr_cached")]
+    for f in cached + [getattr(intfunc, "igcd", None)]:  # igcd keeps 1024 pairs of integers
+        getattr(f, "cache_clear", lambda: None)()
