@@ -119,12 +119,10 @@ def _text_blocks(answer: str):
     nested braces included."""
     pos = 0
     while m := _TEXT.search(answer, pos):
-        depth, end = 1, m.end()
-        while end < len(answer) and depth:
-            depth += {"{": 1, "}": -1}.get(answer[end], 0)
-            end += 1
-        yield m.start(), end, answer[m.end():end - 1]
-        pos = end
+        end = _group_end(answer, m.end())
+        inside = answer[m.end():end - 1] if end else answer[m.end():]
+        pos = end or len(answer)
+        yield m.start(), pos, inside
 
 
 def _text_beside(answer: str) -> str | None:
@@ -167,16 +165,23 @@ def _last_box(text: str) -> tuple[str, bool] | None:
         if not starts:
             return found
         i = text.index("{", min(starts)) + 1
-        depth, j = 1, i
-        while j < len(text) and depth:
-            if text[j] == "\\":
-                j += 2
-                continue
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
-            j += 1
-        if depth:
+        j = _group_end(text, i)
+        if j is None:
             return text[i:].strip(), False
         found, pos = (text[i: j - 1].strip(), True), j
+
+
+def _group_end(text: str, i: int) -> int | None:
+    """The index after the brace that closes the group opened just before `i` (escaped
+    characters such as `\\{` skipped), or None if it is never closed."""
+    depth = 1
+    while i < len(text) and depth:
+        if text[i] == "\\":
+            i += 2
+            continue
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        i += 1
+    return None if depth else i
 
 
 def last_boxed(text: str) -> str | None:
