@@ -32,9 +32,9 @@ import re
 
 from rlvr_jax.sandbox import typed_json
 from rlvr_jax.types import Status, Verdict
-from rlvr_jax.verify import host_check
+from rlvr_jax.verify import fence, host_check
 
-_FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
+_FENCE = fence.pattern(("python", "py"))
 
 # `result_bytes`: the candidate's return values, JSON. 1 MiB parses in ~10 ms on the host (a
 # 16 MB result took 4.4 s); a larger result is the candidate's output_limit, decided in the
@@ -49,8 +49,8 @@ _STATUS = {"syntax_error": Status.SYNTAX_ERROR, "runtime_error": Status.RUNTIME_
 
 def extract_program(completion: str) -> str:
     """The last ```python fenced block, else the whole completion."""
-    blocks = _FENCE.findall(completion)
-    return blocks[-1] if blocks else completion
+    block = fence.last_body(_FENCE, completion)
+    return completion if block is None else block
 
 
 def wire(job: dict, limits: dict | None = None) -> dict:

@@ -13,15 +13,15 @@ import re
 from collections import Counter
 
 from rlvr_jax.types import Status, Verdict
-from rlvr_jax.verify import code
+from rlvr_jax.verify import code, fence
 
-_FENCE = re.compile(r"```(?:sql)?\s*\n(.*?)```", re.S | re.I)
+_FENCE = fence.pattern(("sql",), re.I)
 LIMITS = dict(code.LIMITS, cpu_s=3, wall_s=5.0)
 
 
 def extract_query(completion: str) -> str:
-    blocks = _FENCE.findall(completion)
-    return (blocks[-1] if blocks else completion).strip().rstrip(";").strip()
+    block = fence.last_body(_FENCE, completion)
+    return (completion if block is None else block).strip().rstrip(";").strip()
 
 
 def wire(job: dict) -> dict:

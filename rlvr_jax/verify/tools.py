@@ -11,14 +11,13 @@ A job: {"completion", "tools": [allowed names], "expected": value, "tolerance"?}
 from __future__ import annotations
 
 import json
-import re
 
 from rlvr_jax.types import Status, Verdict
-from rlvr_jax.verify import code, json_scan
+from rlvr_jax.verify import code, fence, json_scan
 from rlvr_jax.verify.toolbox import IMPLEMENTATIONS as _IMPL
 from rlvr_jax.verify.toolbox import SCHEMAS, check_call
 
-_JSON_BLOCK = re.compile(r"```(?:json)?\s*\n(.*?)```", re.S)
+_JSON_BLOCK = fence.pattern(("json",))
 
 
 def extract_call(completion: str):
@@ -28,9 +27,9 @@ def extract_call(completion: str):
     found = json_scan.objects(completion, "tool")
     starts = []
     for m in reversed(list(_JSON_BLOCK.finditer(completion))):
-        first = json_scan._WS.match(completion, m.start(1)).end()
+        first = json_scan._WS.match(completion, m.start("body")).end()
         f = found.get(first)
-        if f is not None and f.end >= 0 and f.end <= m.end(1):  # the block opens with it
+        if f is not None and f.end >= 0 and f.end <= m.end("body"):  # the block opens with it
             starts.append(first)
     starts += sorted(found, reverse=True)
     for start in starts:

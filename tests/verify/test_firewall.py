@@ -3,12 +3,15 @@ the findings of the second outside audit that need no sandbox: each of these rai
 caller (and so ended a training step) or gave a wrong verdict before. The sandboxed findings
 are in test_isolation.py; the property-based fuzzing of every reader is in test_fuzz.py."""
 
+import re
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlvr_jax.types import Status, Verdict
-from rlvr_jax.verify import code, tools, trusted, worker
+from rlvr_jax.verify import code, fence, retrieval, tools, trusted, worker
 from rlvr_jax.sandbox import firewall
 from rlvr_jax.verify import math as math_check
 from rlvr_jax.verify import sql as sql_check
@@ -105,6 +108,49 @@ def test_tool_call_extraction_is_linear(monkeypatch):
         return len(attempts)
 
     assert decodes(40_000) == decodes(10) <= 2
+
+
+# A reader of a completion that rescans the rest of the text from each of n openers costs n^2:
+# 5 s of the trainer's host time for 32,000 line breaks after one fence, before any deadline.
+# Quadratic, each of these takes minutes; linear, milliseconds: the bound is 100x either way.
+_OPENERS = [(code.extract_program, "```\n" + "\n" * 200_000),
+            (code.extract_program, "```python" + " \n" * 100_000),
+            (sql_check.extract_query, "```sql\n" + "\n" * 200_000),
+            (tools.extract_call, "```json\n" + "\n" * 200_000),
+            (lambda c: retrieval.check({"completion": c + "Answer: x", "document": "d",
+                                        "answer": "x"}), "\u201c" * 200_000),
+            (lambda c: retrieval.check({"completion": c + "Answer: x", "document": "d",
+                                        "answer": "x"}), "<quote>" * 100_000),
+            (lambda c: math_check.check("7", c), "\\boxed{1}" * 100_000)]
+
+
+@pytest.mark.parametrize("read,text", _OPENERS)
+def test_readers_of_a_completion_are_linear_in_unclosed_openers(read, text):
+    t0 = time.perf_counter()
+    read(text)
+    assert time.perf_counter() - t0 < 5.0
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(st.sampled_from(["```", "`", "python", "py", "sql", "SQL", "json", " ", "\n",
+                                 "\t", "x", "{"]), max_size=14).map("".join))
+def test_fenced_blocks_are_the_ones_the_plain_pattern_found(text):
+    for languages, flags in [(("python", "py"), 0), (("sql",), re.I), (("json",), 0)]:
+        plain = re.compile(r"```(?:" + "|".join(languages) + r")?\s*\n(.*?)```", re.S | flags)
+        assert [m.span(1) for m in plain.finditer(text)] == \
+            [m.span("body") for m in fence.pattern(languages, flags).finditer(text)]
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(st.sampled_from(["<quote>", "</quote>", '"', "\u201c", "\u201d", "a", " ",
+                                 "\n"]), max_size=12).map("".join))
+def test_quotes_are_the_ones_the_plain_pattern_found(text):
+    plain = re.compile(r'<quote>(.*?)</quote>|"([^"]+)"|\u201c([^\u201d]+)\u201d', re.S)
+    assert retrieval._quotes(text) == [next((g for g in m if g), "") for m in plain.findall(text)]
+    # an empty <quote></quote> is read as an empty quote (the plain reader raised
+    # StopIteration on it), which no document holds: WRONG
+    job = {"completion": "<quote></quote> Answer: x", "document": "d", "answer": "x"}
+    assert retrieval.check(job).status == Status.WRONG
 
 
 def test_tool_call_extraction_keeps_its_rules():
