@@ -40,7 +40,9 @@ JOINERS = {
     "inside or around text": ["@a\\text{ or @b}", "@a\\mbox{ (or @b)}", "@a\\mathrm{ or @b}",
                               "@a \\text{ i.e. } @b", "@a \\text{, not } @b", "@a\\,(@b)",
                               "@a\\phantom{@b}", "@a\\vbox{@b}", "@a\\textnormal{ or $@b$}",
-                              "@a\\text{\\,or\\,}@b", "@a \\text{ = } @b"],
+                              "@a\\text{\\,or\\,}@b", "@a \\text{ = } @b",
+                              "\\text{@a hours or @b hours}", "\\text{@a or @b}",
+                              "\\text{@a hours} @b", "\\mbox{@a kg, @b kg}"],
 }
 # A joiner's hedge: a <joiner> b, or the template filled in
 
@@ -53,7 +55,8 @@ HONEST = [("1000", "1\\,000"), ("1000", "1 000"), ("12345678", "12 345 678"), ("
           ("50", "50\\%"), ("1, 2", "1 \\text{ and } 2"), ("(1,2)", "\\left( 1, 2 \\right)"),
           ("3.14", "x \\approx 3.14"), ("\\frac{22}{7}", "\\frac{22}{7} \\approx 3.14"),
           ("(-\\infty, 3]", "(-\\infty, 3]"), ("\\frac{1}{2}", "\\dfrac{1}{2}"),
-          ("\\{1,2\\}", "\\{2,1\\}"), ("2\\sqrt{3}", "2\\sqrt{3}"), ("1000", "1,000")]
+          ("\\{1,2\\}", "\\{2,1\\}"), ("2\\sqrt{3}", "2\\sqrt{3}"), ("1000", "1,000"),
+          ("2", "\\text{2 hours}"), ("0.5", "0.5\\text{ kg}")]
 
 
 def main():

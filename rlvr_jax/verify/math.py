@@ -95,6 +95,12 @@ _ALTERNATIVE = re.compile(r"(?<![A-Za-z])(?:or|and|not|nor|either|else|otherwise
                           r"|rather)(?![A-Za-z])", re.I)
 # What in a text block's words is maths: a lone letter (`or x^3`), a power, a command
 _MATH_IN_TEXT = re.compile(r"(?<![A-Za-z])[A-Za-z](?![A-Za-z])|\^|\\[A-Za-z]|\$")
+# `\\text{2 hours}`: a number and its unit words written as one text block, read as the number
+# and its unit (`2\\text{ hours}`); words that join answers (`\\text{2 or 3}`) are no unit
+_NUMBER_AND_UNIT_TEXT = re.compile(r"\s*\\(?:text(?:rm|normal)?|mbox|mathrm)\s*\{\s*("
+                                   + _CURRENCY + r"?\s*-?(?:\d[\d,]*(?:\.\d+)?|\.\d+))"
+                                   r"\s+([A-Za-z][A-Za-z .'/]*)\}\s*")
+_HALF = re.compile(r"\s*0?\.5\s*")
 _SYMBOL_NAME = re.compile(r"[\w{}+\-'^]+")  # x_1, a_{n+1}, vec{v}; not `,` or `i.e.`
 APPROX_RTOL = 1e-2
 
@@ -150,6 +156,15 @@ def _outside_text(answer: str) -> str:
         power = _UNIT_POWER_AFTER.match(answer, end)
         pos = power.end() if power else end
     return "".join(out) + answer[pos:]
+
+
+def _unit_out_of_text(answer: str) -> str:
+    """`\\text{2 hours}` as `2\\text{ hours}` (the parser drops the whole block, number and
+    all); any other answer as it is."""
+    m = _NUMBER_AND_UNIT_TEXT.fullmatch(answer)
+    if m is None or _ALTERNATIVE.search(m.group(2)):
+        return answer
+    return f"{m.group(1)}\\text{{ {m.group(2).strip()}}}"
 
 
 def _percent_signs(answer: str) -> int:
@@ -262,6 +277,8 @@ def _dropped(pred: str, written: str) -> str | None:
     trailing text block and everything after its start). A plain number is read by itself."""
     if _PLAIN_NUMBER.fullmatch(pred):
         return None
+    if written.strip() == "\\frac{1}{2}" and _HALF.fullmatch(_outside_text(pred)):
+        return None  # the normalization writes a lone 0.5 (a unit's text removed) as 1/2
     have = iter(re.sub(r"\D", "", written))
     if all(d in have for d in re.sub(r"\D", "", _outside_text(pred))):  # a subsequence
         return None
@@ -357,6 +374,7 @@ def equivalent(gold: str, pred: str) -> tuple[bool, str]:
 
     if len(pred) > MAX_ANSWER_CHARS:
         return False, f"answer longer than {MAX_ANSWER_CHARS} characters"
+    gold, pred = _unit_out_of_text(gold), _unit_out_of_text(pred)
     if top_level_items(pred) > top_level_items(gold):
         return False, "more items than the gold answer"
     if _percent_signs(pred) > max(1, _percent_signs(gold)):

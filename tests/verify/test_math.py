@@ -88,7 +88,9 @@ IN_TEXT = ["{a}\\text{{ or {b}}}", "{a}\\mbox{{ (or {b})}}", "{a}\\mathrm{{ or {
 # after its start), digits run together (`0\\phantom{1}` is 01)
 IN_TEXT += ["{a}\\mbox{{ or }}{b}", "{a} \\text{{ i.e. }} {b}", "{a}\\text{{\\,or\\,}}{b}",
             "{a} \\text{{, not }} {b}", "{a}\\phantom{{{b}}}", "{a}\\vbox{{{b}}}", "{a}\\,({b})",
-            "{a}\\hfill {b}", "{a}\\text{{ (or {b})}}", "{a}\\mathring{{{b}}}", "{a}\\${b}"]
+            "{a}\\hfill {b}", "{a}\\text{{ (or {b})}}", "{a}\\mathring{{{b}}}", "{a}\\${b}",
+            "\\text{{{a} hours or {b} hours}}", "\\text{{{a} or {b}}}", "\\text{{{a} hours}} {b}",
+            "\\text{{{a} hours, {b} hours}}"]
 
 
 @pytest.mark.parametrize("template", IN_TEXT)
@@ -129,6 +131,10 @@ def test_an_unclosed_box_is_no_answer_not_its_last_number(completion):
     ("0.25", "\\frac14"), ("15", "15 \\mbox{ minutes}"), ("20", "20 \\, \\mathrm{m}^2"),
     ("e", "\\mathrm{e}"), ("1", "\\sin^2 x + \\cos^2 x"), ("10", "10 \\text{ (exactly)}"),
     ("1000", "1,\\!000"), ("1234567", "\\$1,\\!234,\\!567"),
+    # a number and its unit in one text block; 0.5 beside a unit (the normalization writes a
+    # lone 0.5 as 1/2, which read as dropped digits)
+    ("2", "\\text{2 hours}"), ("18", "\\text{18 dollars}"), ("0.5", "\\text{0.5 kg}"),
+    ("60", "\\mathrm{60 km/h}"), ("0.5", "0.5\\text{ kg}"), ("\\frac12", ".5 \\text{kg}"),
 ])
 def test_honest_forms_still_pass(gold, answer):
     """What the stricter rules must keep: spaced digit groups (1\\,000 was read as 1 * 0; the
