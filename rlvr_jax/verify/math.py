@@ -37,6 +37,10 @@ The rules on the text look at the answer as written and as math-verify normalize
 1 * 0) are joined first, and a repeating decimal becomes its exact fraction (`0.\\overline{3}`,
 `0.\\bar{3}`, `0.\\dot{3}`, `0.(3)`, which math-verify does not read), in the gold too. A number
 trailed by an ellipsis (`0.3\\ldots`, read as 0.3) is WRONG unless the gold has an ellipsis.
+Rewritten first, on both sides: a box that is the whole answer is unwrapped, a number and its
+unit in one text block (`\\text{2 hours}`, which the parser drops whole) is read as
+`2\\text{ hours}`, `\\varnothing` as `\\emptyset`; a gold set may be answered as its elements
+(`1, 2, 3` for `\\{1,2,3\\}`) and a ± as both values (`2, -2` for `\\pm 2`).
 
 Bounds: an answer over `MAX_ANSWER_CHARS` is WRONG unparsed; math-verify's parsing and
 comparison each get `TIMEOUT_S` (its default is 5 s: a handful of adversarial answers such as
@@ -95,11 +99,19 @@ _ALTERNATIVE = re.compile(r"(?<![A-Za-z])(?:or|and|not|nor|either|else|otherwise
                           r"|rather)(?![A-Za-z])", re.I)
 # What in a text block's words is maths: a lone letter (`or x^3`), a power, a command
 _MATH_IN_TEXT = re.compile(r"(?<![A-Za-z])[A-Za-z](?![A-Za-z])|\^|\\[A-Za-z]|\$")
-# `\\text{2 hours}`: a number and its unit words written as one text block, read as the number
-# and its unit (`2\\text{ hours}`); words that join answers (`\\text{2 or 3}`) are no unit
-_NUMBER_AND_UNIT_TEXT = re.compile(r"\s*\\(?:text(?:rm|normal)?|mbox|mathrm)\s*\{\s*("
-                                   + _CURRENCY + r"?\s*-?(?:\d[\d,]*(?:\.\d+)?|\.\d+))"
-                                   r"\s+([A-Za-z][A-Za-z .'/]*)\}\s*")
+# `\\text{2 hours}`, `\\mathrm{6\\ ways}`, `\\text{\\$18.00}`: a number (and its unit words)
+# written as one text block, read as the number and its unit (`2\\text{ hours}`); words that
+# join answers (`\\text{2 or 3}`) are no unit
+_TEXT_SPACE = r"(?:\s|~|\\[ ,;:])"
+_NUMBER_AND_UNIT_TEXT = re.compile(
+    r"\s*\\(?:text(?:rm|normal)?|mbox|mathrm)\s*\{" + _TEXT_SPACE + r"*(" + _CURRENCY
+    + r"?\s*-?(?:\d[\d,]*(?:\.\d+)?|\.\d+))(?:" + _TEXT_SPACE + r"+([A-Za-z](?:[A-Za-z.'/]|"
+    + _TEXT_SPACE + r")*)|" + _TEXT_SPACE + r"*)\}\s*")
+_WHOLE_BOX = re.compile(r"\s*\\(?:boxed|fbox)\s*\{")
+# a set may be answered as its elements (`\\{1,2,3\\}`: `1, 2, 3`), a ± as both values
+_SET = re.compile(r"\s*(?:\\left)?\\\{(.*?)(?:\\right)?\\\}\s*", re.S)
+_PLUS_MINUS = re.compile(r"\\(?:pm|mp)(?![a-zA-Z])|±|∓")
+_SYNONYMS = [(re.compile(r"\\varnothing(?![a-zA-Z])|∅"), r"\\emptyset ")]
 _HALF = re.compile(r"\s*0?\.5\s*")
 _SYMBOL_NAME = re.compile(r"[\w{}+\-'^]+")  # x_1, a_{n+1}, vec{v}; not `,` or `i.e.`
 APPROX_RTOL = 1e-2
@@ -158,13 +170,28 @@ def _outside_text(answer: str) -> str:
     return "".join(out) + answer[pos:]
 
 
-def _unit_out_of_text(answer: str) -> str:
-    """`\\text{2 hours}` as `2\\text{ hours}` (the parser drops the whole block, number and
-    all); any other answer as it is."""
+def _as_written(answer: str) -> str:
+    """The answer with what the parser misreads rewritten: a box that is the whole answer
+    (`\\boxed{\\boxed{6}}`) unwrapped, a number and its unit in one text block (`\\text{2
+    hours}`: the parser drops the block, number and all) as `2\\text{ hours}`, symbols it does
+    not know (`\\varnothing`) as the ones it does. Any other answer as it is."""
+    while (m := _WHOLE_BOX.match(answer)) and _group_end(answer, m.end()) == len(answer.rstrip()):
+        answer = answer.rstrip()[m.end():-1]
+    for pattern, name in _SYNONYMS:
+        answer = pattern.sub(name, answer)
     m = _NUMBER_AND_UNIT_TEXT.fullmatch(answer)
-    if m is None or _ALTERNATIVE.search(m.group(2)):
+    if m is None or (m.group(2) and _ALTERNATIVE.search(m.group(2))):
         return answer
-    return f"{m.group(1)}\\text{{ {m.group(2).strip()}}}"
+    words = re.sub(_TEXT_SPACE + "+", " ", m.group(2) or "").strip()
+    return f"{m.group(1)}\\text{{ {words}}}" if words else m.group(1)
+
+
+def _items_allowed(gold: str) -> int:
+    """How many top-level items an answer to `gold` may list: the gold's, or its set's
+    elements, and one more per ± (`\\pm 2`: `2, -2`)."""
+    inner = _SET.fullmatch(gold)
+    items = max(top_level_items(gold), top_level_items(inner.group(1)) if inner else 1)
+    return items + len(_PLUS_MINUS.findall(gold))
 
 
 def _percent_signs(answer: str) -> int:
@@ -295,7 +322,8 @@ def _stray_symbols(answer, gold) -> str | None:
         return None  # `\\text{5}`: a number written as text, compared as math-verify does
     if not isinstance(answer, sympy.Basic):
         return None
-    if any(not _SYMBOL_NAME.fullmatch(str(s)) for s in answer.free_symbols):
+    named = getattr(gold, "free_symbols", set())  # `\\text{A, C}` for the same gold is its own
+    if any(not _SYMBOL_NAME.fullmatch(str(s)) and s not in named for s in answer.free_symbols):
         return "text read as a symbol"
     if getattr(gold, "is_number", False) and any(
             isinstance(e, sympy.Mul) and e.free_symbols and any(a == 0 for a in e.args)
@@ -374,8 +402,8 @@ def equivalent(gold: str, pred: str) -> tuple[bool, str]:
 
     if len(pred) > MAX_ANSWER_CHARS:
         return False, f"answer longer than {MAX_ANSWER_CHARS} characters"
-    gold, pred = _unit_out_of_text(gold), _unit_out_of_text(pred)
-    if top_level_items(pred) > top_level_items(gold):
+    gold, pred = _as_written(gold), _as_written(pred)
+    if top_level_items(pred) > _items_allowed(gold):
         return False, "more items than the gold answer"
     if _percent_signs(pred) > max(1, _percent_signs(gold)):
         return False, "repeated percent signs"

@@ -135,6 +135,11 @@ def test_an_unclosed_box_is_no_answer_not_its_last_number(completion):
     # lone 0.5 as 1/2, which read as dropped digits)
     ("2", "\\text{2 hours}"), ("18", "\\text{18 dollars}"), ("0.5", "\\text{0.5 kg}"),
     ("60", "\\mathrm{60 km/h}"), ("0.5", "0.5\\text{ kg}"), ("\\frac12", ".5 \\text{kg}"),
+    ("18", "\\text{\\$18.00}"), ("6", "\\mathrm{6\\ ways}"), ("6", "\\boxed{6}"),
+    # a set answered as its elements, a ± as both values, a name the parser lacks, letters
+    ("\\{1,2,3\\}", "1, 2, 3"), ("\\pm 2", "2, -2"),
+    ("1 \\pm \\sqrt{2}", "1-\\sqrt{2}, 1+\\sqrt{2}"),
+    ("\\emptyset", "\\varnothing"), ("\\text{A, C}", "\\text{A, C}"),
 ])
 def test_honest_forms_still_pass(gold, answer):
     """What the stricter rules must keep: spaced digit groups (1\\,000 was read as 1 * 0; the
@@ -143,6 +148,16 @@ def test_honest_forms_still_pass(gold, answer):
     approximations within 1%, infinity and bases where the gold has them, repeating decimals
     (math-verify does not read them)."""
     assert vmath.check(gold, f"\\boxed{{{answer}}}").status == Status.PASS, answer
+
+
+@pytest.mark.parametrize("gold,answer", [
+    ("\\pm 2", "2"), ("\\pm 2", "2, 5"), ("\\{1,2,3\\}", "1, 2, 3, 4"), ("\\{1,2\\}", "1, 7"),
+    ("\\text{A, C}", "\\text{A, B}"), ("\\text{A}", "\\text{A, C}"), ("2", "\\text{2 or 3}"),
+    ("12", "\\boxed{12} 7"), ("7", "\\boxed{12} 7"), ("18", "\\text{\\$18 or 19}"),
+])
+def test_what_the_honest_forms_allow_stays_wrong(gold, answer):
+    assert vmath.check(gold, "\\boxed{" + answer + "}").status == Status.WRONG
+
 
 
 @settings(max_examples=40, deadline=None, database=None)
