@@ -38,7 +38,8 @@ The rules on the text look at the answer as written and as math-verify normalize
 `0.\\bar{3}`, `0.\\dot{3}`, `0.(3)`, which math-verify does not read), in the gold too. A number
 trailed by an ellipsis (`0.3\\ldots`, read as 0.3) is WRONG unless the gold has an ellipsis.
 Rewritten first, on both sides: a box that is the whole answer is unwrapped, a number and its
-unit in one text block (`\\text{2 hours}`, which the parser drops whole) is read as
+unit in one text block (`\\text{2 hours}`, which the parser drops whole) or in plain lowercase
+words (`18 dollars`; a word the parser reads as maths, `5 pi`, stays) is read as
 `2\\text{ hours}`, `\\varnothing` as `\\emptyset`; a gold set may be answered as its elements
 (`1, 2, 3` for `\\{1,2,3\\}`) and a ± as both values (`2, -2` for `\\pm 2`).
 
@@ -107,6 +108,15 @@ _NUMBER_AND_UNIT_TEXT = re.compile(
     r"\s*\\(?:text(?:rm|normal)?|mbox|mathrm)\s*\{" + _TEXT_SPACE + r"*(" + _CURRENCY
     + r"?\s*-?(?:\d[\d,]*(?:\.\d+)?|\.\d+))(?:" + _TEXT_SPACE + r"+([A-Za-z](?:[A-Za-z.'/]|"
     + _TEXT_SPACE + r")*)|" + _TEXT_SPACE + r"*)\}\s*")
+# `18 dollars`, `#### 18 apples.`: a number and lowercase unit words with no markup, read as
+# `18\\text{ dollars}`; a word the parser reads as maths (`5 pi`, `2 sin`) is no unit
+_SHORT_UNITS = r"(?:km|cm|mm|kg|mg|ml|ft|yd|oz|lb|hr|mi|sq)"
+_NUMBER_AND_WORDS = re.compile(r"\s*(" + _CURRENCY + r"?\s*-?(?:\d[\d,]*(?:\.\d+)?|\.\d+))"
+                               r"\s+((?:[a-z]{3,}|" + _SHORT_UNITS
+                               + r")(?:\s+[a-z]{2,})*)\s*\.?\s*")
+_MATH_WORDS = re.compile(r"(?<![a-z])(?:pi|sin|cos|tan|cot|sec|csc|sinh|cosh|tanh|arc[a-z]+|log|"
+                         r"ln|lg|exp|max|min|sup|inf|lim|gcd|lcm|deg|det|mod|bmod|dim|ker|arg"
+                         r"|sqrt|frac|cdot|times|infty|oo)(?![a-z])")
 _WHOLE_BOX = re.compile(r"\s*\\(?:boxed|fbox)\s*\{")
 # a set may be answered as its elements (`\\{1,2,3\\}`: `1, 2, 3`), a ± as both values
 _SET = re.compile(r"\s*(?:\\left)?\\\{(.*?)(?:\\right)?\\\}\s*", re.S)
@@ -173,14 +183,16 @@ def _outside_text(answer: str) -> str:
 def _as_written(answer: str) -> str:
     """The answer with what the parser misreads rewritten: a box that is the whole answer
     (`\\boxed{\\boxed{6}}`) unwrapped, a number and its unit in one text block (`\\text{2
-    hours}`: the parser drops the block, number and all) as `2\\text{ hours}`, symbols it does
-    not know (`\\varnothing`) as the ones it does. Any other answer as it is."""
+    hours}`: the parser drops the block, number and all) or in plain words (`2 hours`) as
+    `2\\text{ hours}`, symbols it does not know (`\\varnothing`) as the ones it does. Any other
+    answer as it is."""
     while (m := _WHOLE_BOX.match(answer)) and _group_end(answer, m.end()) == len(answer.rstrip()):
         answer = answer.rstrip()[m.end():-1]
     for pattern, name in _SYNONYMS:
         answer = pattern.sub(name, answer)
-    m = _NUMBER_AND_UNIT_TEXT.fullmatch(answer)
-    if m is None or (m.group(2) and _ALTERNATIVE.search(m.group(2))):
+    m = _NUMBER_AND_UNIT_TEXT.fullmatch(answer) or _NUMBER_AND_WORDS.fullmatch(answer)
+    if m is None or (m.group(2) and (_ALTERNATIVE.search(m.group(2))
+                                     or _MATH_WORDS.search(m.group(2)))):
         return answer
     words = re.sub(_TEXT_SPACE + "+", " ", m.group(2) or "").strip()
     return f"{m.group(1)}\\text{{ {words}}}" if words else m.group(1)
