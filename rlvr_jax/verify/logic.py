@@ -1,7 +1,8 @@
 """Propositional logic: is a claimed conclusion entailed by the premises?
 
-Formulas: variables `[A-Za-z_][A-Za-z0-9_]*`, `~`/`!`/`not`, `&`/`and`, `|`/`or`, `->`,
-`<->`, parentheses, `T`/`F` (true, false); precedence not > and > or > -> > <-> (`->` and `<->`
+Formulas: variables `[A-Za-z_][A-Za-z0-9_]*`, `~`/`!`/`not`/`¬`, `&`/`and`/`&&`/`∧`,
+`|`/`or`/`||`/`∨`, `->`/`=>`/`→`/`⇒`, `<->`/`<=>`/`↔`/`⇔`, parentheses, `T`/`F` (true, false),
+markup and punctuation around the claim ignored (`**r**`, `$r$`, `r.`); precedence not > and > or > -> > <-> (`->` and `<->`
 right-associative). Entailment is decided exhaustively over truth tables (at most
 `MAX_VARIABLES` variables). A job may name a `target` (the task asks what follows about it):
 then the claim must be about the target, be entailed by the premises *and* imply the target
@@ -31,6 +32,12 @@ MAX_TOKENS = 256
 MAX_NESTING = 50
 _TOKEN = re.compile(r"\s*(<->|->|[()~!&|]|[A-Za-z_][A-Za-z0-9_]*)")
 _WORDS = {"not": "~", "and": "&", "or": "|", "!": "~"}
+# Other ways the operators are written (the longer first: `<=>` before `=>`)
+_SPELLINGS = [("<=>", "<->"), ("⇔", "<->"), ("⟺", "<->"), ("↔", "<->"), ("=>", "->"),
+              ("⇒", "->"), ("⟹", "->"), ("→", "->"), ("¬", "~"), ("∧", "&"), ("&&", "&"),
+              ("∨", "|"), ("||", "|")]
+# Markup and punctuation around a claim (`**r**`, `$r$`, `` `r` ``, `r.`): not part of it
+_DECORATION = re.compile(r"^[\s*`$]+|[\s*`$.,;]+$")
 
 
 class ParseError(ValueError):
@@ -39,8 +46,8 @@ class ParseError(ValueError):
 
 def tokenize(text: str) -> list[str]:
     out, pos = [], 0
-    text = text.replace("¬", "~").replace("∧", "&").replace("∨", "|").replace("→", "->") \
-        .replace("↔", "<->")
+    for spelled, op in _SPELLINGS:
+        text = text.replace(spelled, op)
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m:
@@ -177,12 +184,13 @@ def _is_literal(tree) -> bool:
 
 
 def extract_claim(completion: str) -> str | None:
-    """The text after the last 'Conclusion:' (case-insensitive), else the last line."""
+    """The text after the last 'Conclusion:' (case-insensitive), else the last line, without
+    the markup and punctuation around it."""
     m = list(re.finditer(r"conclusion\s*:\s*(.+)", completion, re.I))
     if m:
-        return m[-1].group(1).strip()
+        return _DECORATION.sub("", m[-1].group(1))
     lines = [ln.strip() for ln in completion.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else None
+    return _DECORATION.sub("", lines[-1]) if lines else None
 
 
 def check(job: dict) -> Verdict:

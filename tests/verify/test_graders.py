@@ -37,6 +37,15 @@ S = Status
     (["a <-> b", "~b"], "~a", "therefore\nnot a", S.PASS),  # last line, word operators
     (["a ∨ b", "¬a"], "b", "Conclusion: b", S.PASS),  # unicode operators
     (["p -> q"], None, "Conclusion: q &", S.UNPARSEABLE),
+    # markup and punctuation around the claim, other spellings of the operators
+    (["p -> q", "p"], "q", "Conclusion: q.", S.PASS),
+    (["p -> q", "p"], "q", "**Conclusion:** q", S.PASS),
+    (["p -> q", "p"], "q", "Conclusion: `q`", S.PASS),
+    (["p -> q", "p"], "q", "Conclusion: $q$", S.PASS),
+    (["a -> b", "b -> c"], "a -> c", "Conclusion: a => c.", S.PASS),
+    (["a -> b", "b -> a"], "a <-> b", "Conclusion: a ⇔ b", S.PASS),
+    (["p -> q", "p"], "q", "Conclusion: p.", S.WRONG),
+    (["p -> q", "p"], "q", "Conclusion: .", S.UNPARSEABLE),
 ])
 def test_logic(premises, target, claim, status):
     assert logic.check({"premises": premises, "target": target,
