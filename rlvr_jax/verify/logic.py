@@ -2,15 +2,15 @@
 
 Formulas: variables `[A-Za-z_][A-Za-z0-9_]*`, `~`/`!`/`not`/`¬`, `&`/`and`/`&&`/`∧`,
 `|`/`or`/`||`/`∨`, `->`/`=>`/`→`/`⇒`, `<->`/`<=>`/`↔`/`⇔`, parentheses, `T`/`F` (true, false),
-markup and punctuation around the claim ignored (`**r**`, `$r$`, `r.`); precedence not > and
-> or > -> > <-> (`->` and `<->` right-associative). Entailment is decided exhaustively over
-truth tables (at most `MAX_VARIABLES` variables). A job may name a `target` (the task asks what follows about it):
-then the claim must be about the target, be entailed by the premises *and* imply the target
-on its own (claim |= target). About the target: each of its `&`-parts names only the
-target's variables or is a fact (a variable or its negation; the entailment checks it is
-true). So a tautology such as `p | ~p`, a restated premise, or all of them joined by `&`
-(which implies every target the premises entail: it passed for any of them) earn nothing;
-for target `r`, `r`, `~~r` and `q & r` (a derived fact beside it) pass.
+markup and punctuation around the claim ignored (`**r**`, `$r$`, `r.`); precedence not > and >
+or > -> > <-> (`->` and `<->` right-associative). Entailment is decided exhaustively over truth
+tables (at most `MAX_VARIABLES` variables). A job may name a `target` (the task asks what
+follows about it): then the claim must be about the target, be entailed by the premises *and*
+imply the target on its own (claim |= target). About the target: each of its `&`-parts names
+only the target's variables or is a fact (a variable or its negation; the entailment checks it
+is true). So a tautology such as `p | ~p`, a restated premise, or all of them joined by `&`
+(which implies every target the premises entail: it passed for any of them) earn nothing; for
+target `r`, `r`, `~~r` and `q & r` (a derived fact beside it) pass.
 Without a target, a tautology earns nothing either: it is entailed by any premises, so it
 says nothing about them; any other entailed claim passes (restated premises too), so a task
 whose answer is one conclusion names it as the target.
