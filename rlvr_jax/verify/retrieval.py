@@ -3,7 +3,8 @@ the answer must match.
 
 Completion format: quotes as "..." (straight or curly double quotes) or <quote>...</quote>,
 and a final `Answer: ...` line. Matching normalises case, whitespace and surrounding
-punctuation. A completion with no quote is UNPARSEABLE (the task asks for evidence); one
+punctuation and markdown (`**`, `` ` ``); the answer also drops articles, as SQuAD's exact match
+does (`the mat` is `mat`). A completion with no quote is UNPARSEABLE (the task asks for evidence); one
 fabricated quote makes the whole answer WRONG, whatever the answer.
 """
 
@@ -24,7 +25,15 @@ _ANSWER = re.compile(r"answer\s*:\s*(.+)", re.I)
 
 
 def normalize(text: str) -> str:
-    return " ".join(text.lower().split()).strip(" .,;:!?'\"")
+    """Lowercase, whitespace collapsed, punctuation and markdown (`**`, `` ` ``) off the ends."""
+    return " ".join(text.lower().split()).strip(" .,;:!?'\"*`")
+
+
+def _answer_key(text: str) -> str:
+    """An answer as SQuAD's exact match compares it: normalized, articles dropped (`the mat`
+    is `mat`); an answer that is only an article stays one."""
+    text = normalize(text)
+    return normalize(re.sub(r"(?<![a-z])(?:a|an|the)(?![a-z])", " ", text)) or text
 
 
 def _quotes(text: str) -> list[str]:
@@ -56,7 +65,7 @@ def check(job: dict) -> Verdict:
                        time.perf_counter() - t0)
     missing = [q for q in quotes if normalize(q) not in document or not normalize(q)]
     golds = job["answer"] if isinstance(job["answer"], list) else [job["answer"]]
-    ok_answer = normalize(answers[-1]) in {normalize(g) for g in golds}
+    ok_answer = _answer_key(answers[-1]) in {_answer_key(g) for g in golds}
     if missing:
         return Verdict(Status.WRONG, f"quote not in the document: {missing[0][:60]!r}",
                        time.perf_counter() - t0)

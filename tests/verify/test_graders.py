@@ -82,10 +82,24 @@ DOC = "The Eiffel Tower is in Paris.\nIt was completed   in 1889 for the World's
     ('"It was finished in 1889" Answer: 1889', S.WRONG),  # fabricated quote
     ('"It was completed in 1889" Answer: 1890', S.WRONG),
     ("Answer: 1889", S.UNPARSEABLE),  # no evidence
+    ('"It was completed in 1889"\n**Answer:** **1889**', S.PASS),  # markdown
+    ('"It was completed in 1889" Answer: `1889`', S.PASS),
+    ('"It was completed in 1889" Answer: 1889 or 1890', S.WRONG),
 ])
 def test_retrieval(completion, status):
     assert retrieval.check({"document": DOC, "answer": ["1889"],
                             "completion": completion}).status == status
+
+
+@pytest.mark.parametrize("answer,gold,status", [
+    ("the World's Fair", "World's Fair", S.PASS), ("a fair", "the fair", S.PASS),  # articles
+    ("Paris", "paris", S.PASS), ("theatre", "atre", S.WRONG), ("The", "the", S.PASS),
+    ("the", "fair", S.WRONG),
+])
+def test_retrieval_answers_compare_as_squad_exact_match(answer, gold, status):
+    job = {"document": DOC, "answer": gold,
+           "completion": f'"completed in 1889" Answer: {answer}'}
+    assert retrieval.check(job).status == status
 
 
 SCHEMA = "CREATE TABLE t(name TEXT, age INT); INSERT INTO t VALUES ('a', 3), ('b', 5), ('c', 5);"
