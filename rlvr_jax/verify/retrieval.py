@@ -1,10 +1,10 @@
 """Grounded answers: every quote the completion cites must occur in the source document, and
 the answer must match.
 
-Completion format: quotes as "..." (straight or curly double quotes) or <quote>...</quote>,
-and a final `Answer: ...` line. Matching normalises case, whitespace and surrounding
-punctuation and markdown (`**`, `` ` ``); the answer also drops articles, as SQuAD's exact
-match does (`the mat` is `mat`). A completion with no quote is UNPARSEABLE (the task asks for evidence); one
+Completion format: quotes as "..." (straight or curly double quotes) or <quote>...</quote>, and
+a final `Answer: ...` line. Matching normalises case, whitespace and surrounding punctuation
+and markdown (`**`, `` ` ``); the answer also drops articles, as SQuAD's exact match does (`the
+mat` is `mat`). A completion with no quote is UNPARSEABLE (the task asks for evidence); one
 fabricated quote makes the whole answer WRONG, whatever the answer.
 """
 
