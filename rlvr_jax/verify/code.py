@@ -34,7 +34,7 @@ from rlvr_jax.sandbox import typed_json
 from rlvr_jax.types import Status, Verdict
 from rlvr_jax.verify import fence, host_check
 
-_FENCE = fence.pattern(("python", "py"))
+_FENCE = fence.pattern(("python3", "python", "py"), re.I)  # ```Python too
 
 # `result_bytes`: the candidate's return values, JSON. 1 MiB parses in ~10 ms on the host (a
 # 16 MB result took 4.4 s); a larger result is the candidate's output_limit, decided in the

@@ -11,13 +11,14 @@ A job: {"completion", "tools": [allowed names], "expected": value, "tolerance"?}
 from __future__ import annotations
 
 import json
+import re
 
 from rlvr_jax.types import Status, Verdict
 from rlvr_jax.verify import code, fence, json_scan
 from rlvr_jax.verify.toolbox import IMPLEMENTATIONS as _IMPL
 from rlvr_jax.verify.toolbox import SCHEMAS, check_call
 
-_JSON_BLOCK = fence.pattern(("json",))
+_JSON_BLOCK = fence.pattern(("json",), re.I)
 
 
 def extract_call(completion: str):

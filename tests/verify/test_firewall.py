@@ -135,10 +135,19 @@ def test_readers_of_a_completion_are_linear_in_unclosed_openers(read, text):
 @given(st.lists(st.sampled_from(["```", "`", "python", "py", "sql", "SQL", "json", " ", "\n",
                                  "\t", "x", "{"]), max_size=14).map("".join))
 def test_fenced_blocks_are_the_ones_the_plain_pattern_found(text):
-    for languages, flags in [(("python", "py"), 0), (("sql",), re.I), (("json",), 0)]:
+    for languages, flags in [(("python", "py"), 0), (("sql",), re.I), (("json",), 0),
+                             (("python3", "python", "py"), re.I)]:
         plain = re.compile(r"```(?:" + "|".join(languages) + r")?\s*\n(.*?)```", re.S | flags)
         assert [m.span(1) for m in plain.finditer(text)] == \
             [m.span("body") for m in fence.pattern(languages, flags).finditer(text)]
+
+
+@pytest.mark.parametrize("info", ["python", "Python", "PYTHON", "python3", "py", ""])
+def test_a_python_block_is_read_whatever_its_info_string_case(info):
+    """```Python was no block: the whole completion, prose and all, ran as the program."""
+    text = f"Here it is:\n```{info}\nx = 1\n```\nDone."
+    assert code.extract_program(text) == "x = 1\n"
+    assert tools.extract_call('```JSON\n{"tool": "sort", "arguments": {}}\n```')["tool"] == "sort"
 
 
 @settings(max_examples=300, deadline=None, database=None)
