@@ -47,16 +47,21 @@ _STATUS = {"syntax_error": Status.SYNTAX_ERROR, "runtime_error": Status.RUNTIME_
            "output_limit": Status.OUTPUT_LIMIT, "sandbox_error": Status.SANDBOX_ERROR}
 
 
-def extract_program(completion: str) -> str:
-    """The last ```python fenced block, else the whole completion."""
-    block = fence.last_body(_FENCE, completion)
-    return completion if block is None else block
+def extract_program(completion: str, entry_point: str | None = None) -> str:
+    """The last ```python fenced block, else the whole completion. With an `entry_point`, the
+    last block that defines it, if one does: a solution followed by a block of example calls
+    (`print(f(3))`) is the solution, not the examples."""
+    blocks = [m.group("body") for m in _FENCE.finditer(completion)]
+    if entry_point:
+        defines = re.compile(r"^\s*(?:async\s+)?def\s+" + re.escape(entry_point) + r"\s*\(", re.M)
+        blocks = [b for b in blocks if defines.search(b)] or blocks
+    return blocks[-1] if blocks else completion
 
 
 def wire(job: dict, limits: dict | None = None) -> dict:
     """What enters the sandbox: the program, the calls or the inputs, the limits. Never the
     expected values."""
-    program = job.get("prefix", "") + extract_program(job["completion"])
+    program = job.get("prefix", "") + extract_program(job["completion"], job.get("entry_point"))
     out = {"program": program, "limits": dict(LIMITS, **(limits or {}))}
     if "stdin" in job:
         return out | {"stdin": [str(text) for text in job["stdin"]]}

@@ -150,6 +150,15 @@ def test_a_python_block_is_read_whatever_its_info_string_case(info):
     assert tools.extract_call('```JSON\n{"tool": "sort", "arguments": {}}\n```')["tool"] == "sort"
 
 
+def test_the_block_that_defines_the_entry_point_is_the_program():
+    """A solution then a block of example calls: the examples alone ran (NameError)."""
+    text = ("```python\ndef f(x):\n    return x + 1\n```\nFor example:\n"
+            "```python\nprint(f(3))\n```")
+    assert code.extract_program(text, "f").startswith("def f(x):")
+    assert code.extract_program(text) == "print(f(3))\n"  # no entry point: the last block
+    assert code.extract_program(text, "g") == "print(f(3))\n"  # none defines it: the last
+
+
 @settings(max_examples=300, deadline=None, database=None)
 @given(st.lists(st.sampled_from(["<quote>", "</quote>", '"', "\u201c", "\u201d", "a", " ",
                                  "\n"]), max_size=12).map("".join))
