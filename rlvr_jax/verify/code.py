@@ -48,10 +48,12 @@ _STATUS = {"syntax_error": Status.SYNTAX_ERROR, "runtime_error": Status.RUNTIME_
 
 
 def extract_program(completion: str, entry_point: str | None = None) -> str:
-    """The last ```python fenced block, else the whole completion. With an `entry_point`, the
-    last block that defines it, if one does: a solution followed by a block of example calls
-    (`print(f(3))`) is the solution, not the examples."""
-    blocks = [m.group("body") for m in _FENCE.finditer(completion)]
+    """The last ```python fenced block (a bare ``` block only when none is tagged: a solution
+    followed by its example input in a bare block is the solution), else the whole completion.
+    With an `entry_point`, the last of them that defines it, if one does: a solution followed
+    by a block of example calls (`print(f(3))`) is the solution, not the examples."""
+    found = [(m.group("lang"), m.group("body")) for m in _FENCE.finditer(completion)]
+    blocks = [body for lang, body in found if lang] or [body for _, body in found]
     if entry_point:
         defines = re.compile(r"^\s*(?:async\s+)?def\s+" + re.escape(entry_point) + r"\s*\(", re.M)
         blocks = [b for b in blocks if defines.search(b)] or blocks

@@ -14,10 +14,10 @@ import re
 
 
 def pattern(languages: tuple[str, ...], flags: int = 0) -> re.Pattern:
-    """Matches a block whose info string is empty or one of `languages`; its body is the
-    group "body"."""
+    """Matches a block whose info string is empty or one of `languages` (the group "lang",
+    None when empty); its body is the group "body"."""
     names = "|".join(re.escape(name) for name in languages)
-    return re.compile(r"```(?:" + names + r")?(?=(?P<gap>\s*\n))(?P=gap)(?P<body>.*?)```",
+    return re.compile(r"```(?P<lang>" + names + r")?(?=(?P<gap>\s*\n))(?P=gap)(?P<body>.*?)```",
                       re.S | flags)
 
 

@@ -157,6 +157,9 @@ def test_the_block_that_defines_the_entry_point_is_the_program():
     assert code.extract_program(text, "f").startswith("def f(x):")
     assert code.extract_program(text) == "print(f(3))\n"  # no entry point: the last block
     assert code.extract_program(text, "g") == "print(f(3))\n"  # none defines it: the last
+    stdin = "```python\nprint(int(input()) + 1)\n```\nExample input:\n```\n3\n```"
+    assert code.extract_program(stdin) == "print(int(input()) + 1)\n"  # tagged beats bare
+    assert code.extract_program("```\nx = 1\n```") == "x = 1\n"  # bare, when none is tagged
 
 
 @settings(max_examples=300, deadline=None, database=None)
