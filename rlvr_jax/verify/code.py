@@ -52,8 +52,7 @@ def extract_program(completion: str, entry_point: str | None = None) -> str:
     followed by its example input in a bare block is the solution), else the whole completion.
     With an `entry_point`, the last of them that defines it, if one does: a solution followed
     by a block of example calls (`print(f(3))`) is the solution, not the examples."""
-    found = [(m.group("lang"), m.group("body")) for m in _FENCE.finditer(completion)]
-    blocks = [body for lang, body in found if lang] or [body for _, body in found]
+    blocks = fence.bodies(_FENCE, completion)
     if entry_point:
         defines = re.compile(r"^\s*(?:async\s+)?def\s+" + re.escape(entry_point) + r"\s*\(", re.M)
         blocks = [b for b in blocks if defines.search(b)] or blocks

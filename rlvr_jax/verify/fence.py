@@ -21,9 +21,14 @@ def pattern(languages: tuple[str, ...], flags: int = 0) -> re.Pattern:
                       re.S | flags)
 
 
+def bodies(found: re.Pattern, text: str) -> list[str]:
+    """The bodies of the tagged blocks `found` matches in `text`, in order; of the bare ```
+    blocks when none is tagged (an answer followed by its example input or output in a bare
+    block is the answer)."""
+    blocks = [(m.group("lang"), m.group("body")) for m in found.finditer(text)]
+    return [body for lang, body in blocks if lang] or [body for _, body in blocks]
+
+
 def last_body(found: re.Pattern, text: str) -> str | None:
-    """The body of the last block `found` matches in `text`, or None."""
-    body = None
-    for m in found.finditer(text):
-        body = m.group("body")
-    return body
+    """The last of `bodies`, or None."""
+    return (bodies(found, text) or [None])[-1]

@@ -160,6 +160,8 @@ def test_the_block_that_defines_the_entry_point_is_the_program():
     stdin = "```python\nprint(int(input()) + 1)\n```\nExample input:\n```\n3\n```"
     assert code.extract_program(stdin) == "print(int(input()) + 1)\n"  # tagged beats bare
     assert code.extract_program("```\nx = 1\n```") == "x = 1\n"  # bare, when none is tagged
+    table = "```sql\nSELECT 1;\n```\nResult:\n```\n| 1 |\n```"
+    assert sql_check.extract_query(table) == "SELECT 1"  # the query, not its printed result
 
 
 @settings(max_examples=300, deadline=None, database=None)
