@@ -56,34 +56,24 @@ import re
 import time
 
 from rlvr_jax.types import Status, Verdict
+from rlvr_jax.verify.math_text import (ALTERNATIVE, CURRENCY, GAP, as_written, group_end,
+                                       items_allowed, join_groups, last_box, top_level_items)
 
-_BOX = re.compile(r"\\(?:boxed|fbox)\{")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 MAX_ANSWER_CHARS = 1000
 TIMEOUT_S = 2  # math-verify takes whole seconds; an honest answer takes milliseconds
-_OPEN, _CLOSE = "([{", ")]}"
-# 1,000 and 1,\\!000 (the MATH dataset's thousands): one number, not two items
-_DIGIT_GROUP = re.compile(r"(?<=\d),(?:\s*\\!)?(?=\d{3}(?!\d))")
-_GAP = r"(?:\s|~|\\[,;:! ]|\\q?quad(?![a-zA-Z]))+"
 # Markup that shows nothing, or boxes its argument away: `0\\phantom{1}` was read as 01 = 1
 _HIDDEN = (r"\\(?:[hv]?phantom|[hv]box|mbox|smash|m(?:ath)?[rlc]lap|[rl]lap|[hv]fill?"
            r"|(?:neg)?(?:thin|med|thick)space|enspace|hspace\*?|kern|mkern|mspace)(?![a-zA-Z])"
            r"\s*(?:-?[\d.]+\s*[a-z]{2})?(?:\{(?:[^{}]*\})?)?|\\\$")  # 0\\$5: normalized to 05
-# 1\,000 or 12 345 678: groups of three after a 1-3 digit head that is no exponent or index
-_SPACED_GROUPS = re.compile(r"(?<![\w^_.\\])\d{1,3}(?:" + _GAP + r"\d{3})+(?!\d)")
 # 5 6, 5(6), 5\\phantom{x}6: math-verify reads 5 + 6, as a mixed number
-_SIDE_BY_SIDE = re.compile(r"\d(?:" + _GAP + r"|" + _HIDDEN + r")+\.?\d"
-                           r"|\d(?:" + _GAP + r")?\((?:" + _GAP + r")?-?[\d.]+(?:" + _GAP + r")?\)")
-_CURRENCY = r"(?:\\?\$|€|£|¥)"
+_SIDE_BY_SIDE = re.compile(r"\d(?:" + GAP + r"|" + _HIDDEN + r")+\.?\d"
+                           r"|\d(?:" + GAP + r")?\((?:" + GAP + r")?-?[\d.]+(?:" + GAP + r")?\)")
 # one number, with a currency, percent or degree sign or a full stop: math-verify's number reader
-_PLAIN_NUMBER = re.compile(r"\s*" + _CURRENCY + r"?\s*[-+]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)\s*"
-                           r"(?:\\?%|°|" + _CURRENCY + r")?\s*\.?\s*")
+_PLAIN_NUMBER = re.compile(r"\s*" + CURRENCY + r"?\s*[-+]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)\s*"
+                           r"(?:\\?%|°|" + CURRENCY + r")?\s*\.?\s*")
 _EQUALS = re.compile(r"(?<![\\<!>])=")  # as math-verify splits a chain of equations
 _DOLLAR = re.compile(r"(?<!\\)\$")
-# A repeating decimal, digits only, its repeating tail marked: 0.\overline{3}, 1.2\bar{34},
-# 0.1\dot{6} (one digit), 0.(3)
-_REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)(?:\\(?:overline|bar)\s*(?:\{(\d{1,100})\}|(\d))"
-                        r"|\\dot\s*(?:\{(\d)\}|(\d))|\((\d{1,100})\))(?![\d.])")
 _ELLIPSIS = re.compile(r"\\[lc]?dots|\.\.\.|…")
 _NUMBER_ELLIPSIS = re.compile(r"\d\s*(?:\\[lc]?dots|\.\.\.|…)")
 _APPROX = re.compile(r"\\(?:approx|simeq|sim|cong|doteq)")  # \\approxe: the parser reads \\approx
@@ -94,53 +84,11 @@ _TEXT = re.compile(r"\\(?:text(?:rm|bf|it|tt|sf|up|normal)?|mbox|hbox|emph|opera
                    r"|math(?:rm|bf|it|sf|tt))\s*\{")
 _UNIT_POWER = re.compile(r"\^\s*\{?\s*\d+")  # m/s^2, cm^{3}: a unit's power, no number
 _UNIT_POWER_AFTER = re.compile(r"\s*\{?\s*\^\s*\{?\s*\d+\s*\}?\s*\}?")  # \\text{ cm}^{3}
-# Words that join two answers (`\\text{ or }`: math-verify reads a list, counted by its items)
-_ALTERNATIVE = re.compile(r"(?<![A-Za-z])(?:or|and|not|nor|either|else|otherwise|i\.?e\.?"
-                          r"|e\.?g\.?|maybe|perhaps|possibly|probably|vs\.?|versus|instead"
-                          r"|rather)(?![A-Za-z])", re.I)
 # What in a text block's words is maths: a lone letter (`or x^3`), a power, a command
 _MATH_IN_TEXT = re.compile(r"(?<![A-Za-z])[A-Za-z](?![A-Za-z])|\^|\\[A-Za-z]|\$")
-# `\\text{2 hours}`, `\\mathrm{6\\ ways}`, `\\text{\\$18.00}`: a number (and its unit words)
-# written as one text block, read as the number and its unit (`2\\text{ hours}`); words that
-# join answers (`\\text{2 or 3}`) are no unit
-_TEXT_SPACE = r"(?:\s|~|\\[ ,;:])"
-_NUMBER_AND_UNIT_TEXT = re.compile(
-    r"\s*\\(?:text(?:rm|normal)?|mbox|mathrm)\s*\{" + _TEXT_SPACE + r"*(" + _CURRENCY
-    + r"?\s*-?(?:\d[\d,]*(?:\.\d+)?|\.\d+))(?:" + _TEXT_SPACE + r"+([A-Za-z](?:[A-Za-z.'/]|"
-    + _TEXT_SPACE + r")*)|" + _TEXT_SPACE + r"*)\}\s*")
-# `18 dollars`, `#### 18 apples.`: a number and lowercase unit words with no markup, read as
-# `18\\text{ dollars}`; a word the parser reads as maths (`5 pi`, `2 sin`) is no unit
-_SHORT_UNITS = r"(?:km|cm|mm|kg|mg|ml|ft|yd|oz|lb|hr|mi|sq)"
-_NUMBER_AND_WORDS = re.compile(r"\s*(" + _CURRENCY + r"?\s*-?(?:\d[\d,]*(?:\.\d+)?|\.\d+))"
-                               r"\s+((?:[a-z]{3,}|" + _SHORT_UNITS
-                               + r")(?:\s+[a-z]{2,})*)\s*\.?\s*")
-_MATH_WORDS = re.compile(r"(?<![a-z])(?:pi|sin|cos|tan|cot|sec|csc|sinh|cosh|tanh|arc[a-z]+|log|"
-                         r"ln|lg|exp|max|min|sup|inf|lim|gcd|lcm|deg|det|mod|bmod|dim|ker|arg"
-                         r"|sqrt|frac|cdot|times|infty|oo)(?![a-z])")
-_WHOLE_BOX = re.compile(r"\s*\\(?:boxed|fbox)\s*\{")
-# a set may be answered as its elements (`\\{1,2,3\\}`: `1, 2, 3`), a ± as both values
-_SET = re.compile(r"\s*(?:\\left)?\\\{(.*?)(?:\\right)?\\\}\s*", re.S)
-_PLUS_MINUS = re.compile(r"\\(?:pm|mp)(?![a-zA-Z])|±|∓")
-_SYNONYMS = [(re.compile(r"\\varnothing(?![a-zA-Z])|∅"), r"\\emptyset ")]
 _HALF = re.compile(r"\s*0?\.5\s*")
 _SYMBOL_NAME = re.compile(r"[\w{}+\-'^]+")  # x_1, a_{n+1}, vec{v}; not `,` or `i.e.`
 APPROX_RTOL = 1e-2
-
-
-def top_level_items(answer: str) -> int:
-    """Items of a comma / semicolon separated answer, counted outside brackets and braces
-    (`(1, 2)` is one item, `x=5, y=3` two); digit-group commas and LaTeX's `\\,` are no
-    separators."""
-    text = _DIGIT_GROUP.sub("", answer.replace("\\,", " ").replace("\\;", " "))
-    depth, items = 0, 1
-    for c in text:
-        if c in _OPEN:
-            depth += 1
-        elif c in _CLOSE:
-            depth = max(depth - 1, 0)
-        elif c in ",;" and depth == 0:
-            items += 1
-    return items
 
 
 def _text_blocks(answer: str):
@@ -148,7 +96,7 @@ def _text_blocks(answer: str):
     nested braces included."""
     pos = 0
     while m := _TEXT.search(answer, pos):
-        end = _group_end(answer, m.end())
+        end = group_end(answer, m.end())
         inside = answer[m.end():end - 1] if end else answer[m.end():]
         pos = end or len(answer)
         yield m.start(), pos, inside
@@ -165,7 +113,7 @@ def _text_beside(answer: str) -> str | None:
             continue
         if re.search(r"\d", _UNIT_POWER.sub("", inside)):
             return "a number inside text, which the parser drops"
-        if _ALTERNATIVE.search(inside) and _MATH_IN_TEXT.search(_ALTERNATIVE.sub("", inside)):
+        if ALTERNATIVE.search(inside) and _MATH_IN_TEXT.search(ALTERNATIVE.sub("", inside)):
             return "text that states another answer beside the words joining it"
     return None
 
@@ -180,76 +128,19 @@ def _outside_text(answer: str) -> str:
     return "".join(out) + answer[pos:]
 
 
-def _as_written(answer: str) -> str:
-    """The answer with what the parser misreads rewritten: a box that is the whole answer
-    (`\\boxed{\\boxed{6}}`) unwrapped, a number and its unit in one text block (`\\text{2
-    hours}`: the parser drops the block, number and all) or in plain words (`2 hours`) as
-    `2\\text{ hours}`, symbols it does not know (`\\varnothing`) as the ones it does. Any other
-    answer as it is."""
-    while (m := _WHOLE_BOX.match(answer)) and _group_end(answer, m.end()) == len(answer.rstrip()):
-        answer = answer.rstrip()[m.end():-1]
-    for pattern, name in _SYNONYMS:
-        answer = pattern.sub(name, answer)
-    m = _NUMBER_AND_UNIT_TEXT.fullmatch(answer) or _NUMBER_AND_WORDS.fullmatch(answer)
-    if m is None or (m.group(2) and (_ALTERNATIVE.search(m.group(2))
-                                     or _MATH_WORDS.search(m.group(2)))):
-        return answer
-    words = re.sub(_TEXT_SPACE + "+", " ", m.group(2) or "").strip()
-    return f"{m.group(1)}\\text{{ {words}}}" if words else m.group(1)
-
-
-def _items_allowed(gold: str) -> int:
-    """How many top-level items an answer to `gold` may list: the gold's, or its set's
-    elements, and one more per ± (`\\pm 2`: `2, -2`)."""
-    inner = _SET.fullmatch(gold)
-    items = max(top_level_items(gold), top_level_items(inner.group(1)) if inner else 1)
-    return items + len(_PLUS_MINUS.findall(gold))
-
-
 def _percent_signs(answer: str) -> int:
     return answer.count("%")  # \\% counts once: its backslash is no percent sign
 
 
-def _last_box(text: str) -> tuple[str, bool] | None:
-    """(content, closed) of the last top-level \\boxed{...} or \\fbox{...}: a box inside it is
-    part of its content, and escaped braces (`\\{`) do not count. Unclosed: (the rest of the
-    text, False). None if there is no box."""
-    found, pos = None, 0
-    while True:
-        # one scan for both names: a find per name rescanned the text to its end per box
-        # when one name was absent (100k boxes: quadratic, a worker's deadline spent)
-        start = _BOX.search(text, pos)
-        if start is None:
-            return found
-        i = start.end()
-        j = _group_end(text, i)
-        if j is None:
-            return text[i:].strip(), False
-        found, pos = (text[i: j - 1].strip(), True), j
-
-
-def _group_end(text: str, i: int) -> int | None:
-    """The index after the brace that closes the group opened just before `i` (escaped
-    characters such as `\\{` skipped), or None if it is never closed."""
-    depth = 1
-    while i < len(text) and depth:
-        if text[i] == "\\":
-            i += 2
-            continue
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
-        i += 1
-    return None if depth else i
-
-
 def last_boxed(text: str) -> str | None:
-    """Content of the last top-level box (see `_last_box`); None if absent or unclosed."""
-    box = _last_box(text)
+    """Content of the last top-level box (see `last_box`); None if absent or unclosed."""
+    box = last_box(text)
     return box[0] if box and box[1] else None
 
 
 def extract_answer(text: str) -> str | None:
     """The final answer of a completion or a reference solution (see module docstring)."""
-    box = _last_box(text)
+    box = last_box(text)
     if box is not None:
         return box[0] if box[1] else None  # unclosed: no answer, not the text's last number
     if "####" in text:
@@ -257,21 +148,6 @@ def extract_answer(text: str) -> str | None:
         return tail.splitlines()[0].strip() if tail else None
     numbers = _NUMBER.findall(text)
     return numbers[-1].replace(",", "") if numbers else None
-
-
-def _join_groups(answer: str) -> str:
-    """Spaced digit groups joined, and repeating decimals as fractions (math-verify reads
-    neither: `1\\,000` as 1 * 0, `0.\\overline{3}` not at all)."""
-    return _REPEATING.sub(_as_fraction, _SPACED_GROUPS.sub(
-        lambda m: re.sub(r"\D", "", m.group()), answer))
-
-
-def _as_fraction(m: re.Match) -> str:
-    """`I.A\\overline{R}` = (IAR - IA) / (10^|A| (10^|R| - 1)), exactly."""
-    whole, fixed = m.group(1) or "0", m.group(2)
-    repeat = next(g for g in m.groups()[2:] if g)
-    num = int(whole + fixed + repeat) - int(whole + fixed)
-    return f"\\frac{{{num}}}{{{10 ** len(fixed) * (10 ** len(repeat) - 1)}}}"
 
 
 def _parse(answer: str, *, whole: bool = False):
@@ -414,18 +290,18 @@ def equivalent(gold: str, pred: str) -> tuple[bool, str]:
 
     if len(pred) > MAX_ANSWER_CHARS:
         return False, f"answer longer than {MAX_ANSWER_CHARS} characters"
-    gold, pred = _as_written(gold), _as_written(pred)
-    if top_level_items(pred) > _items_allowed(gold):
+    gold, pred = as_written(gold), as_written(pred)
+    if top_level_items(pred) > items_allowed(gold):
         return False, "more items than the gold answer"
     if _percent_signs(pred) > max(1, _percent_signs(gold)):
         return False, "repeated percent signs"
     if len(_EQUALS.findall(pred)) > max(1, len(_EQUALS.findall(gold))):
         return False, "more equals signs than the gold answer"
-    pred = _join_groups(_DOLLAR.sub("", pred))
+    pred = join_groups(_DOLLAR.sub("", pred))
     partly = _read_partly(pred, gold)
     if partly:
         return False, partly
-    g, p = _parse(_join_groups(gold)), _parse(pred, whole=True)
+    g, p = _parse(join_groups(gold)), _parse(pred, whole=True)
     if not g or not p:
         return False, "unparsed"
     written = p[1] if isinstance(p[1], str) else pred  # as math-verify normalized it
