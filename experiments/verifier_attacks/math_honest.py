@@ -59,7 +59,9 @@ VARIANTS = [(r"\frac{\sqrt{3}}{2}", r"\frac{1}{2}\sqrt{3}"), (r"10\%", "10"), (r
             ("5", "5.0"), ("5", "5.00"), ("-4", "-4"), ("-4", "- 4"), ("-4", "−4"),
             ("10", r"10\text{ people}"), ("10", r"\text{10 people.}"),
             ("1", r"1 \text{ (only one)}"), ("100", r"100\ \text{m}"),
-            ("2", r"\text{2}\text{ hours}"), ("2", r"2 \text{hours}"), ("7", r"7 \text{ days}")]
+            ("2", r"\text{2}\text{ hours}"), ("2", r"2 \text{hours}"), ("7", r"7 \text{ days}"),
+            ("2, -2", "x=2, x=-2"), (r"\pm 2", "x_1 = 2, x_2 = -2"),
+            ("2, -2", r"x = 2 \text{ or } x = -2")]
 
 
 def main():

@@ -40,7 +40,8 @@ trailed by an ellipsis (`0.3\\ldots`, read as 0.3) is WRONG unless the gold has 
 Rewritten first, on both sides: a box that is the whole answer is unwrapped, a number and its
 unit in one text block (`\\text{2 hours}`, which the parser drops whole) or in plain lowercase
 words (`18 dollars`; a word the parser reads as maths, `5 pi`, stays) is read as
-`2\\text{ hours}`, `\\varnothing` as `\\emptyset`; a gold set may be answered as its elements
+`2\\text{ hours}`, the values of one unknown (`x=2, x=-2`) as values, `\\varnothing` as
+`\\emptyset`; a gold set may be answered as its elements
 (`1, 2, 3` for `\\{1,2,3\\}`) and a ± as both values (`2, -2` for `\\pm 2`).
 
 Bounds: an answer over `MAX_ANSWER_CHARS` is WRONG unparsed; math-verify's parsing and

@@ -42,6 +42,8 @@ _NUMBER_AND_WORDS = re.compile(r"\s*(" + CURRENCY + r"?\s*-?(?:\d[\d,]*(?:\.\d+)
 _MATH_WORDS = re.compile(r"(?<![a-z])(?:pi|sin|cos|tan|cot|sec|csc|sinh|cosh|tanh|arc[a-z]+|log|"
                          r"ln|lg|exp|max|min|sup|inf|lim|gcd|lcm|deg|det|mod|bmod|dim|ker|arg"
                          r"|sqrt|frac|cdot|times|infty|oo)(?![a-z])")
+# one equation of a list: an unknown (a letter, maybe indexed: x_1, x_{2}) and its value
+_EQUATION = re.compile(r"\s*([A-Za-z])(?:_\{?\w+\}?)?\s*=\s*([^=]*[^=\s])\s*")
 _WHOLE_BOX = re.compile(r"\s*\\(?:boxed|fbox)\s*\{")
 # a set may be answered as its elements (`\\{1,2,3\\}`: `1, 2, 3`), a ± as both values
 _SET = re.compile(r"\s*(?:\\left)?\\\{(.*?)(?:\\right)?\\\}\s*", re.S)
@@ -84,28 +86,48 @@ def top_level_items(answer: str) -> int:
     """Items of a comma / semicolon separated answer, counted outside brackets and braces
     (`(1, 2)` is one item, `x=5, y=3` two); digit-group commas and LaTeX's `\\,` are no
     separators."""
+    return len(_top_level_parts(answer))
+
+
+def _top_level_parts(answer: str) -> list[str]:
+    """The items `top_level_items` counts (digit groups joined, `\\,` and `\\;` as spaces)."""
     text = _DIGIT_GROUP.sub("", answer.replace("\\,", " ").replace("\\;", " "))
-    depth, items = 0, 1
-    for c in text:
+    depth, parts, start = 0, [], 0
+    for i, c in enumerate(text):
         if c in _OPEN:
             depth += 1
         elif c in _CLOSE:
             depth = max(depth - 1, 0)
         elif c in ",;" and depth == 0:
-            items += 1
-    return items
+            parts.append(text[start:i])
+            start = i + 1
+    return parts + [text[start:]]
+
+
+def _values_of_one_name(answer: str) -> str | None:
+    """`x=2, x=-2` (or `x_1 = 2, x_2 = -2`) as `2, -2`: the values a list of equations gives
+    one unknown; None for anything else (`x=2, y=3` is a point, not two values)."""
+    parts = _top_level_parts(answer)
+    eqs = [_EQUATION.fullmatch(part) for part in parts]
+    if len(parts) < 2 or not all(eqs) or len({e.group(1) for e in eqs}) != 1:
+        return None
+    return ", ".join(e.group(2) for e in eqs)
 
 
 def as_written(answer: str) -> str:
     """The answer with what the parser misreads rewritten: a box that is the whole answer
     (`\\boxed{\\boxed{6}}`) unwrapped, a number and its unit in one text block (`\\text{2
     hours}`: the parser drops the block, number and all) or in plain words (`2 hours`) as
-    `2\\text{ hours}`, symbols it does not know (`\\varnothing`) as the ones it does. Any other
-    answer as it is."""
+    `2\\text{ hours}`, the values of one unknown as values (`x=2, x=-2`: each equation counted
+    against the gold's one `=` at most), symbols it does not know (`\\varnothing`) as the ones
+    it does. Any other answer as it is."""
     while (m := _WHOLE_BOX.match(answer)) and group_end(answer, m.end()) == len(answer.rstrip()):
         answer = answer.rstrip()[m.end():-1]
     for pattern, name in _SYNONYMS:
         answer = pattern.sub(name, answer)
+    values = _values_of_one_name(answer)
+    if values is not None:
+        return values
     m = _NUMBER_AND_UNIT_TEXT.fullmatch(answer) or _NUMBER_AND_WORDS.fullmatch(answer)
     if m is None or (m.group(2) and (ALTERNATIVE.search(m.group(2))
                                      or _MATH_WORDS.search(m.group(2)))):

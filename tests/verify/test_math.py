@@ -141,6 +141,7 @@ def test_an_unclosed_box_is_no_answer_not_its_last_number(completion):
     ("1 \\pm \\sqrt{2}", "1-\\sqrt{2}, 1+\\sqrt{2}"),
     ("\\emptyset", "\\varnothing"), ("\\text{A, C}", "\\text{A, C}"),
     ("18", "18 dollars"), ("60", "60 km per hour"), ("0.5", "0.5 liters."),
+    ("2, -2", "x=2, x=-2"), ("\\pm 2", "x_1 = 2, x_2 = -2"),  # the values of one unknown
 ])
 def test_honest_forms_still_pass(gold, answer):
     """What the stricter rules must keep: spaced digit groups (1\\,000 was read as 1 * 0; the
@@ -156,6 +157,7 @@ def test_honest_forms_still_pass(gold, answer):
     ("\\text{A, C}", "\\text{A, B}"), ("\\text{A}", "\\text{A, C}"), ("2", "\\text{2 or 3}"),
     ("12", "\\boxed{12} 7"), ("7", "\\boxed{12} 7"), ("18", "\\text{\\$18 or 19}"),
     ("5", "5 pi"), ("2", "2 xy"), ("18", "18 dollars or 19 dollars"), ("3", "3 times 4"),
+    ("2", "x=2, x=3"), ("3", "x=2, x=3"), ("2, 3", "x=2, y=3"), ("2, -2", "x=2, x=-2, x=5"),
 ])
 def test_what_the_honest_forms_allow_stays_wrong(gold, answer):
     assert vmath.check(gold, "\\boxed{" + answer + "}").status == Status.WRONG

@@ -10,7 +10,8 @@ from rlvr_jax.verify import math_text
     ("\\text{2 hours}", "2\\text{ hours}"), ("\\mathrm{6\\ ways}", "6\\text{ ways}"),
     ("\\text{\\$18.00}", "\\$18.00"), ("18 dollars", "18\\text{ dollars}"),
     ("60 km per hour", "60\\text{ km per hour}"), ("\\boxed{\\boxed{6}}", "6"),
-    ("\\varnothing", "\\emptyset "),
+    ("\\varnothing", "\\emptyset "), ("x=2, x=-2", "2, -2"), ("x_1 = 2, x_{2}=-2", "2, -2"),
+    ("x=2, y=3", "x=2, y=3"),
     # left as they are: a second value, a joining word, a word the parser reads as maths
     ("\\text{2 or 3}", "\\text{2 or 3}"),
     ("\\text{2 hours or 3 hours}", "\\text{2 hours or 3 hours}"),
