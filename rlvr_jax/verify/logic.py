@@ -37,7 +37,8 @@ _SPELLINGS = [("<=>", "<->"), ("⇔", "<->"), ("⟺", "<->"), ("↔", "<->"), ("
               ("⇒", "->"), ("⟹", "->"), ("→", "->"), ("¬", "~"), ("∧", "&"), ("&&", "&"),
               ("∨", "|"), ("||", "|")]
 # Markup and punctuation around a claim (`**r**`, `$r$`, `` `r` ``, `r.`): not part of it
-_DECORATION = re.compile(r"^[\s*`$]+|[\s*`$.,;]+$")
+# (str.strip: a pattern anchored at the end retried every start of a long run, quadratic)
+_MARKUP, _PUNCTUATION = " \t\r\n\f\v*`$", ".,;"
 
 
 class ParseError(ValueError):
@@ -188,9 +189,13 @@ def extract_claim(completion: str) -> str | None:
     the markup and punctuation around it."""
     m = list(re.finditer(r"conclusion\s*:\s*(.+)", completion, re.I))
     if m:
-        return _DECORATION.sub("", m[-1].group(1))
+        return _undecorated(m[-1].group(1))
     lines = [ln.strip() for ln in completion.strip().splitlines() if ln.strip()]
-    return _DECORATION.sub("", lines[-1]) if lines else None
+    return _undecorated(lines[-1]) if lines else None
+
+
+def _undecorated(claim: str) -> str:
+    return claim.lstrip(_MARKUP).rstrip(_MARKUP + _PUNCTUATION)
 
 
 def check(job: dict) -> Verdict:

@@ -16,7 +16,7 @@ import time
 
 from rlvr_jax.types import Status, Verdict
 
-# Where a quote opens, and what closes each kind. Read by `quotes`, not by the pattern
+# Where a quote opens, and what closes each kind. Read by `_quotes`, not by the pattern
 # `<quote>(.*?)</quote>|"([^"]+)"|“([^”]+)”`, which rescans the rest of the text from every
 # opener that is never closed (50,000 `“` cost 8 s: quadratic).
 _OPENERS = re.compile(r'<quote>|"|“')
