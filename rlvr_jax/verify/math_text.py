@@ -118,9 +118,9 @@ def as_written(answer: str) -> str:
     """The answer with what the parser misreads rewritten: a box that is the whole answer
     (`\\boxed{\\boxed{6}}`) unwrapped, a number and its unit in one text block (`\\text{2
     hours}`: the parser drops the block, number and all) or in plain words (`2 hours`) as
-    `2\\text{ hours}`, the values of one unknown as values (`x=2, x=-2`: each equation counted
-    against the gold's one `=` at most), symbols it does not know (`\\varnothing`) as the ones
-    it does. Any other answer as it is."""
+    `2\\text{ hours}`, a list of equations of one unknown as its values (`x=2, x=-2` as
+    `2, -2`), symbols it does not know (`\\varnothing`) as the ones it does. Any other answer
+    as it is."""
     while (m := _WHOLE_BOX.match(answer)) and group_end(answer, m.end()) == len(answer.rstrip()):
         answer = answer.rstrip()[m.end():-1]
     for pattern, name in _SYNONYMS:
